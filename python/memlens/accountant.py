@@ -1,0 +1,166 @@
+"""The TorchDispatchMode that books every op's new storages into the ledger.
+
+It sits above FakeTensorMode: each op runs fake (no real memory), then every output whose
+storage the ledger has not seen is a new allocation. Views and in-place results share a storage
+that is already booked, so they cost nothing. The storage's weakref frees it.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from . import categories as C
+from .errors import DataDependentError, Location, StopTracing
+
+aten = torch.ops.aten
+_local_scalar_dense = aten._local_scalar_dense.default
+_PASSTHROUGH = {torch.ops.prim.device.default, aten.sym_size.default, aten.sym_stride.default,
+                aten.sym_numel.default, aten.sym_storage_offset.default, aten.is_contiguous.default,
+                aten.detach.default, aten.view.default, aten._unsafe_view.default,
+                aten.t.default, aten.transpose.int, aten.permute.default, aten.expand.default,
+                aten.unsqueeze.default, aten.squeeze.dim, aten.slice.Tensor, aten.select.int,
+                aten.as_strided.default, aten.alias.default}
+_current_node = torch._C._current_autograd_node
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+class Accountant(TorchDispatchMode):
+    def __init__(self, tracer):
+        super().__init__()
+        self.tracer = tracer
+        self.ledger = tracer.ledger
+        self._mutable: dict = {}
+        self._names: dict = {}
+        self.placeholders: list[tuple[int, str, object]] = []  # (stack, op, value answered)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _PASSTHROUGH:
+            return func(*args, **kwargs)
+        phases = self.tracer.phases
+        if phases.stop_pending and not phases.in_step:
+            raise StopTracing()
+        if func is _local_scalar_dense:
+            return self._read_value(args[0])
+        try:
+            out = func(*args, **kwargs)
+        except Exception as e:
+            kind = type(e).__name__
+            if kind in ("DataDependentOutputException", "DynamicOutputShapeException",
+                        "UnsupportedOperatorException"):
+                raise self._data_dependent(func, kind) from None
+            raise
+        self._book(func, out)
+        workspace = self.tracer.workspaces(func, args, kwargs, out)
+        if workspace:
+            self._transient(func, workspace, out)
+        return out
+
+    # -- booking ---------------------------------------------------------------------------
+    def _book(self, func, out) -> None:
+        if isinstance(out, torch.Tensor):
+            self._book_tensor(func, out)
+        elif isinstance(out, (tuple, list)):
+            for t in out:
+                if isinstance(t, torch.Tensor):
+                    self._book_tensor(func, t)
+
+    def _book_tensor(self, func, t: torch.Tensor) -> None:
+        try:
+            st = t.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            return
+        ledger = self.ledger
+        rid = ledger.storage_rid(st)
+        if rid is not None:
+            mutable = self._mutable.get(func)
+            if mutable is None:
+                mutable = self._mutable[func] = func._schema.is_mutable
+            if mutable and st.nbytes() != ledger.records[rid].nbytes:
+                self._resized(func, t, st, rid)
+            return
+        self._new(func, t, st)
+
+    def _new(self, func, t, st) -> int:
+        ledger = self.ledger
+        module, category, stack, backward = self._context()
+        rid = ledger.alloc(st.nbytes(), self.tracer.device_key(t.device), _dtype_name(t.dtype),
+                           tuple(t.shape), category, module, self.tracer.phases.index,
+                           self._op(func), stack, backward=backward)
+        ledger.track_storage(st, rid)
+        return rid
+
+    def _resized(self, func, t, st, old_rid) -> None:
+        """A mutating op changed a storage's size (resize_, set_, out= into a smaller tensor)."""
+        old = self.ledger.records[old_rid]
+        self.ledger.free(old_rid)
+        if st.nbytes() > 0:
+            module, _, stack, backward = self._context()
+            rid = self.ledger.alloc(st.nbytes(), old.device, old.dtype, tuple(t.shape),
+                                    old.category, module, self.tracer.phases.index,
+                                    self._op(func), stack, backward=backward)
+            self.ledger.retarget_storage(st, rid)
+
+    def _transient(self, func, sizes: list[int], out) -> None:
+        """Kernel workspaces: allocated after the outputs and freed before the op returns."""
+        ref = out[0] if isinstance(out, (tuple, list)) else out
+        device = self.tracer.device_key(ref.device) if isinstance(ref, torch.Tensor) else "cpu"
+        module, _, stack, backward = self._context()
+        op = self._op(func)
+        rids = [self.ledger.alloc(n, device, "uint8", (n,), C.TEMPORARY, module,
+                                  self.tracer.phases.index, op, stack, backward=backward)
+                for n in sizes]
+        for rid in rids:
+            self.ledger.free(rid)
+
+    def _context(self) -> tuple[int, int, int, bool]:
+        """(module, initial category, stack, in backward) for an allocation made now."""
+        tracer = self.tracer
+        module = tracer.modules.current()
+        backward = _current_node() is not None
+        if tracer.phases.in_step or backward or tracer.modules.stack:
+            category = C.TEMPORARY
+        elif tracer.phases.state == 1:  # inside an iteration, outside modules (e.g. the loss)
+            category = C.TEMPORARY
+        else:
+            category = C.INPUT
+        return module, category, tracer.stacks.capture(sys._getframe(1)), backward
+
+    def _op(self, func) -> int:
+        oid = self._names.get(func)
+        if oid is None:
+            oid = self._names[func] = self.ledger.op_id(str(func.overloadpacket).replace("aten.", ""))
+        return oid
+
+    # -- values that only a real run knows -------------------------------------------------
+    def _read_value(self, t: torch.Tensor):
+        constant = getattr(t, "constant", None)
+        if constant is not None:
+            return constant.item()
+        if not isinstance(t, torch._subclasses.FakeTensor):
+            return _local_scalar_dense(t)
+        if t.dtype == torch.bool:
+            value: object = False
+        elif t.dtype.is_floating_point or t.dtype.is_complex:
+            value = 0.0
+        else:
+            raise self._data_dependent(_local_scalar_dense, "an integer value read (.item())")
+        self.placeholders.append((self.tracer.stacks.capture(sys._getframe(1)), "item", value))
+        return value
+
+    def _data_dependent(self, func, what: str) -> DataDependentError:
+        stacks = self.tracer.stacks
+        top = stacks.top_frame(stacks.capture(sys._getframe(2)))
+        where = Location(top[0], top[1], top[2]) if top else None
+        name = str(func.overloadpacket).replace("aten.", "")
+        return DataDependentError(
+            f"the op `{name}` needs real tensor values ({what}): its result decides sizes or "
+            "control flow, which a memory trace cannot know without running the model for real. "
+            "Make the sizes independent of tensor values here (e.g. fixed capacity or padding).",
+            where)

@@ -1,0 +1,115 @@
+"""From the ledger's raw facts to what a user reads: phases, categories, modules, lines, the
+live set at the peak. Pure bookkeeping over integers; nothing here touches torch."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from . import categories as C
+from .ledger import Ledger
+
+N_CAT = len(C.NAMES)
+TIMELINE_POINTS = 2000
+
+
+@dataclass
+class PhaseStats:
+    name: str
+    device: str
+    start_seq: int
+    end_seq: int  # exclusive
+    current_before: int
+    current_after: int
+    peak: int
+    peak_seq: int
+
+
+@dataclass
+class DeviceStats:
+    device: str
+    peak: int = 0
+    peak_seq: int = -1
+    final: int = 0
+    total_allocated: int = 0
+    allocations: int = 0
+    category_peaks: list[int] = field(default_factory=lambda: [0] * N_CAT)
+    category_peak_seq: list[int] = field(default_factory=lambda: [-1] * N_CAT)
+    phases: list[PhaseStats] = field(default_factory=list)
+    timeline: list[list[int]] = field(default_factory=list)  # [seq, total, *per category]
+    current_after: list[int] = field(default_factory=list)  # bytes on this device after each event
+
+
+def replay(ledger: Ledger, device: str, phase_starts: list[tuple[str, int]], end_seq: int
+           ) -> DeviceStats:
+    """Walk the events of one device in order: current bytes per category, peaks, phases."""
+    records, events = ledger.records, ledger.events
+    stats = DeviceStats(device)
+    cat_cur = [0] * N_CAT
+    cur = 0
+    n_events = min(len(events), end_seq + 1) if end_seq >= 0 else len(events)
+    bounds = [s for _, s in phase_starts[1:]] + [n_events]
+    phase_i, phase_peak, phase_peak_seq, phase_before = 0, 0, -1, 0
+    stride = max(1, n_events // TIMELINE_POINTS)
+    best: list[int] | None = None
+
+    def close_phase(end: int) -> None:
+        name = phase_starts[phase_i][0]
+        stats.phases.append(PhaseStats(name, device, phase_starts[phase_i][1], end, phase_before,
+                                       cur, max(phase_peak, phase_before), phase_peak_seq))
+
+    for seq in range(n_events):
+        while phase_i < len(phase_starts) - 1 and seq >= bounds[phase_i]:
+            close_phase(seq)
+            phase_i += 1
+            phase_before, phase_peak, phase_peak_seq = cur, cur, -1
+        ev = events[seq]
+        rid = ev if ev >= 0 else ~ev
+        rec = records[rid]
+        if rec.device == device:
+            if ev >= 0:
+                cur += rec.size
+                cat_cur[rec.category] += rec.size
+                stats.total_allocated += rec.size
+                stats.allocations += 1
+                if cur > stats.peak:
+                    stats.peak, stats.peak_seq = cur, seq
+                if cur > phase_peak:
+                    phase_peak, phase_peak_seq = cur, seq
+            else:
+                cur -= rec.size
+                cat_cur[rec.category] -= rec.size
+        stats.current_after.append(cur)
+        for c in range(N_CAT):
+            if cat_cur[c] > stats.category_peaks[c]:
+                stats.category_peaks[c], stats.category_peak_seq[c] = cat_cur[c], seq
+        # Timeline: in each bucket of `stride` events keep the point with the most bytes, so
+        # the drawn curve never hides the peak.
+        point = [seq, cur, *cat_cur]
+        if best is None or cur >= best[1]:
+            best = point
+        if seq % stride == stride - 1 or seq == n_events - 1:
+            stats.timeline.append(best)
+            best = None
+    while phase_i < len(phase_starts):
+        close_phase(n_events)
+        phase_i += 1
+        phase_before, phase_peak, phase_peak_seq = cur, cur, -1
+    stats.final = cur
+    return stats
+
+
+def live_at(ledger: Ledger, device: str, seq: int) -> list[int]:
+    """Record ids alive on `device` right after event `seq`."""
+    if seq < 0:
+        return []
+    return [rid for rid, r in enumerate(ledger.records)
+            if r.device == device and r.alloc_seq <= seq and (r.free_seq < 0 or r.free_seq > seq)]
+
+
+_INDEX = re.compile(r"(?<=\.)\d+(?=\.|$)|^\d+(?=\.|$)")
+
+
+def group_key(fqn: str) -> str:
+    """'layers.3.attn' -> 'layers.*.attn': repeated structures share one key."""
+    return _INDEX.sub("*", fqn)

@@ -1,0 +1,214 @@
+"""The `memlens` command line.
+
+    memlens run [--device NAME] [--iterations K] [--snapshot PATH] [--json] -- script.py [ARGS...]
+    memlens trace path/to/file.py:ClassOrFactory [--device NAME] [...]
+    memlens show SNAPSHOT [--json]
+    memlens devices
+
+torch is imported only once the command needs it: a CUDA target on a CPU-only torch build must
+load the fake-CUDA library before torch is imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from .errors import MemlensError
+
+EXIT_USAGE, EXIT_ERROR = 2, 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="memlens", description="How much device memory one training "
+                                "step needs, and where the bytes go.")
+    p.add_argument("--debug", action="store_true", help="show memlens' own tracebacks")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def trace_options(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--device", default=None, help="target device (see `memlens devices`); "
+                        "default h100-80gb")
+        sp.add_argument("--iterations", type=int, default=None,
+                        help="training iterations to trace (default 2)")
+        sp.add_argument("--snapshot", default=None,
+                        help="where to write the snapshot (default .memlens/<target>/<time>.json)")
+        sp.add_argument("--no-snapshot", action="store_true", help="do not write a snapshot")
+        sp.add_argument("--json", action="store_true",
+                        help="print one JSON object on stdout (tables go to stderr)")
+        sp.add_argument("--progress", choices=("auto", "rich", "json", "none"), default="auto")
+        sp.add_argument("--max-allocations", type=int, default=None,
+                        help="keep the full allocation stream in the snapshot up to this many "
+                        "allocations (default 1,000,000)")
+
+    run = sub.add_parser("run", help="trace an unmodified training script")
+    trace_options(run)
+    run.add_argument("script", nargs=argparse.REMAINDER,
+                     help="-- script.py [ARGS...] (or -m module [ARGS...])")
+
+    tr = sub.add_parser("trace", help="trace a model definition with a recipe")
+    tr.add_argument("target", help="path/to/file.py:ClassOrFactory")
+    trace_options(tr)
+    tr.add_argument("--recipe", default=None, help="recipe file (default: nearest memlens.toml "
+                    "or pyproject.toml with [tool.memlens])")
+    tr.add_argument("--batch", type=int, default=None, help="micro-batch size")
+    tr.add_argument("--precision", default=None,
+                    help="fp32, bf16, fp16, autocast-bf16 or autocast-fp16")
+    tr.add_argument("--optimizer", default=None, help="adamw, adam, sgd or none")
+    tr.add_argument("--loss", default=None, help="sum, mean or output.<attribute>")
+
+    show = sub.add_parser("show", help="print the tables of a saved snapshot")
+    show.add_argument("snapshot")
+    show.add_argument("--json", action="store_true", help="print the JSON summary")
+
+    sub.add_parser("devices", help="list the target devices")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from rich.console import Console
+
+    err = Console(stderr=True)
+    try:
+        if args.command == "devices":
+            return _devices(Console())
+        if args.command == "show":
+            return _show(args, Console(stderr=args.json))
+        return _trace(args, Console(stderr=args.json or args.progress == "json"), err)
+    except MemlensError as e:
+        _print_error(e, err, args)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        err.print("[red]interrupted[/]")
+        return 130
+
+
+def _print_error(e: MemlensError, console, args) -> None:
+    where = f"{e.location}: " if e.location else ""
+    console.print(f"[bold red]error:[/] {where}{e.message}", highlight=False, markup=True,
+                  soft_wrap=True)
+    if e.details:
+        console.print(e.details.rstrip(), highlight=False, markup=False)
+    if getattr(args, "json", False):
+        error: dict[str, Any] = {"message": e.message, "kind": type(e).__name__}
+        if e.location:
+            error.update(file=e.location.file, line=e.location.line)
+        if e.details:
+            error["traceback"] = e.details
+        print(json.dumps({"error": error}))
+    if getattr(args, "debug", False):
+        import traceback
+
+        traceback.print_exception(e)
+
+
+def _devices(console) -> int:
+    from rich.table import Table
+
+    from .devices import DEFAULT_DEVICE, all_devices
+    from .units import format_bytes
+
+    table = Table(title="Target devices")
+    for col in ("name", "device", "memory", "compute capability", "SMs"):
+        table.add_column(col)
+    for d in all_devices():
+        default = " (default)" if d.name == DEFAULT_DEVICE else ""
+        table.add_row(d.name + default, d.display_name, format_bytes(d.total_memory_bytes),
+                      f"{d.major}.{d.minor}" if d.type == "cuda" else "-",
+                      str(d.sm_count) if d.type == "cuda" else "-")
+    console.print(table)
+    return 0
+
+
+def _show(args, console) -> int:
+    from .report import print_report, summary_json
+    from .snapshot import read_snapshot
+
+    snap = read_snapshot(args.snapshot)
+    print_report(snap, console, args.snapshot)
+    if args.json:
+        print(json.dumps(summary_json(snap, args.snapshot)))
+    return 0
+
+
+def _trace(args, console, err) -> int:
+    from .devices import DEFAULT_DEVICE, get_device
+
+    command = ["memlens", *(sys.argv[1:] if sys.argv else [])]
+    target, recipe = _target(args)
+    device = get_device(args.device or (recipe.device if recipe else None) or DEFAULT_DEVICE)
+    iterations = args.iterations or (recipe.iterations if recipe else None) or 2
+    if iterations < 1:
+        raise MemlensError("--iterations must be at least 1")
+
+    from .session import trace_target
+
+    progress_mode = args.progress
+    if progress_mode == "auto":
+        progress_mode = "rich" if err.is_terminal else "none"
+    snap = trace_target(target, device, iterations, progress_mode=progress_mode, console=err,
+                        command=command, max_allocations=args.max_allocations)
+    path = None
+    if not args.no_snapshot:
+        path = args.snapshot or default_snapshot_path(target.name)
+        from .snapshot import write_snapshot
+
+        write_snapshot(snap, path)
+        path = str(path)
+    from .report import print_report, summary_json
+
+    print_report(snap, console, path)
+    if args.json:
+        print(json.dumps(summary_json(snap, path)))
+    return 0
+
+
+def _target(args):
+    if args.command == "run":
+        script = list(args.script)
+        if script and script[0] == "--":
+            script = script[1:]
+        if not script:
+            raise MemlensError("nothing to run: give a script after `--`, e.g. "
+                               "memlens run -- train.py --lr 3e-4")
+        from .targets.script import ScriptTarget
+
+        if script[0] == "-m":
+            if len(script) < 2:
+                raise MemlensError("-m needs a module name")
+            return ScriptTarget(path="", module=script[1], args=script[2:]), None
+        return ScriptTarget(path=script[0], args=script[1:]), None
+
+    from .recipe import load_recipe
+    from .targets.model import ModelTarget, parse_target
+
+    file, symbol = parse_target(args.target)
+    recipe = load_recipe(file, symbol, Path(args.recipe) if args.recipe else None)
+    for key in ("batch", "precision", "optimizer", "loss"):
+        value = getattr(args, key)
+        if value is not None:
+            setattr(recipe, key, value)
+    if args.iterations:
+        recipe.iterations = args.iterations
+    from .recipe import OPTIMIZERS, PRECISIONS
+
+    if recipe.precision not in PRECISIONS:
+        raise MemlensError(f"unknown precision {recipe.precision!r}; one of {', '.join(PRECISIONS)}")
+    if str(recipe.optimizer).lower() not in OPTIMIZERS:
+        raise MemlensError(f"unknown optimizer {recipe.optimizer!r}; one of {', '.join(OPTIMIZERS)}")
+    return ModelTarget(str(file), symbol, recipe), recipe
+
+
+def default_snapshot_path(name: str) -> Path:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name) or "trace"
+    return Path(os.getcwd()) / ".memlens" / safe / f"{stamp}.json"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

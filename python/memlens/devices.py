@@ -1,0 +1,83 @@
+"""The target devices a trace can simulate.
+
+Total memory is what `nvidia-smi` reports as the card's total (MiB x 2**20) for the common
+SKU of each name; compute capability and SM count are NVIDIA's published figures. A user whose
+card differs sets the budget explicitly (`--budget`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from .errors import MemlensError
+
+MiB = 1024 * 1024
+
+# Every block of the CUDA caching allocator is a multiple of 512 B (at least 512 B); the CPU
+# allocator hands out exactly what was asked for.
+CUDA_BLOCK_ROUNDING = 512
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    name: str  # the short name users type: h100-80gb
+    display_name: str  # what torch.cuda.get_device_name() answers
+    total_memory_bytes: int
+    major: int  # compute capability
+    minor: int
+    sm_count: int
+    type: str = "cuda"  # "cuda" or "cpu"
+
+    @property
+    def rounding(self) -> int:
+        return CUDA_BLOCK_ROUNDING if self.type == "cuda" else 1
+
+    def round_size(self, nbytes: int) -> int:
+        """Bytes the allocator really hands out for a request of `nbytes`."""
+        if self.type != "cuda" or nbytes == 0:
+            return nbytes
+        r = CUDA_BLOCK_ROUNDING
+        return ((nbytes + r - 1) // r) * r
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "display_name": self.display_name, "type": self.type,
+                "total_memory_bytes": self.total_memory_bytes,
+                "compute_capability": [self.major, self.minor] if self.type == "cuda" else None,
+                "sm_count": self.sm_count if self.type == "cuda" else None,
+                "rounding_bytes": self.rounding}
+
+
+def _host_memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+_CUDA = [
+    DeviceSpec("h100-80gb", "NVIDIA H100 80GB HBM3", 81559 * MiB, 9, 0, 132),
+    DeviceSpec("h100-94gb", "NVIDIA H100 NVL", 95830 * MiB, 9, 0, 132),
+    DeviceSpec("h200", "NVIDIA H200", 143771 * MiB, 9, 0, 132),
+    DeviceSpec("b200", "NVIDIA B200", 183359 * MiB, 10, 0, 148),
+    DeviceSpec("a100-40gb", "NVIDIA A100-SXM4-40GB", 40960 * MiB, 8, 0, 108),
+    DeviceSpec("a100-80gb", "NVIDIA A100-SXM4-80GB", 81920 * MiB, 8, 0, 108),
+    DeviceSpec("l40s", "NVIDIA L40S", 46068 * MiB, 8, 9, 142),
+    DeviceSpec("rtx-4090", "NVIDIA GeForce RTX 4090", 24564 * MiB, 8, 9, 128),
+]
+
+DEFAULT_DEVICE = "h100-80gb"
+
+
+def all_devices() -> list[DeviceSpec]:
+    cpu = DeviceSpec("cpu", "host CPU", _host_memory_bytes(), 0, 0, 0, type="cpu")
+    return [*_CUDA, cpu]
+
+
+def get_device(name: str) -> DeviceSpec:
+    key = name.strip().lower().replace("_", "-")
+    for spec in all_devices():
+        if spec.name == key:
+            return spec
+    valid = ", ".join(d.name for d in all_devices())
+    raise MemlensError(f"unknown device {name!r}; valid devices: {valid}")

@@ -1,0 +1,46 @@
+"""Errors meant for the user: one clear message, a place when there is one, no traceback."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class Location:
+    file: str
+    line: int
+    name: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+class MemlensError(Exception):
+    """An error caused by the input (script, recipe, snapshot, flags), not by memlens itself."""
+
+    def __init__(self, message: str, location: Location | None = None, details: str = ""):
+        super().__init__(message)
+        self.message = message
+        self.location = location
+        self.details = details  # e.g. the user's traceback, shown after the message
+
+    def __str__(self) -> str:
+        where = f"{self.location}: " if self.location else ""
+        return f"{where}{self.message}"
+
+
+class ScriptError(MemlensError):
+    """The traced user code raised. `details` carries the traceback of user frames."""
+
+
+class DataDependentError(MemlensError):
+    """A value that only a real run knows decides what happens next."""
+
+
+class SnapshotError(MemlensError):
+    """A snapshot file is missing, truncated, of another format or version, or invalid."""
+
+
+class StopTracing(BaseException):
+    """Raised into user code after the requested iterations; BaseException so `except Exception` in
+    the script does not swallow it."""

@@ -1,0 +1,32 @@
+"""One trace from start to snapshot: pick the target's runner, trace, build the snapshot."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .devices import DeviceSpec
+
+
+def trace_target(target, device: DeviceSpec, iterations: int, progress_mode: str = "none",
+                 console=None, command: list[str] | None = None,
+                 max_allocations: int | None = None) -> dict[str, Any]:
+    from .progress import Progress
+    from .snapshot import build_snapshot
+    from .snapshot.build import DEFAULT_MAX_ALLOCATIONS
+    from .targets.model import ModelTarget, run_model
+    from .targets.script import run_script
+    from .tracer import Tracer
+
+    tracer = Tracer(device, iterations=iterations)
+    with Progress(progress_mode, console) as progress:
+        tracer.phases.on_phase = progress.update
+        if isinstance(target, ModelTarget):
+            stopped = run_model(target, tracer, "cpu" if device.type == "cpu" else "cuda")
+            precision = target.recipe.precision
+        else:
+            stopped = run_script(target, tracer)
+            precision = None
+        progress.update("building snapshot")
+    meta = {"command": command or [], "target": target.to_json(), "precision": precision,
+            "stopped_after_iterations": stopped}
+    return build_snapshot(tracer, meta, max_allocations or DEFAULT_MAX_ALLOCATIONS)

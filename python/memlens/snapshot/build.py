@@ -1,0 +1,258 @@
+"""Turn a finished trace into a snapshot document (format `memlens.snapshot`, version 1).
+
+The snapshot is the contract between the engine and every reader (CLI tables, the language
+server, the VS Code panel, the HTML report): docs/snapshot-format.md describes each field.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import platform
+import sys
+from collections import defaultdict
+from typing import Any
+
+from .. import __version__
+from .. import categories as C
+from ..analysis import DeviceStats, group_key, live_at, replay
+from ..ledger import Ledger
+
+FORMAT = "memlens.snapshot"
+VERSION = 1
+DEFAULT_MAX_ALLOCATIONS = 1_000_000
+
+
+def _cat_dict(values: list[int]) -> dict[str, int]:
+    return {name: int(values[i]) for i, name in enumerate(C.NAMES)}
+
+
+class _Modules:
+    """Fully qualified names for the traced modules: the first top-level module with parameters
+    is the model (its names carry no prefix); other top-level modules are prefixed with their
+    class name."""
+
+    def __init__(self, tracker) -> None:
+        self.tracker = tracker
+        self.fqn: dict[int, str] = {}
+        self.order: list[int] = []
+        main = next((i for i in tracker.top_level
+                     if any(True for _ in tracker.infos[i].module.parameters())), None)
+        roots = ([main] if main is not None else []) + [i for i in tracker.top_level if i != main]
+        for root in roots:
+            prefix = "" if root == main else tracker.infos[root].class_name
+            for name, mod in tracker.infos[root].module.named_modules():
+                idx = tracker.index_of(mod)
+                if idx in self.fqn:
+                    continue
+                full = ".".join(p for p in (prefix, name) if p)
+                self.fqn[idx] = full
+                self.order.append(idx)
+
+    def name_of(self, idx: int) -> str | None:
+        if idx < 0:
+            return None
+        if idx not in self.fqn:  # a module outside every traced model
+            info = self.tracker.infos[idx]
+            self.fqn[idx] = f"{info.class_name}#{idx}"
+            self.order.append(idx)
+        return self.fqn[idx]
+
+
+def _prefixes(fqn: str) -> list[str]:
+    parts = fqn.split(".") if fqn else []
+    return [""] + [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def build_snapshot(tracer, meta: dict[str, Any],
+                   max_allocations: int = DEFAULT_MAX_ALLOCATIONS) -> dict[str, Any]:
+    ledger: Ledger = tracer.ledger
+    records = ledger.records
+    target = tracer.target_key
+    devices = sorted({r.device for r in records} | {target}, key=lambda d: (d != target, d))
+    phase_starts = [(p.name, p.start_seq) for p in tracer.phases.phases]
+    stats: dict[str, DeviceStats] = {
+        d: replay(ledger, d, phase_starts, tracer.end_seq) for d in devices}
+    t = stats[target]
+
+    # -- the live set at the peak --------------------------------------------------------
+    peak_seq = t.peak_seq
+    live = live_at(ledger, target, peak_seq)
+    peak_rid = ledger.events[peak_seq] if peak_seq >= 0 else -1
+    at_peak = [0] * len(C.NAMES)
+    for rid in live:
+        at_peak[records[rid].category] += records[rid].size
+
+    # -- modules ---------------------------------------------------------------------------
+    names = _Modules(tracer.modules)
+    by_module: dict[str, dict[str, Any]] = {}
+
+    def entry(fqn: str) -> dict[str, Any]:
+        e = by_module.get(fqn)
+        if e is None:
+            e = by_module[fqn] = {"categories": [0] * len(C.NAMES), "at_peak": [0] * len(C.NAMES),
+                                  "forward_peak_bytes": 0, "backward_peak_bytes": 0}
+        return e
+
+    for idx in names.order:
+        entry(names.fqn[idx])
+    # Bytes per category: what each module holds at the moment that category peaks.
+    for c, seq in enumerate(t.category_peak_seq):
+        for rid in live_at(ledger, target, seq):
+            rec = records[rid]
+            if rec.category == c and rec.module >= 0:
+                for p in _prefixes(names.name_of(rec.module) or ""):
+                    entry(p)["categories"][c] += rec.size
+    for rid in live:
+        rec = records[rid]
+        if rec.module >= 0:
+            for p in _prefixes(names.name_of(rec.module) or ""):
+                entry(p)["at_peak"][rec.category] += rec.size
+    current_after = t.current_after
+    for rec in records:
+        if rec.device == target and rec.module >= 0 and rec.alloc_seq < len(current_after):
+            key = "backward_peak_bytes" if rec.backward else "forward_peak_bytes"
+            cur = current_after[rec.alloc_seq]
+            for p in _prefixes(names.name_of(rec.module) or ""):
+                e = entry(p)
+                if cur > e[key]:
+                    e[key] = cur
+
+    index_of_fqn = {}
+    modules_out = []
+    fqn_to_idx = {v: k for k, v in names.fqn.items()}
+    for fqn in sorted(by_module, key=lambda f: (f.count(".") if f else -1, f)):
+        idx = fqn_to_idx.get(fqn)
+        info = tracer.modules.infos[idx] if idx is not None else None
+        e = by_module[fqn]
+        src = info.source if info else None
+        index_of_fqn[fqn] = len(modules_out)
+        modules_out.append({
+            "fqn": fqn,
+            "class": info.class_name if info else "",
+            "source": {"file": src[0], "line": src[1]} if src else None,
+            "constructed_at": ({"file": info.constructed_at[0], "line": info.constructed_at[1]}
+                               if info and info.constructed_at else None),
+            "group": group_key(fqn),
+            **{f"{name}_bytes": e["categories"][c] for c, name in enumerate(C.NAMES)},
+            "at_peak": _cat_dict(e["at_peak"]),
+            "forward_peak_bytes": e["forward_peak_bytes"],
+            "backward_peak_bytes": e["backward_peak_bytes"],
+        })
+
+    def module_ref(idx: int) -> int:
+        name = names.name_of(idx)
+        return index_of_fqn.get(name, -1) if name is not None else -1
+
+    # -- lines -----------------------------------------------------------------------------
+    stacks = tracer.stacks
+    lines: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0])  # frame -> at peak, total, n
+    live_set = set(live)
+    for rid, rec in enumerate(records):
+        if rec.device != target or rec.alloc_seq > tracer.end_seq >= 0:
+            continue
+        stack = stacks.stacks[rec.stack]
+        if not stack:
+            continue
+        agg = lines[stack[0]]
+        agg[1] += rec.size
+        agg[2] += 1
+        if rid in live_set:
+            agg[0] += rec.size
+    by_line: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0, 0])
+    for fid, (peak_b, total_b, n) in lines.items():
+        f = stacks.frames[fid]
+        acc = by_line[(f[0], f[1])]
+        acc[0] += peak_b
+        acc[1] += total_b
+        acc[2] += n
+    lines_out = [{"file": f, "line": ln, "bytes_at_peak": v[0], "total_bytes": v[1],
+                  "allocations": v[2]}
+                 for (f, ln), v in sorted(by_line.items(), key=lambda kv: (-kv[1][0], -kv[1][1]))]
+
+    # -- tensors at the peak ---------------------------------------------------------------
+    tensors_out = []
+    peak_tensor = -1
+    for rid in sorted(live, key=lambda r: -records[r].size):
+        rec = records[rid]
+        if rid == peak_rid:
+            peak_tensor = len(tensors_out)
+        tensors_out.append({
+            "id": rid, "bytes": rec.size, "requested_bytes": rec.nbytes,
+            "shape": list(rec.shape), "dtype": rec.dtype,
+            "category": C.NAMES[rec.category], "module": module_ref(rec.module),
+            "phase": rec.phase, "op": ledger.ops[rec.op], "stack": rec.stack})
+
+    # -- allocations (the full event stream, for allocator replay and memory_viz) ----------
+    allocations = None
+    if len(records) <= max_allocations:
+        dev_index = {d: i for i, d in enumerate(devices)}
+        allocations = {
+            "devices": devices,
+            "device": [dev_index[r.device] for r in records],
+            "bytes": [r.size for r in records],
+            "requested_bytes": [r.nbytes for r in records],
+            "category": [r.category for r in records],
+            "module": [module_ref(r.module) for r in records],
+            "op": [r.op for r in records],
+            "stack": [r.stack for r in records],
+            "stream": [r.stream for r in records],
+            "alloc_seq": [r.alloc_seq for r in records],
+            "free_seq": [r.free_seq for r in records],
+        }
+
+    phases_out = []
+    for d in devices:
+        for ph in stats[d].phases:
+            phases_out.append({"name": ph.name, "device": d, "start_seq": ph.start_seq,
+                               "end_seq": ph.end_seq, "current_before_bytes": ph.current_before,
+                               "current_after_bytes": ph.current_after, "peak_bytes": ph.peak,
+                               "peak_seq": ph.peak_seq})
+    peak_phase = next((p["name"] for p in phases_out
+                       if p["device"] == target and p["start_seq"] <= peak_seq < p["end_seq"]),
+                      None)
+
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "meta": {
+            "tool": "memlens", "tool_version": __version__,
+            "torch_version": _torch_version(), "python_version": platform.python_version(),
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "device": tracer.device.to_json(), "device_key": target,
+            "world_size": 1, "rank": 0, "parallel": {},
+            "iterations": tracer.iterations, "duration_s": round(tracer.finished - tracer.started, 3),
+            **meta,
+        },
+        "summary": {
+            "peak_bytes": t.peak, "peak_seq": peak_seq, "peak_phase": peak_phase,
+            "peak_tensor": peak_tensor,
+            "categories_at_peak": _cat_dict(at_peak),
+            "category_peaks": _cat_dict(t.category_peaks),
+            "final_bytes": t.final, "total_allocated_bytes": t.total_allocated,
+            "allocation_count": t.allocations,
+            "devices": {d: {"peak_bytes": s.peak, "final_bytes": s.final} for d, s in stats.items()},
+            "placeholders": [_placeholder(stacks, p) for p in tracer.accountant.placeholders],
+        },
+        "phases": phases_out,
+        "modules": modules_out,
+        "lines": lines_out,
+        "tensors": tensors_out,
+        "ops": list(ledger.ops),
+        "frames": [{"file": f, "line": ln, "name": n} for f, ln, n in stacks.frames],
+        "stacks": [list(s) for s in stacks.stacks],
+        "timeline": {"columns": ["seq", "total", *C.NAMES], "points": t.timeline,
+                     "events": len(ledger.events)},
+        "allocations": allocations,
+    }
+
+
+def _placeholder(stacks, p) -> dict[str, Any]:
+    stack_id, op, value = p
+    top = stacks.top_frame(stack_id)
+    return {"file": top[0] if top else None, "line": top[1] if top else None, "op": op,
+            "value": value}
+
+
+def _torch_version() -> str:
+    torch = sys.modules.get("torch")
+    return getattr(torch, "__version__", "unknown")

@@ -1,0 +1,97 @@
+"""Read and write snapshot files. A snapshot may come from someone else: reading checks the
+format, the version, the schema and every cross-reference before anything trusts it."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from ..errors import SnapshotError
+from .build import FORMAT, VERSION
+
+SCHEMA_PATH = Path(__file__).with_name("schema.json")
+MAX_SNAPSHOT_BYTES = 2 * 1024**3
+
+
+@lru_cache(maxsize=1)
+def schema() -> dict[str, Any]:
+    return json.loads(SCHEMA_PATH.read_text())
+
+
+def write_snapshot(snapshot: dict[str, Any], path: str | os.PathLike) -> Path:
+    """Write atomically (a reader never sees half a file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(snapshot, f, separators=(",", ":"))
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def read_snapshot(path: str | os.PathLike) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise SnapshotError(f"{path}: no such snapshot file")
+    if path.stat().st_size > MAX_SNAPSHOT_BYTES:
+        raise SnapshotError(f"{path}: file is larger than {MAX_SNAPSHOT_BYTES} bytes; not a snapshot")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise SnapshotError(f"{path}: not a snapshot (not UTF-8 text)") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        hint = " (the file looks truncated)" if e.pos >= len(text) - 1 else ""
+        raise SnapshotError(f"{path}: not valid JSON at line {e.lineno} column {e.colno}{hint}") from None
+    validate_snapshot(doc, str(path))
+    return doc
+
+
+def validate_snapshot(doc: Any, name: str = "snapshot") -> None:
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise SnapshotError(f"{name}: not a memlens snapshot (expected \"format\": \"{FORMAT}\")")
+    version = doc.get("version")
+    if version != VERSION:
+        raise SnapshotError(f"{name}: snapshot version {version!r} is not supported by this "
+                            f"memlens (reads version {VERSION}); upgrade memlens to read it")
+    import jsonschema
+
+    try:
+        jsonschema.validate(doc, schema())
+    except jsonschema.ValidationError as e:
+        where = "/".join(str(p) for p in e.absolute_path) or "(top level)"
+        raise SnapshotError(f"{name}: invalid snapshot at {where}: {e.message[:200]}") from None
+    _check_references(doc, name)
+
+
+def _check_references(doc: dict[str, Any], name: str) -> None:
+    """Indices into the frame, stack, module and phase tables must point inside them."""
+    n_frames, n_stacks = len(doc["frames"]), len(doc["stacks"])
+    n_modules, n_phases = len(doc["modules"]), len(doc["phases"])
+    for i, stack in enumerate(doc["stacks"]):
+        if any(f >= n_frames for f in stack):
+            raise SnapshotError(f"{name}: invalid snapshot at stacks/{i}: frame index out of range")
+    for i, t in enumerate(doc["tensors"]):
+        if t["stack"] >= n_stacks or t["module"] >= n_modules or t["phase"] >= max(n_phases, 1):
+            raise SnapshotError(f"{name}: invalid snapshot at tensors/{i}: index out of range")
+    peak_tensor = doc["summary"]["peak_tensor"]
+    if peak_tensor >= len(doc["tensors"]):
+        raise SnapshotError(f"{name}: invalid snapshot at summary/peak_tensor: index out of range")
+    alloc = doc.get("allocations")
+    if alloc:
+        n = len(alloc["bytes"])
+        for key in ("device", "requested_bytes", "category", "module", "op", "stack", "stream",
+                    "alloc_seq", "free_seq"):
+            if len(alloc[key]) != n:
+                raise SnapshotError(f"{name}: invalid snapshot at allocations/{key}: "
+                                    f"{len(alloc[key])} entries, expected {n}")

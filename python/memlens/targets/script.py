@@ -1,0 +1,79 @@
+"""Run an unmodified training script inside the tracer, as `python script.py ARGS` would."""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import MemlensError, ScriptError, StopTracing
+from .failure import script_error
+
+
+@dataclass
+class ScriptTarget:
+    path: str
+    args: list[str] = field(default_factory=list)
+    cwd: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    module: str | None = None  # `python -m module` instead of a path
+
+    @property
+    def name(self) -> str:
+        return self.module or Path(self.path).stem
+
+    def to_json(self) -> dict:
+        return {"kind": "script", "name": self.name, "path": self.path, "args": self.args,
+                "cwd": self.cwd}
+
+
+def resolve(target: ScriptTarget) -> Path | None:
+    if target.module:
+        return None
+    base = Path(target.cwd) if target.cwd else Path.cwd()
+    path = (base / target.path).resolve()
+    if not path.is_file():
+        raise MemlensError(f"script not found: {target.path} (looked in {base})")
+    return path
+
+
+def run_script(target: ScriptTarget, tracer) -> bool:
+    """Run the script under `tracer`. Returns True if tracing stopped it after the requested
+    iterations, False if it ran to its end. Raises ScriptError if the script failed."""
+    path = resolve(target)
+    saved_argv, saved_path, saved_cwd = sys.argv[:], sys.path[:], os.getcwd()
+    saved_env = {k: os.environ.get(k) for k in target.env}
+    display = target.module or target.path
+    stopped = False
+    try:
+        if target.cwd:
+            os.chdir(target.cwd)
+        os.environ.update(target.env)
+        sys.argv = [str(path) if path else target.module or "", *target.args]
+        sys.path.insert(0, str(path.parent) if path else os.getcwd())
+        with tracer:
+            try:
+                if path is not None:
+                    runpy.run_path(str(path), run_name="__main__")
+                else:
+                    runpy.run_module(target.module, run_name="__main__", alter_sys=True)
+            except StopTracing:
+                stopped = True
+            except SystemExit as e:
+                if e.code not in (None, 0):
+                    raise ScriptError(f"{display} exited with status {e.code}") from None
+            except MemlensError:
+                raise
+            except Exception as e:
+                raise script_error(e, display) from None
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+        os.chdir(saved_cwd)
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return stopped

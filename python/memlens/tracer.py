@@ -1,0 +1,106 @@
+"""The tracer: everything that must be in place while user code runs, and undone after.
+
+    with Tracer(get_device("cpu"), iterations=2) as tracer:
+        ...  # build the model and run training steps
+    result = tracer.result()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Iterator
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from . import categories as C
+from .accountant import Accountant
+from .classifier import Classifier
+from .devices import DeviceSpec
+from .ledger import Ledger
+from .modules import ModuleTracker
+from .patches import Patcher
+from .patches import torch_core
+from .phases import PhaseTracker
+from .stacks import StackTable
+from .workspaces import WorkspaceModel
+
+
+class Tracer:
+    def __init__(self, device: DeviceSpec, iterations: int = 2):
+        self.device = device
+        self.iterations = iterations
+        self.ledger = Ledger(device.round_size)
+        self.stacks = StackTable()
+        self.phases = PhaseTracker(self.ledger, iterations)
+        self.modules = ModuleTracker(self.stacks, self._on_top_level_forward)
+        self.classifier = Classifier(self.ledger, self.modules)
+        self.accountant = Accountant(self)
+        self.workspaces = WorkspaceModel(device.type)
+        self.fake_mode: FakeTensorMode | None = None
+        self._patcher = Patcher()
+        self._step_hooks: list = []
+        self.end_seq = -1
+        self.started = self.finished = 0.0
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def __enter__(self) -> "Tracer":
+        from torch.optim import optimizer as o
+
+        self.started = time.time()
+        torch_core.apply(self._patcher, self._external_tensor)
+        self.modules.install()
+        self.classifier.install()
+        self._step_hooks = [
+            o.register_optimizer_step_pre_hook(lambda *a: self.phases.on_step_begin()),
+            o.register_optimizer_step_post_hook(lambda *a: self.phases.on_step_end()),
+        ]
+        self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+        self.fake_mode.__enter__()
+        self.accountant.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.end_seq = self.ledger.seq
+        self.ledger.untrack_all()  # what the script frees after this is not part of the trace
+        self.accountant.__exit__(None, None, None)
+        if self.fake_mode is not None:
+            self.fake_mode.__exit__(None, None, None)
+        for h in self._step_hooks:
+            h.remove()
+        self.classifier.uninstall()
+        self.modules.uninstall()
+        self._patcher.undo()
+        self.finished = time.time()
+
+    # -- public API ------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Name the phase of everything inside the block: `with tracer.phase("eval"): ...`."""
+        self.phases.begin(name)
+        yield
+
+    def device_key(self, device: torch.device) -> str:
+        if device.type == "cpu":
+            return "cpu"
+        return f"{device.type}:{device.index if device.index is not None else 0}"
+
+    @property
+    def target_key(self) -> str:
+        return "cpu" if self.device.type == "cpu" else "cuda:0"
+
+    # -- callbacks -------------------------------------------------------------------------
+    def _on_top_level_forward(self, module: torch.nn.Module) -> None:
+        self.classifier.scan_model(module)
+        self.phases.on_top_level_forward()
+
+    def _external_tensor(self, t: torch.Tensor, op: str) -> None:
+        """A real tensor created without any op (e.g. an RNG state) that still takes memory."""
+        st = t.untyped_storage()
+        if self.ledger.storage_rid(st) is not None:
+            return
+        rid = self.ledger.alloc(st.nbytes(), self.device_key(t.device), str(t.dtype).replace(
+            "torch.", ""), tuple(t.shape), C.OTHER, self.modules.current(), self.phases.index,
+            self.ledger.op_id(op), self.stacks.capture())
+        self.ledger.track_storage(st, rid)
