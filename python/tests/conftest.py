@@ -1,0 +1,24 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).parent
+REPO = TESTS.parent.parent
+
+
+def run_memlens(*args: str, cwd: str | os.PathLike | None = None, env: dict | None = None,
+                timeout: int = 600) -> subprocess.CompletedProcess:
+    """Run the memlens CLI in a fresh process, as a user would."""
+    full_env = {**os.environ, **(env or {})}
+    full_env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO / "python"), full_env.get("PYTHONPATH", "")) if p)
+    return subprocess.run([sys.executable, "-m", "memlens", *args], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def memlens():
+    return run_memlens

@@ -1,0 +1,49 @@
+"""The CPU target is exact: a training step traced under `memlens run --device cpu` peaks where
+the same step run for real peaks, as the CPU allocator itself records it (torch.profiler memory
+events, measured in a separate process by support/measure_cpu.py)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import TESTS
+
+CASE = str(TESTS / "cases" / "train_case.py")
+TOLERANCE = 0.001  # 0.1 %
+
+CASES = {
+    "mlp-fp32-adamw": ["--model", "mlp"],
+    "mlp-bf16-sgd": ["--model", "mlp", "--dtype", "bf16", "--optimizer", "sgd"],
+    "gpt-dropout-fp32-adamw": ["--model", "gpt"],
+    "gpt-activation-checkpointing": ["--model", "gpt-checkpoint"],
+    "hf-gpt2-fp32-adamw": ["--model", "gpt2"],
+    "hf-llama-bf16-adamw": ["--model", "llama", "--dtype", "bf16"],
+    "hf-mixtral-moe-fp32-sgd": ["--model", "mixtral", "--optimizer", "sgd"],
+    "hf-bert-encoder-fp32-adamw": ["--model", "bert"],
+    "convnet-fp32-sgd": ["--model", "convnet", "--optimizer", "sgd"],
+}
+
+
+def measured(args):
+    out = subprocess.run([sys.executable, str(TESTS / "support" / "measure_cpu.py"), CASE, *args],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_cpu_estimate_matches_the_allocator(name, memlens):
+    args = CASES[name]
+    real = measured(args)
+    run = memlens("run", "--device", "cpu", "--json", "--no-snapshot", "--", CASE, *args)
+    assert run.returncode == 0, run.stderr[-3000:]
+    est = json.loads(run.stdout)
+
+    assert [p["name"] for p in est["phases"]] == [p["name"] for p in real["phases"]]
+    assert est["peak_bytes"] == pytest.approx(real["peak_bytes"], rel=TOLERANCE)
+    for e, r in zip(est["phases"], real["phases"]):
+        assert e["peak_bytes"] == pytest.approx(r["peak_bytes"], rel=TOLERANCE), e["name"]
+        assert e["current_before_bytes"] == pytest.approx(r["current_before_bytes"],
+                                                          rel=TOLERANCE), e["name"]
