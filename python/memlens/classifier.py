@@ -77,8 +77,8 @@ class Classifier:
     # -- model state -----------------------------------------------------------------------
     def _parameter_registered(self, module: nn.Module, name: str, param):
         if param is not None:
-            owner = self.modules.index_of(module)
-            self.modules.param_owner.setdefault(id(param), owner)
+            # A tied weight keeps the module that registered it first.
+            owner = self.modules.param_owner.setdefault(id(param), self.modules.index_of(module))
             self.mark(param, C.PARAMETER, owner)
             self._hook_gradient(param)
         return None
@@ -95,10 +95,11 @@ class Classifier:
             idx = self.modules.index_of(mod)
             for p in mod._parameters.values():
                 if p is not None:
-                    self.mark(p, C.PARAMETER, idx)
+                    owner = self.modules.param_owner.get(id(p), idx)
+                    self.mark(p, C.PARAMETER, owner)
                     self._hook_gradient(p)
                     if p.grad is not None:
-                        self.mark(p.grad, C.GRADIENT, idx)
+                        self.mark(p.grad, C.GRADIENT, owner)
             for b in mod._buffers.values():
                 if b is not None:
                     self.mark(b, C.BUFFER, idx)

@@ -38,6 +38,32 @@ def summary_json(snap: dict[str, Any], snapshot_path: str | None) -> dict[str, A
     }
 
 
+_GROUP_FIELDS = ("parameter_bytes", "gradient_bytes", "optimizer_state_bytes", "activation_bytes")
+
+
+def module_groups(modules: list[dict[str, Any]], max_depth: int = 3) -> list[dict[str, Any]]:
+    """Modules merged by group key ('h.*.attn' for h.0.attn ... h.11.attn), totals over the
+    instances, largest first. Containers whose bytes all sit in one shown child are skipped."""
+    groups: dict[str, dict[str, Any]] = {}
+    for m in modules:
+        if not m["fqn"] or m["fqn"].count(".") >= max_depth:
+            continue
+        g = groups.setdefault(m["group"], {"group": m["group"], "class": m["class"], "count": 0,
+                                           "at_peak": 0, **{f: 0 for f in _GROUP_FIELDS}})
+        g["count"] += 1
+        g["at_peak"] += sum(m["at_peak"].values())
+        for f in _GROUP_FIELDS:
+            g[f] += m[f]
+        if g["class"] != m["class"]:
+            g["class"] = "(mixed)"
+    out = [g for g in groups.values() if g["at_peak"] or g["parameter_bytes"]]
+    # A container such as ModuleList adds nothing that its merged children do not show.
+    shown = {g["group"] for g in out}
+    out = [g for g in out if not (g["class"] in ("ModuleList", "ModuleDict", "Sequential")
+                                  and f"{g['group']}.*" in shown)]
+    return sorted(out, key=lambda g: -g["at_peak"])
+
+
 def _short(path: str) -> str:
     try:
         rel = os.path.relpath(path)
@@ -81,19 +107,17 @@ def print_report(snap: dict[str, Any], console: Console, snapshot_path: str | No
                          format_bytes(own))
     console.print(cats)
 
-    mods = [m for m in snap["modules"] if m["fqn"]]
-    if mods:
-        # Leaf-most view: rank modules by what they hold at the peak.
-        mods.sort(key=lambda m: -sum(m["at_peak"].values()))
-        table = Table(title="Top modules (bytes held at the peak, inclusive)", box=box.SIMPLE_HEAVY,
-                      title_justify="left")
-        for col in ("module", "class", "at peak", "params", "grads", "optim", "activations"):
+    groups = module_groups(snap["modules"])
+    if groups:
+        table = Table(title="Top modules (bytes held at the peak; repeated layers merged)",
+                      box=box.SIMPLE_HEAVY, title_justify="left")
+        for col in ("module", "class", "×", "at peak", "params", "grads", "optim", "activ."):
             table.add_column(col, justify="left" if col in ("module", "class") else "right")
-        for m in mods[:TOP_MODULES]:
-            table.add_row(m["fqn"], m["class"], format_bytes(sum(m["at_peak"].values())),
-                          format_bytes(m["parameter_bytes"]), format_bytes(m["gradient_bytes"]),
-                          format_bytes(m["optimizer_state_bytes"]),
-                          format_bytes(m["activation_bytes"]))
+        for g in groups[:TOP_MODULES]:
+            table.add_row(g["group"], g["class"], str(g["count"]), format_bytes(g["at_peak"]),
+                          format_bytes(g["parameter_bytes"]), format_bytes(g["gradient_bytes"]),
+                          format_bytes(g["optimizer_state_bytes"]),
+                          format_bytes(g["activation_bytes"]))
         console.print(table)
 
     lines = [ln for ln in snap["lines"] if ln["bytes_at_peak"]][:TOP_LINES]
