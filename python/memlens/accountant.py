@@ -41,7 +41,7 @@ class Accountant(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func in _PASSTHROUGH:
+        if func in _PASSTHROUGH or func.namespace == "profiler":
             return func(*args, **kwargs)
         phases = self.tracer.phases
         if phases.stop_pending and not phases.in_step:
@@ -52,9 +52,11 @@ class Accountant(TorchDispatchMode):
             out = func(*args, **kwargs)
         except Exception as e:
             kind = type(e).__name__
-            if kind in ("DataDependentOutputException", "DynamicOutputShapeException",
-                        "UnsupportedOperatorException"):
-                raise self._data_dependent(func, kind) from None
+            if kind == "DynamicOutputShapeException":
+                raise self._data_dependent(func, "the size of its result depends on tensor "
+                                           "values") from None
+            if kind == "DataDependentOutputException":
+                raise self._data_dependent(func, "its result is a tensor value") from None
             raise
         self._book(func, out)
         workspace = self.tracer.workspaces(func, args, kwargs, out)
@@ -150,7 +152,7 @@ class Accountant(TorchDispatchMode):
         elif t.dtype.is_floating_point or t.dtype.is_complex:
             value = 0.0
         else:
-            raise self._data_dependent(_local_scalar_dense, "an integer value read (.item())")
+            raise self._data_dependent(_local_scalar_dense, "it reads an integer out of a tensor")
         self.placeholders.append((self.tracer.stacks.capture(sys._getframe(1)), "item", value))
         return value
 
@@ -159,8 +161,8 @@ class Accountant(TorchDispatchMode):
         top = stacks.top_frame(stacks.capture(sys._getframe(2)))
         where = Location(top[0], top[1], top[2]) if top else None
         name = str(func.overloadpacket).replace("aten.", "")
+        name = {"_local_scalar_dense": ".item() / int() / bool()"}.get(name, name)
         return DataDependentError(
-            f"the op `{name}` needs real tensor values ({what}): its result decides sizes or "
-            "control flow, which a memory trace cannot know without running the model for real. "
-            "Make the sizes independent of tensor values here (e.g. fixed capacity or padding).",
-            where)
+            f"`{name}` needs real tensor values ({what}); a memory trace has none, and here the "
+            "value decides sizes or control flow. Make the sizes independent of tensor values "
+            "(e.g. a fixed capacity or padding).", where)

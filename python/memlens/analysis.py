@@ -23,6 +23,9 @@ class PhaseStats:
     current_after: int
     peak: int
     peak_seq: int
+    categories_before: list[int]
+    categories_after: list[int]
+    categories_at_peak: list[int]
 
 
 @dataclass
@@ -35,6 +38,10 @@ class DeviceStats:
     allocations: int = 0
     category_peaks: list[int] = field(default_factory=lambda: [0] * N_CAT)
     category_peak_seq: list[int] = field(default_factory=lambda: [-1] * N_CAT)
+    # The same, counting only from the first training iteration on: what the model holds while
+    # it trains, without set-up transients (such as fp32 and bf16 weights side by side in .to()).
+    steady_peaks: list[int] = field(default_factory=lambda: [0] * N_CAT)
+    steady_peak_seq: list[int] = field(default_factory=lambda: [-1] * N_CAT)
     phases: list[PhaseStats] = field(default_factory=list)
     timeline: list[list[int]] = field(default_factory=list)  # [seq, total, *per category]
     current_after: list[int] = field(default_factory=list)  # bytes on this device after each event
@@ -49,20 +56,25 @@ def replay(ledger: Ledger, device: str, phase_starts: list[tuple[str, int]], end
     cur = 0
     n_events = min(len(events), end_seq + 1) if end_seq >= 0 else len(events)
     bounds = [s for _, s in phase_starts[1:]] + [n_events]
+    steady_from = phase_starts[1][1] if len(phase_starts) > 1 else 0
     phase_i, phase_peak, phase_peak_seq, phase_before = 0, 0, -1, 0
+    cats_before, cats_at_peak = [0] * N_CAT, [0] * N_CAT
     stride = max(1, n_events // TIMELINE_POINTS)
     best: list[int] | None = None
 
     def close_phase(end: int) -> None:
         name = phase_starts[phase_i][0]
+        at_peak = cats_at_peak if phase_peak_seq >= 0 else cats_before
         stats.phases.append(PhaseStats(name, device, phase_starts[phase_i][1], end, phase_before,
-                                       cur, max(phase_peak, phase_before), phase_peak_seq))
+                                       cur, max(phase_peak, phase_before), phase_peak_seq,
+                                       cats_before, list(cat_cur), list(at_peak)))
 
     for seq in range(n_events):
         while phase_i < len(phase_starts) - 1 and seq >= bounds[phase_i]:
             close_phase(seq)
             phase_i += 1
             phase_before, phase_peak, phase_peak_seq = cur, cur, -1
+            cats_before = list(cat_cur)
         ev = events[seq]
         rid = ev if ev >= 0 else ~ev
         rec = records[rid]
@@ -76,6 +88,7 @@ def replay(ledger: Ledger, device: str, phase_starts: list[tuple[str, int]], end
                     stats.peak, stats.peak_seq = cur, seq
                 if cur > phase_peak:
                     phase_peak, phase_peak_seq = cur, seq
+                    cats_at_peak = list(cat_cur)
             else:
                 cur -= rec.size
                 cat_cur[rec.category] -= rec.size
@@ -83,6 +96,9 @@ def replay(ledger: Ledger, device: str, phase_starts: list[tuple[str, int]], end
         for c in range(N_CAT):
             if cat_cur[c] > stats.category_peaks[c]:
                 stats.category_peaks[c], stats.category_peak_seq[c] = cat_cur[c], seq
+            if seq >= steady_from and (cat_cur[c] > stats.steady_peaks[c]
+                                       or stats.steady_peak_seq[c] < 0):
+                stats.steady_peaks[c], stats.steady_peak_seq[c] = cat_cur[c], seq
         # Timeline: in each bucket of `stride` events keep the point with the most bytes, so
         # the drawn curve never hides the peak.
         point = [seq, cur, *cat_cur]
@@ -95,6 +111,7 @@ def replay(ledger: Ledger, device: str, phase_starts: list[tuple[str, int]], end
         close_phase(n_events)
         phase_i += 1
         phase_before, phase_peak, phase_peak_seq = cur, cur, -1
+        cats_before = list(cat_cur)
     stats.final = cur
     return stats
 

@@ -12,6 +12,7 @@ load the fake-CUDA library before torch is imported.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -151,8 +152,11 @@ def _trace(args, console, err) -> int:
     progress_mode = args.progress
     if progress_mode == "auto":
         progress_mode = "rich" if err.is_terminal else "none"
-    snap = trace_target(target, device, iterations, progress_mode=progress_mode, console=err,
-                        command=command, max_allocations=args.max_allocations)
+    # With --json, stdout carries one JSON object: what the script prints goes to stderr.
+    quiet = _stdout_to_stderr() if args.json else contextlib.nullcontext()
+    with quiet:
+        snap = trace_target(target, device, iterations, progress_mode=progress_mode,
+                            console=err, command=command, max_allocations=args.max_allocations)
     path = None
     if not args.no_snapshot:
         path = args.snapshot or default_snapshot_path(target.name)
@@ -166,6 +170,21 @@ def _trace(args, console, err) -> int:
     if args.json:
         print(json.dumps(summary_json(snap, path)))
     return 0
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr():
+    """Point file descriptor 1 (and sys.stdout) at stderr, also for output from C code."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _target(args):

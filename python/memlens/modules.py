@@ -11,6 +11,7 @@ when it is not empty.
 from __future__ import annotations
 
 import inspect
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -23,26 +24,33 @@ _current_node = torch._C._current_autograd_node
 
 
 class ModuleInfo:
-    __slots__ = ("index", "module", "call_ancestors", "constructed_at", "_source")
+    __slots__ = ("index", "ref", "cls", "call_ancestors", "constructed_at", "_source")
 
     def __init__(self, index: int, module: nn.Module):
         self.index = index
-        self.module = module
+        # Weak: a module the script drops (say, the prototype layer nn.TransformerEncoder
+        # deep-copies) must be freed, with its parameters, as in a real run.
+        self.ref = weakref.ref(module)
+        self.cls = type(module)
         self.call_ancestors: frozenset[int] = frozenset()
         self.constructed_at: tuple[str, int] | None = None  # where the parent assigned it
         self._source: tuple[str, int] | None | bool = False  # lazily resolved
 
     @property
+    def module(self) -> nn.Module | None:
+        return self.ref()
+
+    @property
     def class_name(self) -> str:
-        return type(self.module).__name__
+        return self.cls.__name__
 
     @property
     def source(self) -> tuple[str, int] | None:
         """File and line of the module's class definition."""
         if self._source is False:
             try:
-                cls = type(self.module)
-                self._source = (inspect.getsourcefile(cls) or "", inspect.getsourcelines(cls)[1])
+                self._source = (inspect.getsourcefile(self.cls) or "",
+                                inspect.getsourcelines(self.cls)[1])
             except (TypeError, OSError):
                 self._source = None
         return self._source  # type: ignore[return-value]
@@ -68,10 +76,14 @@ class ModuleTracker:
     def __init__(self, stacks: StackTable, on_top_level_forward: Callable[[nn.Module], None]):
         self.stacks = stacks
         self.infos: list[ModuleInfo] = []
-        self._index: dict[int, int] = {}  # id(module) -> index
+        self._index: dict[int, int] = {}  # id(module) -> index (while the module lives)
         self.stack: list[int] = []
         self._stops: list[frozenset] = []  # input grad_fns of each module on the stack
         self.top_level: list[int] = []  # modules called with an empty stack, in order
+        # Names inside each top-level module, recorded when it is called (modules may be gone
+        # by the time the snapshot is built): module index -> (top-level index, dotted name).
+        self.names: dict[int, tuple[int, str]] = {}
+        self.has_parameters: set[int] = set()  # top-level modules that own parameters
         self.param_owner: dict[int, int] = {}  # id(parameter) -> module index
         self._on_top_level_forward = on_top_level_forward
         self._handles: list[Any] = []
@@ -93,9 +105,10 @@ class ModuleTracker:
 
     # -- lookup ----------------------------------------------------------------------------
     def index_of(self, module: nn.Module) -> int:
-        idx = self._index.get(id(module))
-        if idx is None:
-            idx = self._index[id(module)] = len(self.infos)
+        key = id(module)
+        idx = self._index.get(key)
+        if idx is None or self.infos[idx].ref() is not module:  # new, or an id reused
+            idx = self._index[key] = len(self.infos)
             self.infos.append(ModuleInfo(idx, module))
         return idx
 
@@ -116,6 +129,12 @@ class ModuleTracker:
                 if p is not None:
                     self.param_owner.setdefault(id(p), idx)
 
+    def _record_names(self, root: int, module: nn.Module) -> None:
+        for name, mod in module.named_modules():
+            self.names.setdefault(self.index_of(mod), (root, name))
+        if next(module.parameters(), None) is not None:
+            self.has_parameters.add(root)
+
     # -- hooks -----------------------------------------------------------------------------
     def _submodule_registered(self, parent: nn.Module, name: str, sub: nn.Module | None):
         if sub is not None:
@@ -133,6 +152,7 @@ class ModuleTracker:
             if _current_node() is None:  # not a recomputation inside backward
                 if idx not in self.top_level:
                     self.top_level.append(idx)
+                self._record_names(idx, module)
                 self._on_top_level_forward(module)
         elif not info.call_ancestors:
             info.call_ancestors = frozenset(self.stack)

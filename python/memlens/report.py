@@ -72,6 +72,10 @@ def _short(path: str) -> str:
     return rel if not rel.startswith("../..") else path
 
 
+def print_report_to_terminal(snap: dict[str, Any], snapshot_path: str | None = None) -> None:
+    print_report(snap, Console(), snapshot_path)
+
+
 def print_report(snap: dict[str, Any], console: Console, snapshot_path: str | None = None) -> None:
     meta, summary = snap["meta"], snap["summary"]
     device = meta["device"]

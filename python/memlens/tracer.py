@@ -1,8 +1,8 @@
 """The tracer: everything that must be in place while user code runs, and undone after.
 
-    with Tracer(get_device("cpu"), iterations=2) as tracer:
+    with Tracer("cpu", iterations=2) as tracer:
         ...  # build the model and run training steps
-    result = tracer.result()
+    snapshot = tracer.snapshot()
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from . import categories as C
 from .accountant import Accountant
 from .classifier import Classifier
 from .devices import DeviceSpec
+from .errors import StopTracing
 from .ledger import Ledger
 from .modules import ModuleTracker
 from .patches import Patcher
@@ -28,7 +29,11 @@ from .workspaces import WorkspaceModel
 
 
 class Tracer:
-    def __init__(self, device: DeviceSpec, iterations: int = 2):
+    def __init__(self, device: DeviceSpec | str = "h100-80gb", iterations: int = 2):
+        if isinstance(device, str):
+            from .devices import get_device
+
+            device = get_device(device)
         self.device = device
         self.iterations = iterations
         self.ledger = Ledger(device.round_size)
@@ -61,7 +66,7 @@ class Tracer:
         self.accountant.__enter__()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, exc, tb) -> bool:
         self.end_seq = self.ledger.seq
         self.ledger.untrack_all()  # what the script frees after this is not part of the trace
         self.accountant.__exit__(None, None, None)
@@ -73,6 +78,8 @@ class Tracer:
         self.modules.uninstall()
         self._patcher.undo()
         self.finished = time.time()
+        # Tracing stopped the workload after the requested iterations: a normal end.
+        return exc_type is StopTracing
 
     # -- public API ------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -80,6 +87,14 @@ class Tracer:
         """Name the phase of everything inside the block: `with tracer.phase("eval"): ...`."""
         self.phases.begin(name)
         yield
+
+    def snapshot(self, **meta) -> dict:
+        """The snapshot document of the finished trace (see docs/snapshot-format.md)."""
+        from .snapshot import build_snapshot
+
+        meta.setdefault("target", {"kind": "script", "name": "api", "path": None, "args": [],
+                                   "cwd": None})
+        return build_snapshot(self, meta)
 
     def device_key(self, device: torch.device) -> str:
         if device.type == "cpu":

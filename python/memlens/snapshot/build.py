@@ -27,40 +27,44 @@ def _cat_dict(values: list[int]) -> dict[str, int]:
 
 
 class _Modules:
-    """Fully qualified names for the traced modules: the first top-level module with parameters
-    is the model (its names carry no prefix); other top-level modules are prefixed with their
-    class name."""
+    """Fully qualified names for the traced modules. The first top-level module with parameters
+    is the model: its names carry no prefix, and "" is the model itself. Other top-level modules
+    (a loss module, a second model) are prefixed with their class name; modules outside every
+    top-level module are named Class#index."""
 
     def __init__(self, tracker) -> None:
         self.tracker = tracker
         self.fqn: dict[int, str] = {}
+        self.root_of: dict[int, str] = {}  # module index -> fqn of its top-level module
         self.order: list[int] = []
-        main = next((i for i in tracker.top_level
-                     if any(True for _ in tracker.infos[i].module.parameters())), None)
-        roots = ([main] if main is not None else []) + [i for i in tracker.top_level if i != main]
-        for root in roots:
-            prefix = "" if root == main else tracker.infos[root].class_name
-            for name, mod in tracker.infos[root].module.named_modules():
-                idx = tracker.index_of(mod)
-                if idx in self.fqn:
-                    continue
-                full = ".".join(p for p in (prefix, name) if p)
-                self.fqn[idx] = full
-                self.order.append(idx)
+        main = next((i for i in tracker.top_level if i in tracker.has_parameters), None)
+        prefix = {root: "" if root == main else tracker.infos[root].class_name
+                  for root in tracker.top_level}
+        for idx, (root, name) in sorted(tracker.names.items(), key=lambda kv: (kv[1][0] != main, kv[0])):
+            self.fqn[idx] = ".".join(p for p in (prefix[root], name) if p)
+            self.root_of[idx] = prefix[root]
+            self.order.append(idx)
 
     def name_of(self, idx: int) -> str | None:
         if idx < 0:
             return None
         if idx not in self.fqn:  # a module outside every traced model
             info = self.tracker.infos[idx]
-            self.fqn[idx] = f"{info.class_name}#{idx}"
+            self.fqn[idx] = self.root_of[idx] = f"{info.class_name}#{idx}"
             self.order.append(idx)
         return self.fqn[idx]
 
-
-def _prefixes(fqn: str) -> list[str]:
-    parts = fqn.split(".") if fqn else []
-    return [""] + [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    def enclosing(self, idx: int) -> list[str]:
+        """The module and every module that contains it, outermost first."""
+        fqn = self.name_of(idx)
+        if fqn is None:
+            return []
+        root = self.root_of[idx]
+        rest = fqn[len(root):].lstrip(".")
+        parts = rest.split(".") if rest else []
+        base = [root]
+        return base + [".".join(p for p in (root, ".".join(parts[:i])) if p)
+                       for i in range(1, len(parts) + 1)]
 
 
 def build_snapshot(tracer, meta: dict[str, Any],
@@ -95,24 +99,25 @@ def build_snapshot(tracer, meta: dict[str, Any],
 
     for idx in names.order:
         entry(names.fqn[idx])
-    # Bytes per category: what each module holds at the moment that category peaks.
-    for c, seq in enumerate(t.category_peak_seq):
+    # Bytes per category: what each module holds at the moment that category peaks during
+    # training (set-up transients excluded).
+    for c, seq in enumerate(t.steady_peak_seq):
         for rid in live_at(ledger, target, seq):
             rec = records[rid]
             if rec.category == c and rec.module >= 0:
-                for p in _prefixes(names.name_of(rec.module) or ""):
+                for p in names.enclosing(rec.module):
                     entry(p)["categories"][c] += rec.size
     for rid in live:
         rec = records[rid]
         if rec.module >= 0:
-            for p in _prefixes(names.name_of(rec.module) or ""):
+            for p in names.enclosing(rec.module):
                 entry(p)["at_peak"][rec.category] += rec.size
     current_after = t.current_after
     for rec in records:
         if rec.device == target and rec.module >= 0 and rec.alloc_seq < len(current_after):
             key = "backward_peak_bytes" if rec.backward else "forward_peak_bytes"
             cur = current_after[rec.alloc_seq]
-            for p in _prefixes(names.name_of(rec.module) or ""):
+            for p in names.enclosing(rec.module):
                 e = entry(p)
                 if cur > e[key]:
                     e[key] = cur
@@ -206,7 +211,10 @@ def build_snapshot(tracer, meta: dict[str, Any],
             phases_out.append({"name": ph.name, "device": d, "start_seq": ph.start_seq,
                                "end_seq": ph.end_seq, "current_before_bytes": ph.current_before,
                                "current_after_bytes": ph.current_after, "peak_bytes": ph.peak,
-                               "peak_seq": ph.peak_seq})
+                               "peak_seq": ph.peak_seq,
+                               "categories_before": _cat_dict(ph.categories_before),
+                               "categories_after": _cat_dict(ph.categories_after),
+                               "categories_at_peak": _cat_dict(ph.categories_at_peak)})
     peak_phase = next((p["name"] for p in phases_out
                        if p["device"] == target and p["start_seq"] <= peak_seq < p["end_seq"]),
                       None)

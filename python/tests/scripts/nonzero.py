@@ -1,0 +1,4 @@
+import torch
+
+scores = torch.randn(128)
+keep = scores[scores > 0]
