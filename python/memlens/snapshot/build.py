@@ -40,7 +40,8 @@ class _Modules:
         main = next((i for i in tracker.top_level if i in tracker.has_parameters), None)
         prefix = {root: "" if root == main else tracker.infos[root].class_name
                   for root in tracker.top_level}
-        for idx, (root, name) in sorted(tracker.names.items(), key=lambda kv: (kv[1][0] != main, kv[0])):
+        names = sorted(tracker.names.items(), key=lambda kv: (kv[1][0] != main, kv[0]))
+        for idx, (root, name) in names:
             self.fqn[idx] = ".".join(p for p in (prefix[root], name) if p)
             self.root_of[idx] = prefix[root]
             self.order.append(idx)
