@@ -123,6 +123,8 @@ class Classifier:
     # -- activations -----------------------------------------------------------------------
     def _pack(self, t: torch.Tensor):
         self.mark(t, C.ACTIVATION, only_from=(C.TEMPORARY,))
+        if t.grad_fn is None:  # a leaf or a tensor outside autograd: no cycle possible
+            return t
         # A detached alias: returning `t` itself would make a saved output reference its own
         # autograd node, a cycle through C++ that is never collected.
         return t.detach()
