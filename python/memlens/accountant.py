@@ -13,7 +13,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import categories as C
-from .errors import DataDependentError, Location, StopTracing
+from .errors import DataDependentError, Location
 
 aten = torch.ops.aten
 _local_scalar_dense = aten._local_scalar_dense.default
@@ -45,7 +45,7 @@ class Accountant(TorchDispatchMode):
             return func(*args, **kwargs)
         phases = self.tracer.phases
         if phases.stop_pending and not phases.in_step:
-            raise StopTracing()
+            raise self.tracer.stop()
         if func is _local_scalar_dense:
             return self._read_value(args[0])
         try:

@@ -25,8 +25,9 @@ class Phase:
 
 
 class PhaseTracker:
-    def __init__(self, ledger, iterations: int):
+    def __init__(self, ledger, iterations: int, stop=StopTracing):
         self.ledger = ledger
+        self._stop = stop  # makes the exception that ends the workload
         self.iterations = iterations
         self.phases: list[Phase] = [Phase("setup_model_and_optimizer", 0)]
         self.state = SETUP
@@ -46,7 +47,7 @@ class PhaseTracker:
 
     def on_top_level_forward(self) -> None:
         if self.stop_pending:
-            raise StopTracing()
+            raise self._stop()
         if self.state == OPTIMIZER:
             self.iteration += 1
         if self.state != FORWARD_BACKWARD:

@@ -38,7 +38,7 @@ class Tracer:
         self.iterations = iterations
         self.ledger = Ledger(device.round_size)
         self.stacks = StackTable()
-        self.phases = PhaseTracker(self.ledger, iterations)
+        self.phases = PhaseTracker(self.ledger, iterations, stop=self.stop)
         self.modules = ModuleTracker(self.stacks, self._on_top_level_forward)
         self.classifier = Classifier(self.ledger, self.modules)
         self.accountant = Accountant(self)
@@ -67,8 +67,7 @@ class Tracer:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        self.end_seq = self.ledger.seq
-        self.ledger.untrack_all()  # what the script frees after this is not part of the trace
+        self.mark_end()
         self.accountant.__exit__(None, None, None)
         if self.fake_mode is not None:
             self.fake_mode.__exit__(None, None, None)
@@ -88,6 +87,13 @@ class Tracer:
         self.phases.begin(name)
         yield
 
+    def mark_end(self) -> None:
+        """The trace ends here: what the workload frees while it is torn down (its globals,
+        the frames an exception unwinds) is not part of the step. Safe to call twice."""
+        if self.end_seq < 0:
+            self.end_seq = self.ledger.seq
+            self.ledger.untrack_all()
+
     def snapshot(self, **meta) -> dict:
         """The snapshot document of the finished trace (see docs/snapshot-format.md)."""
         from .snapshot import build_snapshot
@@ -106,6 +112,11 @@ class Tracer:
         return "cpu" if self.device.type == "cpu" else "cuda:0"
 
     # -- callbacks -------------------------------------------------------------------------
+    def stop(self) -> StopTracing:
+        """End the trace now and return the exception that stops the workload."""
+        self.mark_end()
+        return StopTracing()
+
     def _on_top_level_forward(self, module: torch.nn.Module) -> None:
         self.classifier.scan_model(module)
         self.phases.on_top_level_forward()

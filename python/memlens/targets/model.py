@@ -73,7 +73,7 @@ def run_model(target: ModelTarget, tracer, device_type: str) -> bool:
                     raise MemlensError(f"{path.name} has no class or factory named "
                                        f"{target.symbol!r}; modules defined there: "
                                        f"{', '.join(names) or 'none'}", Location(str(path), 1))
-                _train(factory, recipe, device_type, str(path), target.symbol)
+                _train(factory, recipe, device_type, str(path), target.symbol, tracer)
             except (MemlensError, StopTracing):
                 raise
             except Exception as e:
@@ -86,7 +86,7 @@ def run_model(target: ModelTarget, tracer, device_type: str) -> bool:
     return False
 
 
-def _train(factory, recipe: Recipe, device_type: str, path: str, symbol: str) -> None:
+def _train(factory, recipe: Recipe, device_type: str, path: str, symbol: str, tracer) -> None:
     import torch
 
     param_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(recipe.precision)
@@ -114,6 +114,7 @@ def _train(factory, recipe: Recipe, device_type: str, path: str, symbol: str) ->
         if optimizer is not None:
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
+    tracer.mark_end()  # before the model and optimizer are released
 
 
 def _optimizer(model, recipe: Recipe):

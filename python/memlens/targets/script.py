@@ -55,13 +55,19 @@ def run_script(target: ScriptTarget, tracer) -> bool:
         sys.path.insert(0, str(path.parent) if path else os.getcwd())
         with tracer:
             try:
+                # Keep the script's globals alive until the trace is marked as ended: their
+                # release is teardown, not part of the training step.
                 if path is not None:
-                    runpy.run_path(str(path), run_name="__main__")
+                    script_globals = runpy.run_path(str(path), run_name="__main__")
                 else:
-                    runpy.run_module(target.module, run_name="__main__", alter_sys=True)
+                    script_globals = runpy.run_module(target.module, run_name="__main__",
+                                                      alter_sys=True)
+                tracer.mark_end()
+                del script_globals
             except StopTracing:
                 stopped = True
             except SystemExit as e:
+                tracer.mark_end()
                 if e.code not in (None, 0):
                     raise ScriptError(f"{display} exited with status {e.code}") from None
             except MemlensError:
