@@ -96,11 +96,11 @@ class CachingAllocatorModel:
         if self._roundup:
             size = round_size(nbytes, self.config)
         else:  # the same rule without the power-of-two lookup (the common, hot case)
-            size = MIN_BLOCK_SIZE if nbytes < MIN_BLOCK_SIZE else -(-nbytes // MIN_BLOCK_SIZE) * MIN_BLOCK_SIZE
+            size = max(-(-nbytes // MIN_BLOCK_SIZE) * MIN_BLOCK_SIZE, MIN_BLOCK_SIZE)
         pool = self.small_pool if size <= SMALL_SIZE else self.large_pool
-        alloc_size = allocation_size(size, self.config)
         block = self._get_free_block(pool, stream, size)
         if block is None:
+            alloc_size = allocation_size(size, self.config)  # only needed on a miss
             if self._gc_enabled:
                 self._garbage_collect()
             block = (self._alloc_block(pool, stream, size, alloc_size, False)
@@ -108,9 +108,9 @@ class CachingAllocatorModel:
                          and self._alloc_block(pool, stream, size, alloc_size, False))
                      or (self._release_cached_blocks()
                          and self._alloc_block(pool, stream, size, alloc_size, True)))
-        if not block:
-            return AllocResult(False, block_id, nbytes, 0, None, stream,
-                               self._out_of_memory(nbytes, size, alloc_size, stream))
+            if not block:
+                return AllocResult(False, block_id, nbytes, 0, None, stream,
+                                   self._out_of_memory(nbytes, size, alloc_size, stream))
         block = self._alloc_found_block(block, block_id, size, nbytes, stream,
                                         self._should_split(block, size))
         self.active[block_id] = block

@@ -70,18 +70,31 @@ class DeviceStats:
             freed[i] += amount
 
     def inactive_split_change(self, pool_type: int, blocks: int, nbytes: int) -> None:
-        """Signed change of inactive_split (count) and inactive_split_bytes."""
-        current, peak, allocated, freed = self.current, self.peak, self.allocated, self.freed
-        for stat, amount in ((INACTIVE_SPLIT, blocks), (INACTIVE_SPLIT_BYTES, nbytes)):
-            for i in (stat, stat + pool_type):
-                value = current[i] + amount
-                current[i] = value
-                if amount > 0:
-                    allocated[i] += amount
-                    if value > peak[i]:
-                        peak[i] = value
-                else:
-                    freed[i] -= amount
+        """Signed change of inactive_split (count) and inactive_split_bytes. Runs on most
+        allocations and frees, hence the straight-line code."""
+        if blocks:
+            self._signed(INACTIVE_SPLIT, INACTIVE_SPLIT + pool_type, blocks)
+        if nbytes:
+            self._signed(INACTIVE_SPLIT_BYTES, INACTIVE_SPLIT_BYTES + pool_type, nbytes)
+
+    def _signed(self, i: int, j: int, amount: int) -> None:
+        current = self.current
+        if amount > 0:
+            allocated, peak = self.allocated, self.peak
+            allocated[i] += amount
+            allocated[j] += amount
+            value_i = current[i] = current[i] + amount
+            value_j = current[j] = current[j] + amount
+            if value_i > peak[i]:
+                peak[i] = value_i
+            if value_j > peak[j]:
+                peak[j] = value_j
+        else:
+            freed = self.freed
+            freed[i] -= amount
+            freed[j] -= amount
+            current[i] += amount
+            current[j] += amount
 
     def block_allocated(self, pool_type: int, size: int, requested: int) -> None:
         """alloc_found_block: allocation +1, allocated_bytes +size, requested_bytes +requested.
