@@ -140,3 +140,17 @@ def test_memory_fraction_from_the_config_limits_reserved():
     r = m.malloc(2, 20 * MiB)  # 40 + 20 > 50 MiB allowed, although the device has room
     assert not r.ok
     assert "50.00 MiB allowed; " in r.oom.message
+
+
+def test_capacity_is_the_card_and_device_total_what_the_allocator_may_take():
+    # An 80 GiB card whose CUDA context holds 512 MiB: the allocator may take 81,383,309,312 B.
+    m = CachingAllocatorModel(parse_alloc_conf("per_process_memory_fraction:0.5"),
+                              80 * GiB - 512 * MiB, capacity_bytes=80 * GiB)
+    assert m.allowed_max == 40 * GiB  # the fraction is of the card, as in setMemoryFraction
+    m.malloc(1, 30 * GiB)
+    r = m.malloc(2, 20 * GiB)  # 30 + 20 > 40 GiB allowed
+    # free = 80 GiB - 512 MiB - 30 GiB = 50,969,182,208 B = 49.50 GiB
+    assert r.oom.message.startswith(
+        "CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of "
+        "80.00 GiB of which 49.50 GiB is free. 40.00 GiB allowed; Of the allocated memory "
+        "30.00 GiB is allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated.")

@@ -42,22 +42,25 @@ class AllocResult(NamedTuple):
 class CachingAllocatorModel:
     def __init__(self, config: AllocatorConfig | None = None,
                  device_total_bytes: int = 80 * 2**30, *, device_index: int = 0,
-                 memory_fraction: float | None = None, record_history: bool = False) -> None:
+                 capacity_bytes: int | None = None, memory_fraction: float | None = None,
+                 record_history: bool = False) -> None:
         """`device_total_bytes`: what cudaMalloc may take in all (the card minus the CUDA
-        context and anything else outside the allocator). `memory_fraction` plays
-        torch.cuda.set_per_process_memory_fraction; by default the config's
-        per_process_memory_fraction."""
+        context and anything else outside the allocator). `capacity_bytes`: the card's total
+        memory (default: device_total_bytes), which a memory fraction and the OOM message
+        refer to. `memory_fraction` plays torch.cuda.set_per_process_memory_fraction; by
+        default the config's per_process_memory_fraction."""
         config = config or AllocatorConfig()
         if config.backend_cuda_malloc_async:
             raise AllocatorConfigError("backend:cudaMallocAsync hands memory to the driver's "
                                        "stream-ordered pool, which this model does not simulate")
         self.config = config
         self.device_total = device_total_bytes
+        self.capacity = device_total_bytes if capacity_bytes is None else capacity_bytes
         self.device_index = device_index
         fraction = config.per_process_memory_fraction if memory_fraction is None \
             else memory_fraction
         # setMemoryFraction: a limit exists only below 1.0; garbage collection needs one.
-        self.allowed_max = int(fraction * device_total_bytes) if fraction < 1.0 else None
+        self.allowed_max = int(fraction * self.capacity) if fraction < 1.0 else None
         self._gc_enabled = self.allowed_max is not None and \
             config.garbage_collection_threshold > 0.0
         self._expandable = config.expandable_segments
@@ -92,7 +95,8 @@ class CachingAllocatorModel:
             return AllocResult(True, block_id, 0, 0, None, stream)
         if nbytes >= ONE_EXABYTE:
             return AllocResult(False, block_id, nbytes, 0, None, stream, exabyte_oom(
-                nbytes, self.allocated_bytes, self.reserved_bytes, self.device_total))
+                nbytes, self.allocated_bytes, self.reserved_bytes, self.capacity,
+                self.device_total - self.reserved_bytes))
         if self._roundup:
             size = round_size(nbytes, self.config)
         else:  # the same rule without the power-of-two lookup (the common, hot case)
@@ -339,10 +343,10 @@ class CachingAllocatorModel:
         free = self.device_total - self.reserved_bytes
         self._trace("oom", free, size, stream)
         allocated = self.allocated_bytes
-        message = oom_message(alloc_size, self.device_index, self.device_total, free,
+        message = oom_message(alloc_size, self.device_index, self.capacity, free,
                               allocated, self.reserved_bytes, self.allowed_max)
         return OomInfo(nbytes, size, alloc_size, allocated, self.reserved_bytes,
-                       self.device_total, free, message)
+                       self.capacity, free, message)
 
     # -- bookkeeping -----------------------------------------------------------------------
     def _reserve_addresses(self, size: int, alignment: int) -> int:

@@ -103,8 +103,8 @@ def _find_space(model: CachingAllocatorModel, pool: BlockPool, stream: int,
         if room >= size:
             return candidate
     page = SMALL_BUFFER if pool.is_small else model.config.large_segment_size
-    span = ExpandableSegment.address_space(model.device_total, page)
-    segment = ExpandableSegment(model._reserve_addresses(span, page), page, model.device_total,
+    span = ExpandableSegment.address_space(model.capacity, page)  # 9/8 of the card
+    segment = ExpandableSegment(model._reserve_addresses(span, page), page, model.capacity,
                                 stream, pool.is_small)
     model.expandable_segments.append(segment)
     candidate = Block(segment.size, segment.base, stream, pool, segment, mapped=False)

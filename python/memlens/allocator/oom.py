@@ -17,8 +17,8 @@ class OomInfo:
     alloc_size: int  # the segment PyTorch would have cudaMalloc'ed: its "Tried to allocate"
     allocated: int  # allocated bytes at the failure, after the cache was released
     reserved: int  # reserved bytes at the failure
-    device_total: int
-    device_free: int
+    device_total: int  # the card's capacity, as the message states it
+    device_free: int  # what cudaMalloc could still take
     message: str
 
 
@@ -38,6 +38,7 @@ def oom_message(alloc_size: int, device: int, device_total: int, device_free: in
     )
 
 
-def exabyte_oom(nbytes: int, allocated: int, reserved: int, device_total: int) -> OomInfo:
-    return OomInfo(nbytes, 0, 0, allocated, reserved, device_total, device_total - reserved,
+def exabyte_oom(nbytes: int, allocated: int, reserved: int, capacity: int,
+                free: int) -> OomInfo:
+    return OomInfo(nbytes, 0, 0, allocated, reserved, capacity, free,
                    "CUDA out of memory. Tried to allocate more than 1EB memory.")
