@@ -194,3 +194,17 @@ def test_misused_ids_are_refused():
         m.malloc(1, 100)
     with pytest.raises(KeyError):
         m.free(2)
+
+
+def test_pytorch_test_allocator_settings_expectations():
+    # PyTorch's test_cuda.py::test_allocator_settings: 21 Mi float32 (88,080,384 B) adds
+    # exactly its size to active bytes by default, and power2_div(nbytes, 4) with
+    # roundup_power2_divisions:4, i.e. 64 MiB + 2 x 16 MiB = 96 MiB (100,663,296).
+    nbytes = 4 * 21 * MiB
+    plain = make()
+    plain.malloc(1, nbytes)
+    assert stat(plain, "active_bytes.all.allocated") == nbytes
+    rounded = make("roundup_power2_divisions:4")
+    rounded.malloc(1, nbytes)
+    assert stat(rounded, "active_bytes.all.allocated") == 96 * MiB
+    assert stat(rounded, "requested_bytes.all.allocated") == nbytes
