@@ -85,9 +85,6 @@ class BlockPool:
         keys = self._keys[block.stream]
         del keys[bisect_left(keys, block.size << _ADDR_BITS | block.addr)]
 
-    def contains(self, block: Block) -> bool:
-        return self._by_addr.get(block.addr) is block
-
     def best_fit(self, stream: int, size: int) -> tuple[int, Block | None]:
         """lower_bound: the smallest block of `stream` with at least `size` bytes (the lowest
         address among equals) and its position, or (position past the end, None)."""
@@ -104,9 +101,6 @@ class BlockPool:
         if not keys or position >= len(keys) or position < 0:
             return None
         return self._by_addr[keys[position] & _ADDR_MASK]
-
-    def count(self, stream: int) -> int:
-        return len(self._keys.get(stream, ()))
 
     def blocks(self) -> Iterator[Block]:
         """Every free block in PyTorch's set order: stream, then size, then address."""

@@ -272,8 +272,7 @@ def _parse_accelerator_keys(tokens: _Tokens, values: dict) -> None:
         elif key == "roundup_power2_divisions":
             i = _parse_roundup(tokens, i, values)
         elif key in ("expandable_segments", "pinned_use_background_threads"):
-            name = "expandable_segments" if key == "expandable_segments" else key
-            values[name] = tokens.boolean(i + 2, key)
+            values[key] = tokens.boolean(i + 2, key)
             i += 2
         elif key in ("pinned_max_round_threshold_mb", "pinned_max_cached_size_mb"):
             values[key[:-3]] = min(tokens.size_t(i + 2, key), SIZE_MAX // MiB) * MiB
