@@ -208,3 +208,20 @@ def test_pytorch_test_allocator_settings_expectations():
     rounded.malloc(1, nbytes)
     assert stat(rounded, "active_bytes.all.allocated") == 96 * MiB
     assert stat(rounded, "requested_bytes.all.allocated") == nbytes
+
+
+def test_history_records_memory_viz_trace_actions():
+    m = make(record_history=True)
+    first = m.malloc(1, 1000)
+    m.free(1)
+    m.empty_cache()
+    trace = memory_snapshot(m)["device_traces"][0]
+    assert [(e["action"], e["size"]) for e in trace] == [
+        ("segment_alloc", 2 * MiB),  # the segment comes first, so the block lies inside it
+        ("alloc", 1000),  # TraceEntry sizes are the requested bytes, as in PyTorch
+        ("free_requested", 1000),
+        ("free_completed", 1000),
+        ("segment_free", 2 * MiB),
+    ]
+    assert trace[1]["addr"] == trace[0]["addr"] == first.address
+    assert trace[1]["block_id"] == 1
