@@ -7,11 +7,13 @@ memory. An allocation that fails is left out of the state (PyTorch would have ra
 point); its later free is ignored, so numbers after the first OOM describe the rest of the
 step without it.
 
-Speed, measured on this project's CPU machine (Python 3.11, 2 shared cores with other jobs
-running, so the spread is wide): the 1,000,000-event stream of
+Speed, measured on this project's CPU machine (Python 3.11, 2 shared cores busy with other jobs,
+load 2.5-7, so the spread is wide): the 1,000,000-event stream of
 tests/test_allocator_replay.py::training_like(500_000) (allocations of 64 B to ~384 MiB, most
-freed at once, the rest unwound stack-wise) replays in 4.1-7.1 s of CPU time with the default
-config and 3.2-4.9 s with expandable_segments:True, about 3-7 us per event.
+freed at once, the rest unwound stack-wise) replays in 4.1-6.8 s of CPU time with the default
+config and 3.2-4.6 s with expandable_segments:True. For scale, a bare
+`for i in range(10**7): x += i` took 1.15-1.3 s on that machine at the same time (about a third
+of that on a typical laptop), so expect roughly 1.5-2.5 s per million events on an idle one.
 """
 
 from __future__ import annotations
