@@ -19,6 +19,8 @@ from typing import Any
 
 from . import categories as C
 
+_NONE = object()
+
 
 class Record:
     """One allocation: a storage (or a modelled kernel workspace) from alloc to free."""
@@ -45,8 +47,15 @@ class Record:
 
 
 class Ledger:
-    def __init__(self, round_size=lambda n: n) -> None:
+    def __init__(self, round_size=lambda n: n, allocator_for=None) -> None:
+        """`allocator_for(device) -> model | None`: the allocator model that decides block sizes
+        on a device (the CUDA caching allocator hands out whole blocks, up to 1 MiB larger than
+        the 512 B-rounded request, and that is what memory_allocated() counts)."""
         self.round_size = round_size
+        self._allocator_for = allocator_for
+        self.allocators: dict[str, Any] = {}
+        self.ooms: list[tuple[int, Any]] = []  # (record id, OomInfo) of refused allocations
+        self._refused: set[int] = set()
         self.records: list[Record] = []
         self.events: list[int] = []  # rid for an alloc, ~rid for a free
         self.current: dict[str, int] = {}
@@ -72,7 +81,16 @@ class Ledger:
               module: int, phase: int, op: int, stack: int, stream: int = 0,
               backward: bool = False) -> int:
         rid = len(self.records)
-        size = self.round_size(nbytes) if device != "cpu" else nbytes
+        model = self.allocator(device)
+        if model is not None:
+            result = model.malloc(rid, nbytes, stream)
+            size = result.size
+            if not result.ok:  # out of memory: keep tracing, as if the device were larger
+                size = self.round_size(nbytes)
+                self.ooms.append((rid, result.oom))
+                self._refused.add(rid)
+        else:
+            size = self.round_size(nbytes) if device != "cpu" else nbytes
         self.records.append(Record(nbytes, size, device, dtype, shape, category, module, phase,
                                    op, stack, len(self.events), stream, backward))
         self.events.append(rid)
@@ -90,12 +108,22 @@ class Ledger:
         rec.free_seq = len(self.events)
         self.events.append(~rid)
         self.current[rec.device] -= rec.size
+        model = self.allocators.get(rec.device)
+        if model is not None and rid not in self._refused:
+            model.free(rid)
 
     def recategorize(self, rid: int, category: int, module: int | None = None) -> None:
         rec = self.records[rid]
         rec.category = category
         if module is not None and module >= 0:
             rec.module = module
+
+    def allocator(self, device: str):
+        model = self.allocators.get(device, _NONE)
+        if model is _NONE:
+            model = self.allocators[device] = (self._allocator_for(device)
+                                               if self._allocator_for else None)
+        return model
 
     # -- storages --------------------------------------------------------------------------
     def storage_rid(self, storage) -> int | None:

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from typing import Iterator
 
@@ -36,7 +37,7 @@ class Tracer:
             device = get_device(device)
         self.device = device
         self.iterations = iterations
-        self.ledger = Ledger(device.round_size)
+        self.ledger = Ledger(device.round_size, allocator_for=self._allocator_for)
         self.stacks = StackTable()
         self.phases = PhaseTracker(self.ledger, iterations, stop=self.stop)
         self.modules = ModuleTracker(self.stacks, self._on_top_level_forward)
@@ -120,6 +121,27 @@ class Tracer:
     def _on_top_level_forward(self, module: torch.nn.Module) -> None:
         self.classifier.scan_model(module)
         self.phases.on_top_level_forward()
+
+    def _allocator_for(self, device_key: str):
+        """The CUDA caching allocator of a simulated GPU, configured as PyTorch would configure
+        it from the traced script's environment when it first allocates on the device."""
+        if self.device.type != "cuda" or not device_key.startswith("cuda"):
+            return None
+        from .allocator import AllocatorConfigError, CachingAllocatorModel, parse_alloc_conf
+        from .allocator.outside import cuda_context_items
+        from .errors import MemlensError
+
+        name = "PYTORCH_ALLOC_CONF" if "PYTORCH_ALLOC_CONF" in os.environ \
+            else "PYTORCH_CUDA_ALLOC_CONF"
+        try:
+            config = parse_alloc_conf(os.environ.get(name))
+        except AllocatorConfigError as e:
+            raise MemlensError(f"{name}: {e}") from None
+        total = self.device.total_memory_bytes
+        context = sum(item.bytes for item in cuda_context_items(self.device.name))
+        index = int(device_key.partition(":")[2] or 0)
+        return CachingAllocatorModel(config, device_total_bytes=total - context,
+                                     capacity_bytes=total, device_index=index)
 
     def _external_tensor(self, t: torch.Tensor, op: str) -> None:
         """A real tensor created without any op (e.g. an RNG state) that still takes memory."""
