@@ -42,7 +42,9 @@ const defaultSettings: Record<string, unknown> = {
   'telemetry.telemetryLevel': 'off',
   'update.mode': 'none',
   'extensions.autoCheckUpdates': false,
-  'extensions.autoUpdate': false,
+  // "off", not false: VS Code migrates false by rewriting settings.json at startup, and that
+  // save's onWillSave participants time out on a loaded machine (a logged error).
+  'extensions.autoUpdate': 'off',
   'extensions.ignoreRecommendations': true,
   'chat.disableAIFeatures': true,
   'git.enabled': false,
