@@ -12,7 +12,7 @@ pkg_dir="$prefix/node_modules/code-server"
 # Written last, so a half-finished install (e.g. interrupted compile) is redone.
 marker="$prefix/.installed-$version"
 
-log() { echo "code-server: $*" >&2; }
+log() { echo "code-server: [${SECONDS}s] $*" >&2; }
 
 # --- Debian prerequisites -----------------------------------------------------------------
 # libkrb5-dev: headers for the kerberos native module; chromium: the browser the tests drive;
