@@ -123,15 +123,18 @@ export class Workbench {
     const editor = this.page.locator(sel.activeEditor).first();
     await editor.waitFor({ timeout: timeouts.ui });
     return editor.evaluate((root) => {
-      // Line numbers live in the margin; view lines and margin rows share their `top`.
-      const lineAtTop = new Map<string, number>();
+      // Line numbers live in the margin, at the `top` of their first view line. A wrapped line
+      // continues in view lines with no number of their own: they belong to the number above.
+      const numbered: { top: number; line: number }[] = [];
       for (const n of root.querySelectorAll<HTMLElement>('.margin-view-overlays > div')) {
         const num = n.querySelector('.line-numbers')?.textContent?.trim();
-        if (num) lineAtTop.set(n.style.top, Number(num));
+        if (num) numbered.push({ top: parseFloat(n.style.top), line: Number(num) });
       }
+      numbered.sort((a, b) => a.top - b.top);
+      const lineAt = (top: number): number | undefined => numbered.filter((n) => n.top <= top).pop()?.line;
       const found: { line: number; text: string }[] = [];
       for (const viewLine of root.querySelectorAll<HTMLElement>('.view-lines > .view-line')) {
-        const line = lineAtTop.get(viewLine.style.top);
+        const line = lineAt(parseFloat(viewLine.style.top));
         if (line === undefined) continue;
         for (const span of viewLine.querySelectorAll('span')) {
           const content = getComputedStyle(span, '::after').content;
