@@ -61,6 +61,10 @@ class TraceCommands:
             self.work_done_progress.end(run.token, lsp.WorkDoneProgressEnd(message=message))
             self.work_done_progress.tokens.pop(run.token, None)
 
+    def worker_output(self, run: RunningTrace, line: str) -> None:
+        """What the worker prints (the script's output, the CLI's tables): the log, quietly."""
+        self.log(f"[{run.request.target.name}] {line}", lsp.MessageType.Log)
+
     def started(self, run: RunningTrace, argv: list[str]) -> None:
         t = run.request.target
         self.log(f"tracing {t.name}: {' '.join(argv)} (pid {run.worker.pid})")
@@ -69,10 +73,15 @@ class TraceCommands:
             "command": argv})
         self.refresh_client_views()
 
-    def request_from(self, params: dict[str, Any]) -> TraceRequest:
+    async def request_from(self, params: dict[str, Any]) -> TraceRequest:
         t = None
         if params.get("targetId"):
-            t = self.find_target(str(params["targetId"]))
+            tid = str(params["targetId"])
+            t = self.find_target(tid)
+            if t is None:  # the workspace scan may be under way, or the file new
+                await self.scan()
+                t = self.find_target(tid) or (await self.scan(force=True), self.find_target(
+                    tid))[1]
         elif isinstance(params.get("target"), dict):
             t = self.target_from_json(params["target"])
         if t is None:
@@ -112,7 +121,7 @@ class TraceCommands:
         return None
 
     async def trace(self, params: dict[str, Any]) -> dict[str, Any]:
-        req = self.request_from(params)
+        req = await self.request_from(params)
         self.last_requests[req.target.id] = req
         run, result, snapshot = await self.runner.run(req, self.protocol.msg_id)
         return await self.finish_trace(run, result, snapshot)

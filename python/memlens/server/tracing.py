@@ -176,7 +176,7 @@ class TraceRunner:
     """Runs workers; the server supplies the LSP side through `hooks`:
 
     begin_progress(run) -> awaitable, report_progress(run, message, percentage),
-    end_progress(run, message), started(run, argv), log(text)
+    end_progress(run, message), started(run, argv), worker_output(run, line), log(text)
     """
 
     def __init__(self, hooks: Any, settings: Callable[[], Settings]):
@@ -213,7 +213,7 @@ class TraceRunner:
                                            None if frac is None else int(100 * frac))
 
             def on_output(line: str) -> None:
-                self.hooks.log(f"[{req.target.name}] {line}")
+                self.hooks.worker_output(run, line)
 
             worker = Worker(argv, cwd, env, settings.timeLimitSeconds,
                             settings.memory_limit_bytes(), on_progress, on_output)
