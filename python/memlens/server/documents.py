@@ -35,6 +35,10 @@ class DocState:
     stale_at_attach: bool = False
     placed: list[Placed] = field(default_factory=list)
     by_line: dict[int, Placed] = field(default_factory=dict)
+    lines: list[str] = field(default_factory=list)  # the text split at "\n" (kept current)
+
+    def __post_init__(self) -> None:
+        self.lines = split_lines(self.text)
 
     @property
     def stale(self) -> bool:
@@ -63,11 +67,12 @@ class DocState:
         if text == self.text:
             return
         if self.entry is not None and text == self.base_text and not self.stale_at_attach:
-            self.text = text
+            self.text, self.lines = text, split_lines(text)
             self.attach(self.entry, top_lines)  # back to the traced text: exact again
             return
+        new_lines = split_lines(text)
         if self.placed:
-            mapping = line_map(split_lines(self.text), split_lines(text))
+            mapping = line_map(self.lines, new_lines)
             moved = []
             for p in self.placed:
                 new = mapping.get(p.line)
@@ -75,7 +80,10 @@ class DocState:
                     moved.append(Placed(new, p.annotation))
             self.placed = moved
             self._index()
-        self.text = text
+        self.text, self.lines = text, new_lines
+
+    def line_text(self, line: int) -> str:
+        return self.lines[line].rstrip("\r") if 0 <= line < len(self.lines) else ""
 
 
 def changed_since(path: str, text: str, entry: SnapshotEntry) -> bool:

@@ -100,7 +100,7 @@ def register(ls: MemlensServer) -> MemlensServer:
             return
         state.version = params.text_document.version
         state.update_text(text, ls.settings.topLines)
-        ls.update_document_targets(state)
+        ls.update_document_targets(state, delay=0.3)  # parsing on every keystroke is waste
         ls.publish_annotations(state, delay=0.05)
 
     @ls.feature(lsp.TEXT_DOCUMENT_DID_SAVE)
@@ -142,8 +142,7 @@ def register(ls: MemlensServer) -> MemlensServer:
         stale = state.stale
         md = hover_markdown(p.annotation, state.entry.digest,
                             ls.budget_for(None, state.entry), now_utc(), stale)
-        line = state.text.split("\n")[p.line] if p.line < state.text.count("\n") + 1 else ""
-        end = ls.workspace.position_codec.client_num_units(line.rstrip("\r"))
+        end = ls.workspace.position_codec.client_num_units(state.line_text(p.line))
         return lsp.Hover(contents=lsp.MarkupContent(kind=lsp.MarkupKind.Markdown, value=md),
                          range=lsp.Range(lsp.Position(p.line, 0), lsp.Position(p.line, end)))
 
@@ -153,13 +152,12 @@ def register(ls: MemlensServer) -> MemlensServer:
         if state is None or not state.placed or not ls.settings.inlayHints:
             return []
         first, last = params.range.start.line, params.range.end.line
-        lines = state.text.split("\n")
         stale = state.stale
         codec = ls.workspace.position_codec
         out = []
         for p in state.placed:
-            if first <= p.line <= last and p.line < len(lines):
-                end = codec.client_num_units(lines[p.line].rstrip("\r"))
+            if first <= p.line <= last and p.line < len(state.lines):
+                end = codec.client_num_units(state.line_text(p.line))
                 out.append(lsp.InlayHint(position=lsp.Position(p.line, end),
                                          label=hint_text(p.annotation, stale),
                                          padding_left=True))

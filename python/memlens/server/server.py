@@ -71,6 +71,8 @@ class MemlensServer(TraceCommands, LanguageServer):
         self.last_requests: dict[str, TraceRequest] = {}
         self._tasks: set[asyncio.Task] = set()
         self._pending_publish: dict[str, asyncio.TimerHandle] = {}
+        self._pending_targets: dict[str, asyncio.TimerHandle] = {}
+        self._entry_targets: dict[str, TargetInfo | None] | None = None  # snapshot -> target
 
     # -- small helpers ---------------------------------------------------------------------
     def log(self, message: str, kind: lsp.MessageType = lsp.MessageType.Info) -> None:
@@ -139,7 +141,19 @@ class MemlensServer(TraceCommands, LanguageServer):
             self.apply_settings(result[0])
 
     # -- targets ----------------------------------------------------------------------------
-    def update_document_targets(self, state: DocState) -> None:
+    def update_document_targets(self, state: DocState, delay: float = 0.0) -> None:
+        """Re-read the targets a document defines (after `delay` seconds without a change)."""
+        old = self._pending_targets.pop(state.uri, None)
+        if old is not None:
+            old.cancel()
+        if delay > 0:
+            def later() -> None:
+                self._pending_targets.pop(state.uri, None)
+                if self.docs.get(state.uri) is state:
+                    self.update_document_targets(state)
+            self._pending_targets[state.uri] = asyncio.get_running_loop().call_later(delay, later)
+            return
+        self._entry_targets = None
         try:
             self.doc_targets[state.path] = document_targets(state.path, state.text, self.folders,
                                                             self.recipes)
@@ -161,6 +175,7 @@ class MemlensServer(TraceCommands, LanguageServer):
         self._scan = asyncio.ensure_future(
             asyncio.to_thread(scan_workspace, self.folders, warn, self.recipes))
         self.scanned = await asyncio.shield(self._scan)
+        self._entry_targets = None
 
     def all_targets(self) -> list[TargetInfo]:
         out = {t.id: t for t in self.scanned if t.path not in self.doc_targets}
@@ -187,6 +202,16 @@ class MemlensServer(TraceCommands, LanguageServer):
                 candidates.append(e)
         return max(candidates, key=lambda e: e.created, default=None)
 
+    def target_of(self, e: SnapshotEntry) -> TargetInfo | None:
+        """The target whose newest snapshot `e` is (cached until targets or snapshots change)."""
+        if self._entry_targets is None:
+            self._entry_targets = {}
+            for t in self.all_targets():
+                newest = self.entry_for(t)
+                if newest is not None:
+                    self._entry_targets.setdefault(newest.path, t)
+        return self._entry_targets.get(e.path)
+
     def budget_for(self, t: TargetInfo | None, e: SnapshotEntry) -> int:
         if self.settings.budget is not None:
             return self.settings.budget
@@ -200,7 +225,7 @@ class MemlensServer(TraceCommands, LanguageServer):
     def snapshot_info(self, e: SnapshotEntry, t: TargetInfo | None = None) -> dict[str, Any]:
         m, s = e.digest["meta"], e.digest["summary"]
         if t is None:
-            t = next((x for x in self.all_targets() if self.entry_for(x) is e), None)
+            t = self.target_of(e)
         return {"path": e.path, "uri": uris.from_fs_path(e.path) or "",
                 "targetId": t.id if t else None, "targetName": m["targetName"],
                 "kind": m["targetKind"], "created": m["created"], "peakBytes": s["peakBytes"],
@@ -231,6 +256,7 @@ class MemlensServer(TraceCommands, LanguageServer):
             self.on_index_changed()
 
     def on_index_changed(self) -> None:
+        self._entry_targets = None
         for state in self.docs.values():
             entry = self.index.covering(state.path)
             if entry is not state.entry:
