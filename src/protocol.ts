@@ -1,0 +1,255 @@
+// Every method of the memlens language server beyond standard LSP: the mirror of
+// python/memlens/server/protocol.py, declared once here. test/unit/protocol.test.ts compares
+// this file with the Python declarations (names, payload types, fields, optionality), so a
+// change on either side that is not made on both fails the unit tests.
+//
+// Conventions (as in the Python module): payload keys are camelCase; sizes are integers of
+// bytes; lines are 0-based (LSP); `uri` is a file:// URI, `path` a file system path.
+// No `vscode` import: plain declarations, usable from unit tests.
+
+// -- commands (workspace/executeCommand; arguments: one object) ------------------------------
+export const CMD_TRACE = 'memlens.trace'; // TraceParams -> TraceResult (when the trace ends)
+export const CMD_CANCEL_TRACE = 'memlens.cancelTrace'; // CancelTraceParams -> CancelTraceResult
+export const CMD_OPEN_REPORT = 'memlens.openReport'; // OpenReportParams -> OpenReportResult
+
+// -- requests, client -> server ---------------------------------------------------------------
+export const REQ_TARGETS = 'memlens/targets'; // TargetsParams -> TargetsResult
+export const REQ_DOCUMENT_ANNOTATIONS = 'memlens/documentAnnotations'; // DocumentParams -> AnnotationsParams
+export const REQ_SNAPSHOTS = 'memlens/snapshots'; // EmptyParams -> SnapshotsResult
+export const REQ_SERVER_INFO = 'memlens/serverInfo'; // EmptyParams -> ServerInfo
+
+// -- notifications, server -> client ----------------------------------------------------------
+export const NOTIFY_ANNOTATIONS = 'memlens/annotations'; // AnnotationsParams
+export const NOTIFY_TRACE_STARTED = 'memlens/traceStarted'; // TraceStartedParams
+export const NOTIFY_TRACE_FINISHED = 'memlens/traceFinished'; // TraceResult
+export const NOTIFY_SNAPSHOTS_CHANGED = 'memlens/snapshotsChanged'; // SnapshotsResult
+
+export const SETTINGS_SECTION = 'memlens';
+export const DIAGNOSTIC_SOURCE = 'memlens';
+
+export type TargetKind = 'model' | 'script' | 'launch' | 'torchrun';
+export type TraceStatus = 'ok' | 'failed' | 'cancelled' | 'timeout' | 'replaced';
+export type AnnotationKind = 'class' | 'construct' | 'line';
+
+export interface Position {
+  line: number;
+  character: number;
+}
+
+export interface Range {
+  start: Position;
+  end: Position;
+}
+
+export interface SnapshotInfo {
+  path: string;
+  uri: string;
+  /** The target it belongs to, when the server knows it. */
+  targetId: string | null;
+  targetName: string;
+  /** meta.target.kind */
+  kind: string;
+  /** ISO 8601, UTC */
+  created: string;
+  peakBytes: number;
+  peakPhase: string | null;
+  /** meta.device.name */
+  device: string;
+  deviceTotalBytes: number;
+  /** The budget diagnostics compare the peak with. */
+  budgetBytes: number;
+  rank: number;
+  worldSize: number;
+}
+
+export interface Target {
+  id: string;
+  kind: TargetKind;
+  name: string;
+  /** The file that defines it: model file, script, launch.json, shell script. */
+  uri: string;
+  /** Where its CodeLens and diagnostics go. */
+  range: Range;
+  /** One line for pickers. */
+  detail: string;
+  /** A trace of it is running. */
+  tracing: boolean;
+  /** model: the class or factory */
+  symbol?: string;
+  /** script, launch, torchrun: the training script (absolute path) */
+  program?: string;
+  /** launch, torchrun: `-m package.module` instead of a program */
+  module?: string;
+  args?: string[];
+  cwd?: string;
+  /** torchrun / launch configurations that run torchrun */
+  worldSize?: number;
+  /** The newest snapshot of this target. */
+  snapshot?: SnapshotInfo;
+}
+
+export interface TraceParams {
+  /** A Target.id from memlens/targets, or: */
+  targetId?: string;
+  /** a target given in full (kind and uri, plus symbol for a model) */
+  target?: Target;
+  /** Default: the `memlens.device` setting. */
+  device?: string;
+  worldSize?: number;
+  rank?: number;
+  allRanks?: boolean;
+  iterations?: number;
+}
+
+export interface TraceError {
+  message: string;
+  /** ScriptError, DataDependentError, MemlensError, Timeout, Crash, MissingTorch... */
+  kind: string;
+  file?: string;
+  /** 1-based, as in tracebacks */
+  line?: number;
+  traceback?: string;
+}
+
+export interface TraceResult {
+  targetId: string;
+  status: TraceStatus;
+  durationS: number;
+  snapshot?: SnapshotInfo;
+  error?: TraceError;
+}
+
+export interface CancelTraceParams {
+  targetId: string;
+}
+
+export interface CancelTraceResult {
+  cancelled: boolean;
+}
+
+export interface OpenReportParams {
+  targetId?: string;
+  /** A snapshot path; default: the target's newest. */
+  snapshot?: string;
+  /** Ask the client to show the snapshot (window/showDocument); default true. */
+  show?: boolean;
+}
+
+export interface OpenReportResult {
+  snapshot: SnapshotInfo | null;
+}
+
+export interface TargetsParams {
+  /** Only the targets defined in this document. */
+  uri?: string;
+}
+
+export interface TargetsResult {
+  targets: Target[];
+}
+
+export interface DocumentParams {
+  uri: string;
+}
+
+// eslint-disable-next-line @typescript-eslint/no-empty-interface
+export interface EmptyParams {}
+
+export interface Annotation {
+  /** 0-based, in the document as it is now. */
+  line: number;
+  /** A traced module class, a line constructing submodules, a hot line. */
+  kind: AnnotationKind;
+  /** The module group (h.*.attn) or file:line. */
+  label: string;
+  /** What an inlay hint shows, e.g. "≈ 1.3 GiB params·grads·optim │ 6.1 GiB act ×32". */
+  text: string;
+  /** Bytes alive at the peak that this annotation accounts for. */
+  bytes: number;
+  /** bytes / peak bytes, 0..1 */
+  share: number;
+  /** Markdown. */
+  hover: string;
+  stale: boolean;
+}
+
+export interface AnnotationsParams {
+  uri: string;
+  version: number | null;
+  /** The document changed since the snapshot was taken. */
+  stale: boolean;
+  /** null: no snapshot covers this document. */
+  snapshot: SnapshotInfo | null;
+  annotations: Annotation[];
+}
+
+export interface SnapshotsResult {
+  snapshots: SnapshotInfo[];
+}
+
+export interface RunningTrace {
+  targetId: string;
+  pid: number;
+}
+
+export interface ServerInfo {
+  pid: number;
+  version: string;
+  python: string;
+  /** Must stay false: torch lives in the worker. */
+  torchImported: boolean;
+  tracing: RunningTrace[];
+}
+
+export interface TraceStartedParams {
+  targetId: string;
+  target: Target;
+  pid: number;
+  command: string[];
+}
+
+/** The `memlens` settings section as the server reads it (initializationOptions.settings or
+ * workspace/configuration). The extension's own settings are mapped onto it: src/config.ts. */
+export interface Settings {
+  /** Default "h100-80gb". */
+  device?: string;
+  /** "70GiB" or bytes; default: the device's total memory. */
+  budget?: string | number | null;
+  /** Default: the recipe's, else 2. */
+  iterations?: number | null;
+  /** Default 300. */
+  timeLimitSeconds?: number;
+  /** The worker's address-space limit; 0: the host's physical memory. */
+  memoryLimitMB?: number;
+  /** Default false. */
+  traceOnSave?: boolean;
+  /** Hot lines annotated per file; default 5. */
+  topLines?: number;
+  /** Default true. */
+  inlayHints?: boolean;
+  /** The worker's interpreter; default the server's. */
+  python?: string | null;
+}
+
+export type MethodKind = 'command' | 'request' | 'notification';
+
+export interface MethodDeclaration {
+  kind: MethodKind;
+  params: string;
+  result?: string;
+}
+
+/** Every custom method with the names of its payload types, as protocol.py's METHODS. */
+export const METHODS: Readonly<Record<string, MethodDeclaration>> = {
+  [CMD_TRACE]: { kind: 'command', params: 'TraceParams', result: 'TraceResult' },
+  [CMD_CANCEL_TRACE]: { kind: 'command', params: 'CancelTraceParams', result: 'CancelTraceResult' },
+  [CMD_OPEN_REPORT]: { kind: 'command', params: 'OpenReportParams', result: 'OpenReportResult' },
+  [REQ_TARGETS]: { kind: 'request', params: 'TargetsParams', result: 'TargetsResult' },
+  [REQ_DOCUMENT_ANNOTATIONS]: { kind: 'request', params: 'DocumentParams', result: 'AnnotationsParams' },
+  [REQ_SNAPSHOTS]: { kind: 'request', params: 'EmptyParams', result: 'SnapshotsResult' },
+  [REQ_SERVER_INFO]: { kind: 'request', params: 'EmptyParams', result: 'ServerInfo' },
+  [NOTIFY_ANNOTATIONS]: { kind: 'notification', params: 'AnnotationsParams' },
+  [NOTIFY_TRACE_STARTED]: { kind: 'notification', params: 'TraceStartedParams' },
+  [NOTIFY_TRACE_FINISHED]: { kind: 'notification', params: 'TraceResult' },
+  [NOTIFY_SNAPSHOTS_CHANGED]: { kind: 'notification', params: 'SnapshotsResult' },
+};
