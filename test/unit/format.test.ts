@@ -1,6 +1,6 @@
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
-import { formatBytes } from '../../src/format';
+import { formatBytes, formatDate, formatPeakOfBudget, formatRank } from '../../src/format';
 
 test('bytes below 1 KiB are whole bytes', () => {
   assert.equal(formatBytes(0), '0 B');
@@ -34,4 +34,18 @@ test('the largest unit absorbs huge values', () => {
 test('non-finite input is a bug and throws', () => {
   assert.throws(() => formatBytes(Number.NaN), RangeError);
   assert.throws(() => formatBytes(Number.POSITIVE_INFINITY), RangeError);
+});
+
+test('peak against budget shares the unit when it can', () => {
+  assert.equal(formatPeakOfBudget(71.3 * 2 ** 30, 80 * 2 ** 30), '71.3 / 80 GiB');
+  assert.equal(formatPeakOfBudget(71 * 2 ** 30, 80 * 2 ** 30), '71 / 80 GiB');
+  assert.equal(formatPeakOfBudget(12.6 * 2 ** 20, 23.6 * 2 ** 30), '12.6 MiB / 23.6 GiB');
+  assert.equal(formatPeakOfBudget(90.5 * 2 ** 30, 80 * 2 ** 30), '90.5 / 80 GiB');
+  assert.equal(formatPeakOfBudget(512, 1000), '512 / 1000 B');
+});
+
+test('dates are local, to the minute; rubbish passes through', () => {
+  assert.equal(formatDate(new Date(2025, 10, 30, 9, 5, 59).toISOString()), '2025-11-30 09:05');
+  assert.equal(formatDate('not a date'), 'not a date');
+  assert.equal(formatRank(3, 8), 'rank 3/8');
 });

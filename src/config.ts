@@ -1,0 +1,146 @@
+// The extension's settings (package.json "configuration", section `memlens`) as one typed
+// value, and what follows from them: the settings the server reads (protocol.Settings, named
+// differently), the parameters of a trace, and which changes need a server restart.
+// No `vscode` import: settings.ts reads the values and hands them in.
+import type { Settings, TraceParams } from './protocol';
+
+export type AnnotationStyle = 'decorations' | 'inlayHints' | 'off';
+export type LogLevel = 'error' | 'warning' | 'info' | 'debug' | 'trace';
+
+export interface Config {
+  device: string;
+  /** "" for the device's memory, else a size such as "70GiB" (the server parses it). */
+  budget: string;
+  /** null: what the launch configuration or torchrun line says, else 1. */
+  worldSize: number | null;
+  rank: number;
+  /** null: the recipe's, else 2. */
+  iterations: number | null;
+  /** Seconds. */
+  traceTimeout: number;
+  /** 0: the host's memory. */
+  memoryLimitMB: number;
+  traceOnSave: boolean;
+  annotationStyle: AnnotationStyle;
+  /** Share of the peak (0..1) below which annotations are not painted. */
+  annotationThreshold: number;
+  hotLines: number;
+  /** "" to find one: the Python extension's, else python3 on PATH. */
+  python: string;
+  logLevel: LogLevel;
+}
+
+export const DEFAULTS: Readonly<Config> = {
+  device: 'h100-80gb',
+  budget: '',
+  worldSize: null,
+  rank: 0,
+  iterations: null,
+  traceTimeout: 300,
+  memoryLimitMB: 0,
+  traceOnSave: false,
+  annotationStyle: 'decorations',
+  annotationThreshold: 0,
+  hotLines: 5,
+  python: '',
+  logLevel: 'info',
+};
+
+/** Setting keys (under `memlens.`) of each Config field. */
+export const KEYS: Readonly<Record<keyof Config, string>> = {
+  device: 'device',
+  budget: 'budget',
+  worldSize: 'worldSize',
+  rank: 'rank',
+  iterations: 'iterations',
+  traceTimeout: 'traceTimeout',
+  memoryLimitMB: 'memoryLimitMB',
+  traceOnSave: 'traceOnSave',
+  annotationStyle: 'annotations.style',
+  annotationThreshold: 'annotations.threshold',
+  hotLines: 'annotations.hotLines',
+  python: 'python',
+  logLevel: 'logLevel',
+};
+
+/** Settings whose change restarts the server (they decide how it is started). */
+export const RESTART_KEYS: readonly string[] = [KEYS.python, KEYS.logLevel];
+
+const STYLES: readonly AnnotationStyle[] = ['decorations', 'inlayHints', 'off'];
+const LEVELS: readonly LogLevel[] = ['error', 'warning', 'info', 'debug', 'trace'];
+
+function int(v: unknown, min: number): number | undefined {
+  return typeof v === 'number' && Number.isInteger(v) && v >= min ? v : undefined;
+}
+
+/** A Config from a getter of raw values (`workspace.getConfiguration('memlens').get`); a
+ * missing or malformed value takes its default. */
+export function readConfig(get: (key: string) => unknown): Config {
+  const raw = (field: keyof Config): unknown => get(KEYS[field]);
+  const str = (field: keyof Config, fallback: string): string => {
+    const v = raw(field);
+    return typeof v === 'string' ? v.trim() : fallback;
+  };
+  const style = raw('annotationStyle');
+  const level = raw('logLevel');
+  const threshold = raw('annotationThreshold');
+  const timeout = raw('traceTimeout');
+  return {
+    device: str('device', DEFAULTS.device) || DEFAULTS.device,
+    budget: str('budget', ''),
+    worldSize: int(raw('worldSize'), 1) ?? null,
+    rank: int(raw('rank'), 0) ?? 0,
+    iterations: int(raw('iterations'), 1) ?? null,
+    traceTimeout: typeof timeout === 'number' && timeout > 0 ? timeout : DEFAULTS.traceTimeout,
+    memoryLimitMB: int(raw('memoryLimitMB'), 0) ?? 0,
+    traceOnSave: raw('traceOnSave') === true,
+    annotationStyle: STYLES.includes(style as AnnotationStyle) ? (style as AnnotationStyle) : DEFAULTS.annotationStyle,
+    annotationThreshold: typeof threshold === 'number' && threshold >= 0 && threshold <= 1 ? threshold : 0,
+    hotLines: int(raw('hotLines'), 0) ?? DEFAULTS.hotLines,
+    python: str('python', ''),
+    logLevel: LEVELS.includes(level as LogLevel) ? (level as LogLevel) : DEFAULTS.logLevel,
+  };
+}
+
+/** What the server is told (initializationOptions, workspace/configuration,
+ * didChangeConfiguration). Inlay hints come from the server only in the "inlayHints" style. */
+export function serverSettings(c: Config): Settings {
+  return {
+    device: c.device,
+    budget: c.budget === '' ? null : c.budget,
+    iterations: c.iterations,
+    timeLimitSeconds: c.traceTimeout,
+    memoryLimitMB: c.memoryLimitMB,
+    traceOnSave: c.traceOnSave,
+    topLines: c.hotLines,
+    inlayHints: c.annotationStyle === 'inlayHints',
+    // The worker runs with the server's interpreter, which is the one chosen for the server.
+    python: null,
+  };
+}
+
+export interface TraceOptions {
+  allRanks?: boolean;
+  /** Overrides the setting (Trace All Ranks asks for one when nothing says it). */
+  worldSize?: number;
+  device?: string;
+}
+
+/**
+ * The memlens.trace arguments for a target. Distributed options are sent only when something
+ * asks for them: a world size (setting or option), a rank other than 0, or all ranks.
+ */
+export function traceParams(targetId: string, c: Config, options: TraceOptions = {}): TraceParams {
+  const p: TraceParams = { targetId, device: options.device ?? c.device };
+  if (c.iterations !== null) p.iterations = c.iterations;
+  const world = options.worldSize ?? c.worldSize;
+  if (world !== null) p.worldSize = world;
+  if (options.allRanks) p.allRanks = true;
+  else if (c.rank > 0 || (world !== null && world > 1)) p.rank = c.rank;
+  return p;
+}
+
+/** The server's `--log-level` (Python logging names). */
+export function serverLogLevel(level: LogLevel): string {
+  return { error: 'ERROR', warning: 'WARNING', info: 'INFO', debug: 'DEBUG', trace: 'DEBUG' }[level];
+}

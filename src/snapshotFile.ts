@@ -1,0 +1,56 @@
+// Reading a snapshot file for lists (the Snapshots tree, pickers): parse, check it against the
+// format's JSON Schema and its own tables (webview/data/validate.ts, shared with the panel), and
+// keep what a list shows. A snapshot may come from anyone: a bad file is an error entry with a
+// message, never a crash. No `vscode` import.
+import { validateSnapshot } from '../webview/data/validate';
+import type { SnapshotEntry } from './grouping';
+
+export type SnapshotRead = { ok: true; entry: SnapshotEntry } | { ok: false; path: string; error: string };
+
+/** The entry of the snapshot `text` read from `path` (shown in messages), or why there is none. */
+export function readSnapshotEntry(text: string, path: string): SnapshotRead {
+  let doc: unknown;
+  try {
+    doc = JSON.parse(text);
+  } catch (e) {
+    return { ok: false, path, error: `not valid JSON (${e instanceof Error ? e.message : String(e)})` };
+  }
+  return snapshotEntry(doc, path);
+}
+
+/** As readSnapshotEntry, for an already parsed document. */
+export function snapshotEntry(doc: unknown, path: string): SnapshotRead {
+  // The format, the version, the schema and every index into the document's own tables.
+  const checked = validateSnapshot(doc, baseName(path));
+  if (!checked.ok) return { ok: false, path, error: checked.error };
+  const { meta, summary } = checked.snapshot;
+  return {
+    ok: true,
+    entry: {
+      path,
+      targetKind: meta.target?.kind ?? 'script',
+      targetName: meta.target?.name ?? '',
+      targetPath: meta.target?.path ?? '',
+      created: meta.created,
+      peakBytes: summary.peak_bytes,
+      peakPhase: summary.peak_phase,
+      device: meta.device.name,
+      deviceDisplayName: meta.device.display_name ?? meta.device.name,
+      deviceTotalBytes: meta.device.total_memory_bytes,
+      worldSize: meta.world_size,
+      rank: meta.rank,
+    },
+  };
+}
+
+function baseName(p: string): string {
+  return p.split(/[\\/]/).pop() ?? p;
+}
+
+/** Snapshot files are `.memlens/<target>/<timestamp>.json` under a workspace folder. */
+export const SNAPSHOT_GLOB = '**/.memlens/**/*.json';
+
+/** A snapshot's path (dot files, such as a snapshot still being written, are not). */
+export function isSnapshotPath(p: string): boolean {
+  return /(^|[\\/])\.memlens[\\/](.+[\\/])?[^.\\/][^\\/]*\.json$/.test(p);
+}

@@ -1,0 +1,95 @@
+import { strict as assert } from 'node:assert';
+import { readFileSync } from 'node:fs';
+import * as path from 'node:path';
+import { test } from 'node:test';
+import { DEFAULTS, KEYS, readConfig, serverSettings, traceParams, type Config } from '../../src/config';
+
+const config = (over: Partial<Config> = {}): Config => ({ ...DEFAULTS, ...over });
+
+test('missing and malformed values take their defaults', () => {
+  assert.deepEqual(readConfig(() => undefined), DEFAULTS);
+  const bad: Record<string, unknown> = {
+    device: 42,
+    worldSize: 0,
+    rank: -1,
+    iterations: 1.5,
+    traceTimeout: -3,
+    'annotations.style': 'neon',
+    'annotations.threshold': 2,
+    logLevel: 'loud',
+  };
+  assert.deepEqual(readConfig((k) => bad[k]), DEFAULTS);
+});
+
+test('values are read from their setting keys and trimmed', () => {
+  const raw: Record<string, unknown> = {
+    device: ' a100-80gb ',
+    budget: '70GiB',
+    worldSize: 8,
+    rank: 3,
+    'annotations.style': 'inlayHints',
+    'annotations.threshold': 0.05,
+    python: ' /x/python ',
+  };
+  const c = readConfig((k) => raw[k]);
+  assert.equal(c.device, 'a100-80gb');
+  assert.equal(c.budget, '70GiB');
+  assert.equal(c.worldSize, 8);
+  assert.equal(c.rank, 3);
+  assert.equal(c.annotationStyle, 'inlayHints');
+  assert.equal(c.annotationThreshold, 0.05);
+  assert.equal(c.python, '/x/python');
+});
+
+test('the server gets its own names; inlay hints only in the inlay-hint style', () => {
+  assert.deepEqual(serverSettings(config({ budget: '70GiB', traceTimeout: 60, hotLines: 3 })), {
+    device: 'h100-80gb',
+    budget: '70GiB',
+    iterations: null,
+    timeLimitSeconds: 60,
+    memoryLimitMB: 0,
+    traceOnSave: false,
+    topLines: 3,
+    inlayHints: false,
+    python: null,
+  });
+  assert.equal(serverSettings(config({ annotationStyle: 'inlayHints' })).inlayHints, true);
+  assert.equal(serverSettings(config()).budget, null);
+});
+
+test('trace parameters carry distributed options only when something asks for them', () => {
+  assert.deepEqual(traceParams('model:GPT', config()), { targetId: 'model:GPT', device: 'h100-80gb' });
+  assert.deepEqual(traceParams('t', config({ iterations: 3, device: 'cpu' })), { targetId: 't', device: 'cpu', iterations: 3 });
+  assert.deepEqual(traceParams('t', config({ worldSize: 8, rank: 2 })), { targetId: 't', device: 'h100-80gb', worldSize: 8, rank: 2 });
+  assert.deepEqual(traceParams('t', config({ rank: 2 })), { targetId: 't', device: 'h100-80gb', rank: 2 });
+  assert.deepEqual(traceParams('t', config({ rank: 2 }), { allRanks: true, worldSize: 4 }), {
+    targetId: 't',
+    device: 'h100-80gb',
+    worldSize: 4,
+    allRanks: true,
+  });
+});
+
+test('every Config field is a setting of the manifest, in a titled section, described', () => {
+  const root = path.resolve(__dirname, '..', '..', '..');
+  const manifest = JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')) as {
+    contributes: { configuration: { title: string; properties: Record<string, Record<string, unknown>> }[] };
+  };
+  const sections = manifest.contributes.configuration;
+  assert.ok(Array.isArray(sections) && sections.length >= 4, 'settings are grouped into sections');
+  const props = new Map<string, Record<string, unknown>>();
+  for (const s of sections) {
+    assert.ok(s.title, 'every section has a title');
+    for (const [k, v] of Object.entries(s.properties)) props.set(k, v);
+  }
+  for (const [field, key] of Object.entries(KEYS)) {
+    const p = props.get(`memlens.${key}`);
+    assert.ok(p, `memlens.${key} (${field}) is not contributed`);
+    assert.ok(typeof p['markdownDescription'] === 'string' || typeof p['description'] === 'string', `memlens.${key} is not described`);
+    assert.deepEqual(p['default'] ?? null, DEFAULTS[field as keyof Config] === '' ? '' : DEFAULTS[field as keyof Config], `default of memlens.${key}`);
+    if (Array.isArray(p['enum'])) {
+      assert.equal((p['enumDescriptions'] as unknown[] | undefined)?.length, p['enum'].length, `memlens.${key} describes each value`);
+    }
+  }
+  assert.equal(props.size, Object.keys(KEYS).length, 'no setting without a Config field');
+});
