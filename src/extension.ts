@@ -1,34 +1,27 @@
-// PLACEHOLDER extension: just enough real behaviour (a command, a notification, an after-line
-// decoration with a hover, a status bar item) for the e2e harness to assert against.
-// The real extension replaces this file.
+// Activation: build the context (which owns everything), register the commands, start the
+// server. Errors here are shown to the user: an extension that fails silently looks broken.
 import * as vscode from 'vscode';
+import { registerCommands } from './commands';
+import { Ctx } from './ctx';
+
+let ctx: Ctx | undefined;
 
 export function activate(context: vscode.ExtensionContext): void {
-  const annotation = vscode.window.createTextEditorDecorationType({
-    after: { margin: '0 0 0 2em', color: new vscode.ThemeColor('editorCodeLens.foreground') },
-  });
-  const status = vscode.window.createStatusBarItem('memlens.status', vscode.StatusBarAlignment.Left);
-  status.name = 'Torch Memory Lens';
-
-  const hello = vscode.commands.registerCommand('memlens.hello', () => {
-    // Not awaited: the promise settles only when the user dismisses the notification.
-    void vscode.window.showInformationMessage('Hello from Torch Memory Lens');
-    const editor = vscode.window.activeTextEditor;
-    if (editor) {
-      const firstLine = editor.document.lineAt(0).range;
-      editor.setDecorations(annotation, [
-        {
-          range: firstLine,
-          hoverMessage: 'Torch Memory Lens placeholder annotation',
-          renderOptions: { after: { contentText: '≈ hello' } },
-        },
-      ]);
-    }
-    status.text = '$(pulse) Memlens: hello';
-    status.show();
-  });
-
-  context.subscriptions.push(annotation, status, hello);
+  const started = performance.now();
+  try {
+    ctx = new Ctx(context);
+    registerCommands(ctx);
+    context.subscriptions.push({ dispose: () => void ctx?.dispose() });
+    ctx.log.info(`Torch Memory Lens ${String(context.extension.packageJSON.version)} activated in ${Math.round(performance.now() - started)} ms`);
+    void ctx.start();
+  } catch (e) {
+    const why = e instanceof Error ? e.message : String(e);
+    void vscode.window.showErrorMessage(`Torch Memory Lens failed to activate: ${why}`);
+    throw e;
+  }
 }
 
-export function deactivate(): void {}
+export async function deactivate(): Promise<void> {
+  await ctx?.dispose();
+  ctx = undefined;
+}

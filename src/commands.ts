@@ -1,0 +1,238 @@
+// The commands (category "Memlens" in the palette) and the Snapshots view's context actions.
+// Each is a thin handler over Ctx; a failure is logged and shown, never thrown into VS Code
+// (an exception there is a modal dialog).
+import * as path from 'node:path';
+import * as vscode from 'vscode';
+import { ExecuteCommandRequest, type LanguageClient } from 'vscode-languageclient/node';
+import { uriKey } from './annotations';
+import { traceParams, type TraceOptions } from './config';
+import type { Ctx } from './ctx';
+import { formatBytes } from './format';
+import { groupTargets, targetAtLine } from './grouping';
+import * as P from './protocol';
+import { openSettings, updateSetting } from './settings';
+import { nodePath, type Node } from './snapshotTree';
+import { requireTrust } from './trust';
+
+export function registerCommands(ctx: Ctx): void {
+  const register = (id: string, fn: (...args: never[]) => unknown): void => {
+    ctx.subscriptions.push(
+      vscode.commands.registerCommand(id, async (...args: never[]) => {
+        try {
+          return await fn(...args);
+        } catch (e) {
+          const why = e instanceof Error ? e.message : String(e);
+          ctx.log.error(`${id}: ${why}`);
+          void vscode.window.showErrorMessage(`Memlens: ${why}`);
+          return undefined;
+        }
+      }),
+    );
+  };
+
+  register('memlens.traceMemory', (arg?: unknown) => traceMemory(ctx, arg, {}));
+  register('memlens.traceAllRanks', (arg?: unknown) => traceMemory(ctx, arg, { allRanks: true }));
+  register('memlens.openMemoryReport', (arg?: unknown) => openReport(ctx, arg));
+  register('memlens.compareSnapshots', () => compareSnapshots(ctx));
+  register('memlens.selectDevice', () => selectDevice(ctx));
+  register('memlens.toggleAnnotations', () => {
+    const shown = ctx.toggleAnnotations();
+    vscode.window.setStatusBarMessage(shown ? 'Memlens: annotations shown' : 'Memlens: annotations hidden', 3000);
+  });
+  register('memlens.restartServer', async () => {
+    if (!requireTrust('Restarting the language server')) return;
+    await ctx.restart();
+  });
+  register('memlens.showLog', () => ctx.log.show());
+  register('memlens.selectInterpreter', () => ctx.interpreters.select());
+  register('memlens.installMemlens', async () => {
+    if (!requireTrust('Installing memlens')) return;
+    await ctx.installMemlens();
+  });
+  register('memlens.snapshots.refresh', () => ctx.tree.refresh());
+  register('memlens.snapshot.open', (node?: Node) => openReport(ctx, nodePath(node)));
+  register('memlens.snapshot.compareWith', async (node?: Node) => {
+    const first = nodePath(node) ?? (await ctx.pickSnapshot('Compare snapshots: choose the first'));
+    if (!first) return;
+    const second = await ctx.pickSnapshot(`Compare ${path.basename(path.dirname(first))} with…`, first);
+    if (second) ctx.panel.show(first, second);
+  });
+  register('memlens.snapshot.reveal', async (node?: Node) => {
+    const file = nodePath(node);
+    if (file) await vscode.commands.executeCommand('revealInExplorer', vscode.Uri.file(file));
+  });
+  register('memlens.snapshot.delete', (node?: Node) => deleteSnapshot(ctx, nodePath(node)));
+}
+
+// -- tracing ---------------------------------------------------------------------------------
+
+async function client(ctx: Ctx): Promise<LanguageClient | undefined> {
+  const c = await ctx.readyClient();
+  if (c) return c;
+  const choice = await vscode.window.showErrorMessage(
+    'Memlens: the language server is not running, so nothing can be traced. The log says why.',
+    'Show Log',
+    'Select Interpreter',
+    'Restart Server',
+  );
+  if (choice === 'Show Log') ctx.log.show();
+  if (choice === 'Select Interpreter') await vscode.commands.executeCommand('memlens.selectInterpreter');
+  if (choice === 'Restart Server') await ctx.restart();
+  return undefined;
+}
+
+/** Trace Memory / Trace All Ranks. `arg`: a target id ({targetId}), a file (explorer or editor
+ * menus), or nothing (the target under the cursor, else a pick). Resolves with the result. */
+async function traceMemory(ctx: Ctx, arg: unknown, options: TraceOptions): Promise<P.TraceResult | undefined> {
+  if (!requireTrust(options.allRanks ? 'Trace All Ranks' : 'Trace Memory')) return undefined;
+  const c = await client(ctx);
+  if (!c) return undefined;
+  const target = await chooseTarget(c, arg);
+  if (!target) return undefined;
+  if (options.allRanks) {
+    const world = ctx.config().worldSize ?? target.worldSize ?? (await askWorldSize(target));
+    if (!world) return undefined;
+    options = { ...options, worldSize: world };
+  }
+  const params = traceParams(target.id, ctx.config(), options);
+  ctx.log.info(`Trace Memory: ${target.name} ${JSON.stringify(params)}`);
+  ctx.timer.begin(target.id);
+  return c.sendRequest(ExecuteCommandRequest.type, { command: P.CMD_TRACE, arguments: [params] }) as Promise<P.TraceResult>;
+}
+
+async function chooseTarget(c: LanguageClient, arg: unknown): Promise<P.Target | undefined> {
+  const { targets } = await c.sendRequest<P.TargetsResult>(P.REQ_TARGETS, {} satisfies P.TargetsParams);
+  const all = targets.map((t) => ({ ...t, uri: uriKey(t.uri) }));
+  if (isTargetArg(arg)) {
+    const found = all.find((t) => t.id === arg.targetId);
+    if (found) return found;
+  }
+  const editor = vscode.window.activeTextEditor;
+  if (arg instanceof vscode.Uri) {
+    const here = all.filter((t) => t.uri === uriKey(arg));
+    if (here.length === 1) return here[0];
+    if (here.length > 1) return pickTarget(here, uriKey(arg));
+  } else if (editor) {
+    const under = targetAtLine(all, uriKey(editor.document.uri), editor.selection.active.line);
+    if (under) return under;
+  }
+  if (all.length === 0) {
+    const docs = 'How targets are found';
+    const choice = await vscode.window.showInformationMessage(
+      'Memlens found nothing to trace in this workspace. A model class needs a recipe (memlens.toml, or [tool.memlens] in pyproject.toml); training scripts, launch configurations and torchrun command lines are found by themselves.',
+      docs,
+    );
+    if (choice === docs) void openSettings();
+    return undefined;
+  }
+  return pickTarget(all, editor ? uriKey(editor.document.uri) : undefined);
+}
+
+function isTargetArg(arg: unknown): arg is { targetId: string } {
+  return typeof arg === 'object' && arg !== null && typeof (arg as { targetId?: unknown }).targetId === 'string';
+}
+
+type TargetItem = vscode.QuickPickItem & { target?: P.Target };
+
+async function pickTarget(targets: P.Target[], activeUri: string | undefined): Promise<P.Target | undefined> {
+  const items: TargetItem[] = [];
+  for (const group of groupTargets(targets, activeUri)) {
+    items.push({ label: group.label, kind: vscode.QuickPickItemKind.Separator });
+    for (const t of group.targets) {
+      const peak = t.snapshot ? ` · last peak ${formatBytes(t.snapshot.peakBytes)}` : '';
+      items.push({
+        label: t.name,
+        description: `${vscode.workspace.asRelativePath(vscode.Uri.parse(t.uri))}${t.tracing ? ' · tracing…' : ''}`,
+        detail: `${t.detail}${peak}`,
+        target: t,
+      });
+    }
+  }
+  const picked = await vscode.window.showQuickPick(items, {
+    title: 'Trace Memory: what to trace',
+    placeHolder: 'A model class, training script, launch configuration or torchrun command line',
+    matchOnDescription: true,
+    matchOnDetail: true,
+  });
+  return picked?.target;
+}
+
+async function askWorldSize(target: P.Target): Promise<number | undefined> {
+  const text = await vscode.window.showInputBox({
+    title: `Trace All Ranks of ${target.name}`,
+    prompt: 'How many processes (ranks) the job runs with. Set memlens.worldSize to stop being asked.',
+    value: '8',
+    validateInput: (v) => (/^\d+$/.test(v.trim()) && Number(v) >= 2 ? undefined : 'A whole number, 2 or more'),
+  });
+  return text ? Number(text.trim()) : undefined;
+}
+
+// -- reports ---------------------------------------------------------------------------------
+
+/** The report of: the given snapshot path, else the active document's snapshot, else the
+ * last one shown in the status bar, else one the user picks. */
+async function openReport(ctx: Ctx, arg: unknown): Promise<void> {
+  let file = typeof arg === 'string' ? arg : arg instanceof vscode.Uri ? arg.fsPath : undefined;
+  const editor = vscode.window.activeTextEditor;
+  file ??= (editor && ctx.painter.snapshotOf(editor.document.uri)?.path) ?? ctx.status.current?.path;
+  file ??= await ctx.pickSnapshot('Open Memory Report');
+  if (file) ctx.panel.show(file);
+}
+
+async function compareSnapshots(ctx: Ctx): Promise<void> {
+  const first = await ctx.pickSnapshot('Compare snapshots: choose the first');
+  if (!first) return;
+  const second = await ctx.pickSnapshot('…and the snapshot to compare it with', first);
+  if (second) ctx.panel.show(first, second);
+}
+
+async function deleteSnapshot(ctx: Ctx, file: string | undefined): Promise<void> {
+  if (!file) return;
+  const ok = 'Delete';
+  const choice = await vscode.window.showWarningMessage(
+    `Delete the snapshot ${vscode.workspace.asRelativePath(file)}?`,
+    { modal: true, detail: 'It goes to the trash where the system has one.' },
+    ok,
+  );
+  if (choice !== ok) return;
+  const uri = vscode.Uri.file(file);
+  try {
+    await vscode.workspace.fs.delete(uri, { useTrash: true });
+  } catch {
+    await vscode.workspace.fs.delete(uri, { useTrash: false });
+  }
+  await ctx.tree.refresh();
+}
+
+// -- devices ---------------------------------------------------------------------------------
+
+interface DeviceChoice {
+  name: string;
+  description: string;
+}
+
+/** The devices the `memlens.device` setting lists (package.json, kept equal to the engine's
+ * table by a unit test). */
+function devices(ctx: Ctx): DeviceChoice[] {
+  const sections = (ctx.extension.extension.packageJSON as { contributes?: { configuration?: unknown } }).contributes?.configuration;
+  for (const section of Array.isArray(sections) ? sections : [sections]) {
+    const prop = (section as { properties?: Record<string, { enum?: string[]; enumDescriptions?: string[] }> })?.properties?.['memlens.device'];
+    if (prop?.enum) return prop.enum.map((name, i) => ({ name, description: prop.enumDescriptions?.[i] ?? '' }));
+  }
+  return [];
+}
+
+async function selectDevice(ctx: Ctx): Promise<void> {
+  const current = ctx.config().device;
+  const picked = await vscode.window.showQuickPick(
+    devices(ctx).map((d) => ({
+      label: d.name === current ? `$(check) ${d.name}` : d.name,
+      description: d.description,
+      name: d.name,
+    })),
+    { title: 'Memlens: the device to estimate memory for', placeHolder: `Now: ${current}`, matchOnDescription: true },
+  );
+  if (!picked || picked.name === current) return;
+  await updateSetting('device', picked.name);
+  vscode.window.setStatusBarMessage(`Memlens: traces now target ${picked.name}`, 4000);
+}
