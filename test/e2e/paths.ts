@@ -1,5 +1,6 @@
 // Where the harness finds its tools and puts its output. Compiled to out/test/e2e/, run from
 // there, so the repository root is found from this file's location.
+import { existsSync } from 'node:fs';
 import * as path from 'node:path';
 
 export const repoRoot = path.resolve(__dirname, '..', '..', '..');
@@ -21,3 +22,15 @@ export const fixturesDir = path.join(repoRoot, 'test/e2e/fixtures');
 
 /** Screenshots and logs; gitignored. */
 export const artifactsDir = path.join(repoRoot, 'test/e2e/artifacts');
+
+/** The bundled examples: the workspace of the trace tests (copied, never traced in place). */
+export const examplesDir = path.join(repoRoot, 'examples');
+
+/** The repository's Python environment (`make setup` creates it): memlens and torch. */
+export function repoPython(): string {
+  const python = process.env.MEMLENS_E2E_PYTHON ?? path.join(repoRoot, '.venv/bin/python');
+  if (!existsSync(python)) {
+    throw new Error(`${python} is missing: run \`make setup-python\` (or set MEMLENS_E2E_PYTHON)`);
+  }
+  return python;
+}

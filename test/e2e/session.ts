@@ -16,7 +16,7 @@ import * as path from 'node:path';
 import { launchBrowser, type OpenBrowser } from './browser';
 import { installExtension, prepareDirs, startCodeServer, type CodeServer, type CodeServerDirs } from './codeServer';
 import { unexpected } from './noise';
-import { artifactsDir, defaultVsix, fixturesDir, repoRoot } from './paths';
+import { artifactsDir, defaultVsix, examplesDir, fixturesDir, repoRoot } from './paths';
 import { timeouts } from './timeouts';
 import { Workbench } from './workbench';
 
@@ -25,8 +25,12 @@ export interface SessionOptions {
   name: string;
   /** Defaults to $MEMLENS_E2E_VSIX, else out/torch-memory-lens.vsix (checked for staleness). */
   vsix?: string;
-  /** A folder under test/e2e/fixtures/, copied to a scratch place before opening. */
+  /** The workspace: a folder under test/e2e/fixtures/ or an absolute path (the repository's
+   * examples/, the default), copied to a scratch place before opening, without traces or
+   * caches. */
   fixture?: string;
+  /** Adds to the copied workspace before VS Code starts (files a test needs). */
+  prepare?: (workspace: string) => void;
   /** Workspace Trust enabled (restricted-mode tests); off by default. */
   trust?: boolean;
   /** User settings merged over the harness defaults. */
@@ -90,7 +94,12 @@ export class Session {
     readonly scratch: string,
   ) {
     this.workspace = path.join(scratch, 'workspace');
-    cpSync(path.join(fixturesDir, options.fixture ?? 'workspace'), this.workspace, { recursive: true });
+    const skip = new Set(['.memlens', '__pycache__', '.pytest_cache']);
+    cpSync(path.resolve(fixturesDir, options.fixture ?? examplesDir), this.workspace, {
+      recursive: true,
+      filter: (src) => !skip.has(path.basename(src)),
+    });
+    options.prepare?.(this.workspace);
     this.dirs = prepareDirs(scratch, {
       ...defaultSettings,
       ...(options.trust ? { 'security.workspace.trust.startupPrompt': 'never' } : {}),
@@ -155,8 +164,13 @@ export class Session {
     }
   }
 
-  /** Errors in the browser, code-server and the extension host logs that are not known noise. */
-  unexpectedErrors(): string[] {
+  /** Errors in the browser, code-server and the extension host logs that are not known noise
+   * nor `expected` (errors a test provokes on purpose, such as a failing trace's message). */
+  unexpectedErrors(expected: RegExp[] = []): string[] {
+    return this.errors().filter((e) => !expected.some((p) => p.test(e)));
+  }
+
+  private errors(): string[] {
     const log = this.browser?.log;
     const found = [
       ...unexpected((log?.pageErrors ?? []).map((e) => `[page error] ${e}`), /./),

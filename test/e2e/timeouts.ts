@@ -10,6 +10,8 @@ export const timeouts = {
   workbench: 180_000 * scale,
   /** Any single UI condition: a quick-open row, a decoration, a hover, a notification. */
   ui: 60_000 * scale,
+  /** One trace of a small example on the CPU, worker start (torch import) included. */
+  trace: 300_000 * scale,
   /** A whole test case. */
   test: 600_000 * scale,
 };

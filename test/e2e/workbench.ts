@@ -40,6 +40,8 @@ const sel = {
   /** One row per notification, in toasts and in the notification center. */
   notificationRows: '.notifications-toasts .monaco-list-row, .notifications-center .monaco-list-row',
   dialog: '.monaco-dialog-box',
+  activityBarItems: '.part.activitybar .action-item a, .part.activitybar .action-item .action-label',
+  paneHeaders: '.part.sidebar .pane-header',
 } as const;
 
 export class Workbench {
@@ -62,7 +64,25 @@ export class Workbench {
     await this.page.locator(sel.activeEditor).waitFor({ timeout: timeouts.ui });
   }
 
-  /** Runs a command from the palette (F1) by its visible label, e.g. "Memlens: Hello". */
+  /** Moves the cursor to a line of the active editor (Go to Line), which scrolls it into view. */
+  async goToLine(line: number): Promise<void> {
+    await this.quickInput(`:${line}`);
+    await this.page.keyboard.press('Enter');
+    await this.page.locator(sel.quickInput).waitFor({ state: 'hidden', timeout: timeouts.ui });
+    await this.page
+      .locator('#status\\.editor\\.selection')
+      .filter({ hasText: new RegExp(`Ln ${line},`) })
+      .waitFor({ timeout: timeouts.ui });
+  }
+
+  /** The cursor's line in the active editor, from the status bar ("Ln 12, Col 1"). */
+  async cursorLine(): Promise<number | undefined> {
+    const text = await this.page.locator('#status\\.editor\\.selection').innerText().catch(() => '');
+    const m = /Ln (\d+)/.exec(text);
+    return m ? Number(m[1]) : undefined;
+  }
+
+  /** Runs a command from the palette (F1) by its visible label, e.g. "Memlens: Trace Memory". */
   async runCommand(label: string): Promise<void> {
     await this.quickInput(`>${label}`);
     await this.pickRow(label);
@@ -162,6 +182,61 @@ export class Workbench {
     );
   }
 
+  /** Lines (1-based) of the active editor's visible lines with an error squiggle. */
+  async errorSquiggleLines(): Promise<number[]> {
+    const editor = this.page.locator(sel.activeEditor).first();
+    return editor.evaluate((root) => {
+      const numbered: { top: number; line: number }[] = [];
+      for (const n of root.querySelectorAll<HTMLElement>('.margin-view-overlays > div')) {
+        const num = n.querySelector('.line-numbers')?.textContent?.trim();
+        if (num) numbered.push({ top: parseFloat(n.style.top), line: Number(num) });
+      }
+      numbered.sort((a, b) => a.top - b.top);
+      const lines = new Set<number>();
+      for (const overlay of root.querySelectorAll<HTMLElement>('.view-overlays > div')) {
+        if (!overlay.querySelector('.squiggly-error')) continue;
+        const top = parseFloat(overlay.style.top);
+        const line = numbered.filter((n) => n.top <= top).pop()?.line;
+        if (line !== undefined) lines.add(line);
+      }
+      return [...lines].sort((a, b) => a - b);
+    });
+  }
+
+  /** Waits until `line` of the active editor shows an error squiggle. */
+  async waitForErrorSquiggle(line: number): Promise<number[]> {
+    return this.poll(
+      `an error squiggle on line ${line}`,
+      async () => {
+        const lines = await this.errorSquiggleLines();
+        return lines.includes(line) ? lines : undefined;
+      },
+      () => this.errorSquiggleLines(),
+    );
+  }
+
+  /** The CodeLens titles shown in the active editor. */
+  async codeLenses(): Promise<string[]> {
+    const editor = this.page.locator(sel.activeEditor).first();
+    return editor.evaluate((root) =>
+      [...root.querySelectorAll<HTMLElement>('.codelens-decoration a, .codelens-decoration span')]
+        .map((a) => a.innerText.trim())
+        .filter((t) => t && t !== '|'),
+    );
+  }
+
+  async waitForCodeLens(text: string | RegExp): Promise<string[]> {
+    const matches = (t: string): boolean => (typeof text === 'string' ? t === text : text.test(t));
+    return this.poll(
+      `a CodeLens ${String(text)}`,
+      async () => {
+        const all = await this.codeLenses();
+        return all.some(matches) ? all : undefined;
+      },
+      () => this.codeLenses(),
+    );
+  }
+
   /** Moves the mouse over the first word of a (visible) line and returns the hover's text. */
   async hoverLine(line: number): Promise<string> {
     const editor = this.page.locator(sel.activeEditor).first();
@@ -228,6 +303,36 @@ export class Workbench {
     );
   }
 
+  /** Waits until no notification matches `text` (a progress notification ends by going away). */
+  async waitForNoNotification(text: string | RegExp, timeout = timeouts.ui): Promise<void> {
+    const matches = (n: Notification): boolean =>
+      typeof text === 'string' ? n.message.includes(text) : text.test(n.message);
+    const deadline = Date.now() + timeout;
+    for (;;) {
+      const all = await this.notifications();
+      if (!all.some(matches)) return;
+      const dialog = await this.modalDialog();
+      if (dialog) throw new Error(`waiting for notification ${String(text)} to end, VS Code showed a dialog: ${dialog}`);
+      if (Date.now() > deadline) throw new Error(`timed out waiting for notification ${String(text)} to end; saw ${JSON.stringify(all)}`);
+      await this.page.waitForTimeout(250);
+    }
+  }
+
+  /** Clicks a button of the notification whose message matches `text`. */
+  async clickNotificationButton(text: string | RegExp, button: string): Promise<void> {
+    const row = this.page
+      .locator(sel.notificationRows)
+      .filter({ has: this.page.locator('.notification-list-item-message', { hasText: text }) })
+      .first();
+    await row.hover();
+    await row.locator('.monaco-button', { hasText: button }).first().click({ timeout: timeouts.ui });
+  }
+
+  /** Clears every notification (so that the next screenshot shows the editor). */
+  async clearNotifications(): Promise<void> {
+    await this.runCommand('Notifications: Clear All Notifications');
+  }
+
   async waitForNotification(text: string | RegExp): Promise<Notification> {
     const matches = (n: Notification): boolean =>
       typeof text === 'string' ? n.message.includes(text) : text.test(n.message);
@@ -263,6 +368,43 @@ export class Workbench {
         return undefined;
       },
       () => Promise.all(this.webviewFrames(extensionId).map(bodyOf)),
+    );
+  }
+
+  /** Opens a view container of the activity bar by its title (e.g. "Memory"), unless open. */
+  async openViewContainer(title: string): Promise<void> {
+    const label = `[aria-label^="${title.replace(/"/g, '\\"')}"]`;
+    const item = this.page.locator(sel.activityBarItems.split(', ').map((s) => `${s}${label}`).join(', ')).first();
+    await item.waitFor({ timeout: timeouts.ui });
+    const checked = await item.evaluate((el) => el.closest('.action-item')?.classList.contains('checked') ?? false);
+    if (!checked) await item.click();
+    // A container with one view hides that view's pane header: wait for its body instead.
+    await this.page.locator('.part.sidebar .pane-body').first().waitFor({ timeout: timeouts.ui });
+  }
+
+  /** The rows of a side bar view (by its pane title): each row's label and description. */
+  async viewRows(paneTitle: string): Promise<string[]> {
+    const pane = this.page.locator('.part.sidebar .pane').filter({ has: this.page.locator('.pane-header', { hasText: paneTitle }) }).first();
+    // "label description": the two are separate elements with no space between them.
+    return pane.locator('.monaco-list-row').evaluateAll((rows) =>
+      rows.map((r) =>
+        ['.label-name', '.label-description']
+          .map((s) => (r.querySelector(s) as HTMLElement | null)?.innerText.trim() ?? '')
+          .filter(Boolean)
+          .join(' '),
+      ),
+    );
+  }
+
+  async waitForViewRow(paneTitle: string, text: string | RegExp): Promise<string[]> {
+    const matches = (r: string): boolean => (typeof text === 'string' ? r.includes(text) : text.test(r));
+    return this.poll(
+      `a row ${String(text)} in the ${paneTitle} view`,
+      async () => {
+        const rows = await this.viewRows(paneTitle);
+        return rows.some(matches) ? rows : undefined;
+      },
+      () => this.viewRows(paneTitle),
     );
   }
 
