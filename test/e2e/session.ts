@@ -70,7 +70,8 @@ function newestSource(): { file: string; mtime: number } {
   return newest;
 }
 
-function resolveVsix(explicit: string | undefined): string {
+/** The .vsix under test: explicit, $MEMLENS_E2E_VSIX, else out/ (refused when stale). */
+export function resolveVsix(explicit?: string): string {
   const vsix = explicit ?? process.env.MEMLENS_E2E_VSIX;
   if (vsix) return path.resolve(vsix);
   if (!existsSync(defaultVsix)) throw new Error(`${defaultVsix} is missing: run \`npm run package\` first`);
