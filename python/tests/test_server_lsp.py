@@ -344,6 +344,8 @@ async def test_bad_input_gets_a_clear_answer(client: MemlensClient, workspace):
         await command(client, "memlens.trace", {"targetId": "model:nope.py:X"}, 30)
     with pytest.raises(JsonRpcException, match="iterations must be a non-negative integer"):
         await command(client, "memlens.trace", {"targetId": GPT, "iterations": "two"}, 30)
+    with pytest.raises(JsonRpcException, match="unknown device 'h900'; valid devices: h100-80gb"):
+        await command(client, "memlens.trace", {"targetId": GPT, "device": "h900"}, 30)
     bad = workspace / ".memlens" / "broken" / "20200101-000000-000000.json"
     bad.parent.mkdir(parents=True)
     bad.write_text('{"format": "memlens.snapshot", "version": 1, "meta": ')

@@ -11,6 +11,7 @@ from typing import Any
 from lsprotocol import types as lsp
 from pygls import uris
 
+from ..devices import get_device  # a table, no torch
 from ..errors import MemlensError
 from ..units import format_bytes
 from . import protocol as P
@@ -94,9 +95,9 @@ class TraceCommands:
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
                 raise MemlensError(f"{key} must be a non-negative integer, got {v!r}")
             ints[key] = v
-        return TraceRequest(t, str(params.get("device") or self.settings.device),
-                            ints["iterations"] or self.settings.iterations, ints["worldSize"],
-                            ints["rank"], bool(params.get("allRanks", False)))
+        device = get_device(str(params.get("device") or self.settings.device)).name  # the table
+        return TraceRequest(t, device, ints["iterations"] or self.settings.iterations,
+                            ints["worldSize"], ints["rank"], bool(params.get("allRanks", False)))
 
     def target_from_json(self, raw: dict[str, Any]) -> TargetInfo | None:
         if raw.get("id"):
