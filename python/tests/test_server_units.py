@@ -266,3 +266,15 @@ def test_protocol_is_declared_once_and_dumps_as_json():
     # Every method name is a module constant, spelled once.
     consts = {v for k, v in vars(P).items() if k.startswith(("CMD_", "REQ_", "NOTIFY_"))}
     assert consts == set(methods)
+
+
+def test_strings_from_a_snapshot_cannot_break_out_of_the_hover():
+    hostile = digest([module("", "Net`](http://evil.example/x.png) | <img src=x>", "",
+                             source_line=10, parameter=MiB)])
+    hostile["meta"]["deviceDisplayName"] = "**GPU** [click](command:rm) | x"
+    hostile["summary"]["peakPhase"] = "phase\n\n# heading"
+    md = hover_markdown(annotate(hostile, F)[0], hostile, 1)
+    head = md.split("\n")[0]
+    assert head.startswith("**class `Net'](http://evil.example/x.png) ¦ <img src=x>`**")
+    assert "\\*\\*GPU\\*\\* \\[click\\]\\(command:rm\\) \\| x" in md
+    assert "`phase # heading`" in md and "\n# heading" not in md

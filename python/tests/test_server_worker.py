@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -66,6 +67,16 @@ async def _wait_file(path, timeout=30):
     raise AssertionError(f"{path} never appeared")
 
 
+def _gone(*pids, timeout=10.0):
+    """SIGKILL is delivered asynchronously: on a loaded machine give it a moment."""
+    deadline = time.monotonic() + timeout
+    while any(pid_alive(p) for p in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def test_stop_ends_the_worker_and_its_children(tmp_path):
     pid_file = tmp_path / "pids"
 
@@ -80,7 +91,7 @@ def test_stop_ends_the_worker_and_its_children(tmp_path):
 
     result, worker, child = run(go())
     assert result.status == "cancelled"
-    assert not pid_alive(worker) and not pid_alive(child)
+    assert _gone(worker, child)
 
 
 def test_time_limit_ends_the_worker_and_its_children(tmp_path):
@@ -89,7 +100,7 @@ def test_time_limit_ends_the_worker_and_its_children(tmp_path):
     result = run(w.run())
     assert result.status == "timeout" and 2 <= result.duration_s < 10
     worker, child = map(int, pid_file.read_text().split())
-    assert not pid_alive(worker) and not pid_alive(child)
+    assert _gone(worker, child)
 
 
 def test_memory_limit_applies_to_the_worker(tmp_path):

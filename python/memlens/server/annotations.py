@@ -14,6 +14,7 @@ share of the peak.
 from __future__ import annotations
 
 import datetime as _dt
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -29,6 +30,26 @@ SHORT = {"parameter": "params", "buffer": "buffers", "gradient": "grads",
 ALWAYS_SHOWN = ("parameter", "gradient", "optimizer_state", "activation", "temporary")
 MODEL_STATE = ("parameter", "gradient", "optimizer_state")
 CONTAINERS = ("ModuleList", "ModuleDict", "Sequential")
+
+
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|<>~])")
+
+
+def md_code(text: object, limit: int = 120) -> str:
+    """A snapshot's string (untrusted) as inline code: no way out of the code span, no table
+    breaks, bounded length."""
+    s = " ".join(str(text).split()).replace("`", "'").replace("|", "¦")
+    if len(s) > limit:
+        s = s[:limit - 1] + "…"
+    return f"`{s}`" if s else "`(none)`"
+
+
+def md_text(text: object, limit: int = 120) -> str:
+    """A snapshot's string as plain markdown text (special characters escaped)."""
+    s = " ".join(str(text).split())
+    if len(s) > limit:
+        s = s[:limit - 1] + "…"
+    return _MD_SPECIAL.sub(r"\\\1", s)
 
 
 @dataclass
@@ -101,11 +122,11 @@ def _module_annotation(kind: str, line: int, mods: list[dict[str, Any]], peak: i
     share = alive / peak if peak else 0.0
     label = _label(mods, root_name)
     classes = sorted({m["cls"] for m in mods})
-    names = ", ".join(f"`{m['fqn'] or root_name}`" for m in mods[:4]) + (", …" if n > 4 else "")
+    names = ", ".join(md_code(m["fqn"] or root_name) for m in mods[:4]) + (", …" if n > 4 else "")
     if kind == "class":
-        head = f"**class `{classes[0]}`** · {n} instance{'s' if n > 1 else ''}: {names}"
+        head = f"**class {md_code(classes[0])}** · {n} instance{'s' if n > 1 else ''}: {names}"
     else:
-        head = (f"**constructs** {names} ({', '.join(f'`{c}`' for c in classes)}"
+        head = (f"**constructs** {names} ({', '.join(md_code(c) for c in classes[:4])}"
                 f"{f' ×{n}' if n > 1 else ''})")
     rows = ["| | per instance | × " + str(n) + " | at the peak | share of peak |",
             "|:--|--:|--:|--:|--:|"]
@@ -217,13 +238,13 @@ def footer(digest: dict[str, Any], budget: int, now: _dt.datetime | None = None,
     limit = f"of {format_bytes(total)}"
     if budget != total:
         limit += f" (budget {format_bytes(budget)})"
-    phase = f" in `{summary['peakPhase']}`" if summary["peakPhase"] else ""
-    device = meta["deviceName"]
-    if meta["deviceDisplayName"] and meta["deviceDisplayName"] != device:
-        device += f" ({meta['deviceDisplayName']})"
+    phase = f" in {md_code(summary['peakPhase'])}" if summary["peakPhase"] else ""
+    device = md_text(meta["deviceName"])
+    if meta["deviceDisplayName"] and meta["deviceDisplayName"] != meta["deviceName"]:
+        device += f" ({md_text(meta['deviceDisplayName'])})"
     text = (f"Peak **{format_bytes(summary['peakBytes'])}** {limit}{phase} · rank {meta['rank']} "
-            f"of {meta['worldSize']} · {device} · {meta['targetKind']} "
-            f"`{meta['targetName']}` · traced {age_text(meta['created'], now)}")
+            f"of {meta['worldSize']} · {device} · {md_text(meta['targetKind'])} "
+            f"{md_code(meta['targetName'])} · traced {age_text(meta['created'], now)}")
     if stale:
         text = ("⚠ *Stale*: the file changed since this trace; the numbers moved with their "
                 "lines. Trace again to update.\n\n" + text)

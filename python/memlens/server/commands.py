@@ -11,6 +11,7 @@ from typing import Any
 from lsprotocol import types as lsp
 from pygls import uris
 
+from ..devices import get_device  # a table, no torch
 from ..errors import MemlensError
 from ..units import format_bytes
 from . import protocol as P
@@ -78,10 +79,12 @@ class TraceCommands:
         if params.get("targetId"):
             tid = str(params["targetId"])
             t = self.find_target(tid)
-            if t is None:  # the workspace scan may be under way, or the file new
+            if t is None:  # the workspace scan may be under way (wait for it) ...
                 await self.scan()
-                t = self.find_target(tid) or (await self.scan(force=True), self.find_target(
-                    tid))[1]
+                t = self.find_target(tid)
+            if t is None:  # ... or the file is new since the last one
+                await self.scan(force=True)
+                t = self.find_target(tid)
         elif isinstance(params.get("target"), dict):
             t = self.target_from_json(params["target"])
         if t is None:
@@ -94,9 +97,9 @@ class TraceCommands:
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
                 raise MemlensError(f"{key} must be a non-negative integer, got {v!r}")
             ints[key] = v
-        return TraceRequest(t, str(params.get("device") or self.settings.device),
-                            ints["iterations"] or self.settings.iterations, ints["worldSize"],
-                            ints["rank"], bool(params.get("allRanks", False)))
+        device = get_device(str(params.get("device") or self.settings.device)).name  # the table
+        return TraceRequest(t, device, ints["iterations"] or self.settings.iterations,
+                            ints["worldSize"], ints["rank"], bool(params.get("allRanks", False)))
 
     def target_from_json(self, raw: dict[str, Any]) -> TargetInfo | None:
         if raw.get("id"):
@@ -134,7 +137,11 @@ class TraceCommands:
         if result is None:
             out["status"] = run.cancelled_before_start or "cancelled"
         elif result.status == "ok":
-            await self.refresh_index()
+            try:
+                await self.refresh_index()
+            except Exception as exc:  # noqa: BLE001 - reported as the trace's failure below
+                self.log(f"reading snapshots failed: {type(exc).__name__}: {exc}",
+                         lsp.MessageType.Error)
             e = self.index.by_path(snapshot)
             if e is not None and e.digest is not None:
                 out["status"] = "ok"
@@ -171,7 +178,7 @@ class TraceCommands:
             return
         for t in self.all_targets():
             e = self.entry_for(t)
-            related = t.path == path and e is not None or (e is not None and path in e.files)
+            related = e is not None and (t.path == path or path in e.files)
             if related and t.id not in self.runner.running:
                 req = self.last_requests.get(t.id) or TraceRequest(t, self.settings.device,
                                                                    self.settings.iterations)
