@@ -6,7 +6,7 @@ import type { Context, Part } from './context';
 import { Derived } from './context';
 import type { Snapshot } from './data/snapshot';
 import { TABS, restoreState, snapshotKeyOf, type PanelState, type Tab } from './data/state';
-import { parseSnapshot, validateSnapshot } from './data/validate';
+import { deepChecks, parseSnapshot, validateSnapshot, validateTop } from './data/validate';
 import { el, replace } from './dom';
 import type { Host } from './host';
 import type { HostMessage } from './messages';
@@ -18,6 +18,9 @@ import { ModulesView } from './views/modules';
 import { PhasesView } from './views/phases';
 import { TableView } from './views/table';
 import { TimelineView } from './views/timeline';
+
+/** Views that read tensors or the allocation stream: they wait for the deep checks. */
+const NEEDS_DEEP = new Set<Tab>(['modules', 'table', 'details']);
 
 const TAB_LABELS: Record<Tab, string> = {
   phases: 'Phases',
@@ -70,16 +73,39 @@ export class App {
         this.setCompare(message.snapshot, message.source);
         return this.renderAll();
       }
-      const parsed = validateSnapshot(message.snapshot, message.source ?? 'snapshot');
+      performance.mark('memlens:received');
+      const name = message.source ?? 'snapshot';
+      const parsed = validateTop(message.snapshot, name);
       if (!parsed.ok) return this.showError(parsed.error);
       this.load(parsed.snapshot, message.source);
       if (message.compare !== undefined) this.setCompare(message.compare, message.compareSource);
       this.renderAll();
+      performance.mark('memlens:rendered');
+      void this.finishValidation(parsed.snapshot, name);
     } catch (e) {
       // A bug of ours must still leave something readable on screen.
       this.showError(`The panel failed to show this snapshot: ${e instanceof Error ? `${e.message}\n${e.stack ?? ''}` : String(e)}`);
       this.host.log('error', String(e instanceof Error ? e.stack : e));
     }
+  }
+
+  /** The deep checks, in slices between frames; the views that need them render after. */
+  private async finishValidation(snapshot: Snapshot, name: string): Promise<void> {
+    const checks = deepChecks(snapshot, name);
+    for (;;) {
+      const step = checks.next();
+      if (this.snapshot !== snapshot) return; // another snapshot arrived meanwhile
+      if (step.done) {
+        if (step.value !== null) return this.showError(step.value);
+        break;
+      }
+      await new Promise((resolve) => setTimeout(resolve, 0));
+    }
+    if (this.snapshot !== snapshot || !this.derived) return;
+    this.derived.validated = true;
+    performance.mark('memlens:validated');
+    document.body.dataset['validated'] = 'true';
+    this.renderDirty();
   }
 
   private load(snapshot: Snapshot, source: string | undefined): void {
@@ -221,8 +247,13 @@ export class App {
     }
     const tab = this.state.tab;
     if (this.dirty.has(tab)) {
-      this.dirty.delete(tab);
-      this.views.get(tab)?.render();
+      if (NEEDS_DEEP.has(tab) && !this.derived?.validated) {
+        const root = document.getElementById(`view-${tab}`);
+        if (root && !root.querySelector('.checking')) replace(root, el('p', { class: 'empty checking' }, 'Checking the snapshot…'));
+      } else {
+        this.dirty.delete(tab);
+        this.views.get(tab)?.render();
+      }
     }
     document.body.dataset['tab'] = tab;
   }
@@ -246,6 +277,7 @@ export class App {
     for (const v of this.views.values()) v.dispose();
     this.views.clear();
     this.snapshot = null;
+    this.derived = null;
     this.state = null;
     replace(
       this.main,

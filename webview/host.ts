@@ -89,7 +89,9 @@ function standaloneHost(notify: (text: string) => void): Host {
       }
       let payload: Payload;
       try {
+        performance.mark('memlens:parse-start');
         payload = JSON.parse(node.textContent ?? '') as Payload;
+        performance.mark('memlens:parsed');
       } catch (e) {
         handler({ type: 'error', message: `The embedded snapshot is not valid JSON: ${e instanceof Error ? e.message : String(e)}` });
         return;

@@ -2,7 +2,7 @@
 // rows and the running total of the selection: "what if I removed these".
 import { CATEGORY_LABELS } from '../data/categories';
 import { categoryVariable } from '../data/colors';
-import { formatBytes, formatCount, formatShape, formatShare } from '../data/format';
+import { formatBytes, formatCount, formatShare } from '../data/format';
 import { CATEGORIES } from '../data/snapshot';
 import { TENSOR_COLUMNS, filterTensors, selectionTotal, sortTensors, type TensorColumn } from '../data/tensors';
 import type { Context } from '../context';
@@ -191,7 +191,7 @@ export class TableView {
     (cells[0]!.firstChild as HTMLInputElement).checked = selected;
     cells[1]!.textContent = formatBytes(t.bytes);
     cells[1]!.setAttribute('title', `${formatCount(t.bytes)} bytes`);
-    cells[2]!.textContent = formatShape(t.shape);
+    cells[2]!.textContent = ctx.derived.text.shape(i);
     cells[3]!.textContent = t.dtype;
     const cat = cells[4]!;
     cat.textContent = '';
