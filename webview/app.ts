@@ -19,8 +19,9 @@ import { PhasesView } from './views/phases';
 import { TableView } from './views/table';
 import { TimelineView } from './views/timeline';
 
-/** Views that read tensors or the allocation stream: they wait for the deep checks. */
-const NEEDS_DEEP = new Set<Tab>(['modules', 'table', 'details']);
+/** Views that read tensors, the allocation stream or the second snapshot: they wait for the
+ *  deep checks. */
+const NEEDS_DEEP = new Set<Tab>(['modules', 'table', 'details', 'compare']);
 
 const TAB_LABELS: Record<Tab, string> = {
   phases: 'Phases',
@@ -78,10 +79,10 @@ export class App {
       const parsed = validateTop(message.snapshot, name);
       if (!parsed.ok) return this.showError(parsed.error);
       this.load(parsed.snapshot, message.source);
-      if (message.compare !== undefined) this.setCompare(message.compare, message.compareSource);
       this.renderAll();
       performance.mark('memlens:rendered');
-      void this.finishValidation(parsed.snapshot, name);
+      const compare = message.compare === undefined ? null : { doc: message.compare, source: message.compareSource };
+      void this.finishLoading(parsed.snapshot, name, compare);
     } catch (e) {
       // A bug of ours must still leave something readable on screen.
       this.showError(`The panel failed to show this snapshot: ${e instanceof Error ? `${e.message}\n${e.stack ?? ''}` : String(e)}`);
@@ -89,8 +90,15 @@ export class App {
     }
   }
 
-  /** The deep checks, in slices between frames; the views that need them render after. */
-  private async finishValidation(snapshot: Snapshot, name: string): Promise<void> {
+  /**
+   * After the first paint: the deferred parts of the snapshot, the deep checks in slices between
+   * frames, the second snapshot; then the views that need them render.
+   */
+  private async finishLoading(snapshot: Snapshot, name: string, compare: { doc: unknown; source: string | undefined } | null): Promise<void> {
+    await new Promise((resolve) => setTimeout(resolve, 0));
+    if (this.snapshot !== snapshot) return;
+    const missing = this.host.loadDeferred(snapshot);
+    if (missing) return this.showError(missing);
     const checks = deepChecks(snapshot, name);
     for (;;) {
       const step = checks.next();
@@ -102,6 +110,7 @@ export class App {
       await new Promise((resolve) => setTimeout(resolve, 0));
     }
     if (this.snapshot !== snapshot || !this.derived) return;
+    if (compare) this.setCompare(compare.doc, compare.source);
     this.derived.validated = true;
     performance.mark('memlens:validated');
     document.body.dataset['validated'] = 'true';

@@ -12,10 +12,12 @@ import { compareSnapshots } from '../../webview/data/compare';
 import {
   closeBrowser,
   cspViolations,
+  embedJson,
   gptSnapshot,
   makeReport,
   openReport,
   readSnapshot,
+  reportWith,
   root,
   screenshot,
   showTab,
@@ -286,7 +288,7 @@ test('a hostile snapshot renders as text and runs nothing', T, async () => {
     await o.page.mouse.move(700, 500); // hover the charts: tooltips draw the names too
     await o.page.waitForTimeout(50);
     assert.equal(await o.page.evaluate(() => (window as unknown as { __pwned?: number }).__pwned), undefined, tab);
-    assert.equal(await o.page.$$eval('img, iframe, object, embed, b, body script:not(#memlens-data)', (els) => els.length), 1, `${tab}: only our bundle script`);
+    assert.equal(await o.page.$$eval('img, iframe, object, embed, b, body script:not([type="application/json"])', (els) => els.length), 1, `${tab}: only our bundle script`);
   }
   await showTab(o.page, 'modules');
   const names = await o.page.$$eval('#modules-tree .module-name', (els) => els.map((e) => e.textContent ?? ''));
@@ -302,11 +304,10 @@ test('a hostile snapshot renders as text and runs nothing', T, async () => {
 
 test('a snapshot that fails validation shows the error, not a blank page', T, async () => {
   const page = readFileSync(report, 'utf8');
-  const block = /(<script type="application\/json" id="memlens-data">)([\s\S]*?)(<\/script>)/;
-  const embed = (v: unknown) => JSON.stringify(v).replace(/</g, '\\u003c').replace(/>/g, '\\u003e').replace(/&/g, '\\u0026');
+  const embed = embedJson;
   const variant = (name: string, data: string) => {
     const file = path.join(out, `invalid-${name}.html`);
-    writeFileSync(file, page.replace(block, (_m, open: string, _d: string, close: string) => `${open}${data}${close}`));
+    writeFileSync(file, reportWith(page, { 'memlens-data': data }));
     return file;
   };
   const badTensor = JSON.parse(JSON.stringify(a)) as Snapshot;
@@ -316,6 +317,7 @@ test('a snapshot that fails validation shows the error, not a blank page', T, as
     ['tensor', embed({ snapshot: badTensor }), /invalid snapshot at tensors\/3\/category: must be equal to one of the allowed values/],
     ['json', '{"snapshot": {"format": "memlens.snap', /not valid JSON/],
     ['format', embed({ snapshot: { hello: 'world' } }), /not a memlens snapshot/],
+    ['deferred', embed({ snapshot: { ...a, tensors: [], allocations: null }, deferred: { tensors: 'memlens-data-nowhere' } }), /its tensors block is missing/],
   ];
   for (const [name, data, message] of cases) {
     const o = await openReport(variant(name, data), 'dark', 'ready');
@@ -330,10 +332,8 @@ test('a snapshot that fails validation shows the error, not a blank page', T, as
 test('100,000 tensors: the table stays virtual and scrolls to the last row', T, async () => {
   const synth = (await import(path.join(root, 'bench/synthetic-snapshot.mjs'))) as { syntheticSnapshot(n: number): Snapshot };
   const big = synth.syntheticSnapshot(100_000);
-  const page = readFileSync(report, 'utf8');
-  const data = JSON.stringify({ snapshot: big, source: 'synthetic-100000.json' }).replace(/</g, '\\u003c').replace(/>/g, '\\u003e').replace(/&/g, '\\u0026');
   const file = path.join(out, 'synthetic-100000.html');
-  writeFileSync(file, page.replace(/(<script type="application\/json" id="memlens-data">)[\s\S]*?(<\/script>)/, (_m, open: string, close: string) => `${open}${data}${close}`));
+  writeFileSync(file, reportWith(readFileSync(report, 'utf8'), { snapshot: big, source: 'synthetic-100000.json' }));
   const o = await openReport(file);
   const rendered = await o.page.evaluate(() => performance.getEntriesByName('memlens:rendered')[0]?.startTime ?? -1);
   assert.ok(rendered > 0 && rendered < 5000, `first render at ${rendered} ms`);

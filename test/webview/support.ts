@@ -152,3 +152,32 @@ export async function screenshot(page: Page, name: string): Promise<void> {
   mkdirSync(artifacts, { recursive: true });
   await page.screenshot({ path: path.join(artifacts, `${name}.png`) });
 }
+
+/** JSON for a <script type="application/json"> block, escaped as html_report.py does. */
+export function embedJson(value: unknown): string {
+  return JSON.stringify(value).replace(/</g, '\\u003c').replace(/>/g, '\\u003e').replace(/&/g, '\\u0026');
+}
+
+/**
+ * A copy of a report page with other data: `blocks` (raw block contents by id, the first being
+ * memlens-data), or a snapshot split as html_report.py splits it.
+ */
+export function reportWith(page: string, data: { snapshot: Snapshot; source?: string } | Record<string, string>): string {
+  let blocks: Record<string, string>;
+  if ('snapshot' in data && typeof data.snapshot === 'object') {
+    const { snapshot, ...rest } = data as { snapshot: Snapshot; source?: string };
+    const main = { ...snapshot, tensors: [], allocations: null };
+    const deferred: Record<string, string> = { tensors: 'memlens-data-tensors' };
+    if (snapshot.allocations) deferred['allocations'] = 'memlens-data-allocations';
+    blocks = {
+      'memlens-data': embedJson({ ...rest, snapshot: main, deferred }),
+      'memlens-data-tensors': embedJson(snapshot.tensors),
+      ...(snapshot.allocations ? { 'memlens-data-allocations': embedJson(snapshot.allocations) } : {}),
+    };
+  } else blocks = data as Record<string, string>;
+  const html = Object.entries(blocks)
+    .map(([id, text]) => `<script type="application/json" id="${id}">${text}</script>\n`)
+    .join('');
+  // The JSON blocks run from the first one up to the bundle's plain <script>.
+  return page.replace(/<script type="application\/json" id="memlens-data">[\s\S]*?(?=<script>)/, () => html);
+}
