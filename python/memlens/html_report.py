@@ -46,7 +46,7 @@ def bundle_dir() -> Path:
             return d
     raise BundleMissing(
         "the panel bundle (webview.js, webview.css) is not built, so no HTML report can be made: "
-        "run `npm ci && npm run build:webview` at the repository root (it writes "
+        "run `make build` (or `npm ci && npm run build:webview`) at the repository root (it writes "
         f"{_PACKAGE_BUNDLE}), or install a memlens package that includes it")
 
 

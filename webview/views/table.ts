@@ -292,11 +292,15 @@ export class TableView {
     const parts = CATEGORIES.filter((c) => total.byCategory[c] > 0).map((c) => el('span', { class: 'legend-item' }, swatch(categoryVariable(c)), `${CATEGORY_LABELS[c]} ${formatBytes(total.byCategory[c])}`));
     replace(
       bar,
-      el('span', null, `Selected ${formatCount(total.count)} tensor${total.count === 1 ? '' : 's'}: `),
-      el('strong', { id: 'selection-total', 'data-bytes': total.bytes }, formatBytes(total.bytes)),
-      el('span', { class: 'muted' }, ` (${formatShare(total.bytes, s.summary.peak_bytes)} of the peak). Without them the peak moment holds `),
-      el('strong', { id: 'selection-without', 'data-bytes': total.peakWithout }, formatBytes(total.peakWithout)),
-      el('span', { class: 'muted' }, '.'),
+      el(
+        'span',
+        null,
+        `Selected ${formatCount(total.count)} tensor${total.count === 1 ? '' : 's'}: `,
+        el('strong', { id: 'selection-total', 'data-bytes': total.bytes }, formatBytes(total.bytes)),
+        el('span', { class: 'muted' }, ` (${formatShare(total.bytes, s.summary.peak_bytes)} of the peak). Without them the peak moment holds `),
+        el('strong', { id: 'selection-without', 'data-bytes': total.peakWithout }, formatBytes(total.peakWithout)),
+        el('span', { class: 'muted' }, '.'),
+      ),
       el('span', { class: 'selection-parts' }, ...parts),
       clear,
     );
