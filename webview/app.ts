@@ -57,6 +57,7 @@ export class App {
   constructor(root: HTMLElement, private readonly host: Host) {
     this.theme = readTheme();
     applyThemeDefaults(this.theme);
+    document.body.dataset['theme'] = this.theme.dark ? 'dark' : 'light';
     this.main = el('div', { class: 'app' });
     this.toast = el('div', { class: 'toast', id: 'toast', role: 'status', 'aria-live': 'polite' });
     replace(root, this.main, this.toast);
@@ -278,6 +279,7 @@ export class App {
   private onTheme(): void {
     this.theme = readTheme();
     applyThemeDefaults(this.theme);
+    document.body.dataset['theme'] = this.theme.dark ? 'dark' : 'light';
     if (!this.snapshot) return;
     this.renderAll();
   }

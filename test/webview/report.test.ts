@@ -72,6 +72,11 @@ for (const scheme of ['dark', 'light'] as const) {
       await showTab(o.page, tab);
       await o.page.waitForSelector(`#view-${tab} ${expect[tab]}`);
       await o.page.mouse.move(0, 0);
+      if (tab === 'timeline') {
+        // The hover names the event's op and module (drawn on the canvas: seen in the screenshot).
+        const box = (await o.page.locator('#timeline-chart').boundingBox())!;
+        await o.page.mouse.move(box.x + box.width * 0.57, box.y + box.height * 0.5);
+      }
       await screenshot(o.page, `${scheme}-${tab}`);
     }
     await clean(o);
@@ -103,6 +108,10 @@ test('the numbers shown are the snapshot’s', T, async () => {
   for (const oneOff of ['lm_head', 'wpe', 'ln_f']) {
     assert.equal(await bytesOf(o, row(oneOff)), total(a.modules.find((m) => m.fqn === oneOff)!.at_peak), oneOff);
   }
+  // Expanded: the merged group, then each instance with its own bytes.
+  await o.page.click(row('h.*'));
+  await o.page.click('#modules-tree tr.module-row.instances');
+  for (const m of blocks) assert.equal(await bytesOf(o, `#modules-tree tr.module-row.instance[data-key="${m.fqn}"]`), total(m.at_peak), m.fqn);
   const none = sum(a.tensors.filter((t) => t.module < 0).map((t) => t.bytes));
   assert.equal(await bytesOf(o, row('(no module)')), none);
   assert.equal(total(model.at_peak) + none, s.peak_bytes, 'the tree accounts for the whole peak');
@@ -219,6 +228,21 @@ test('a tensor’s stack shows user frames first; a frame click gives its file:l
   // A source line lists the tensors it left alive at the peak.
   await o.page.click('#lines-list .line-item');
   await o.page.waitForSelector('.line-details');
+  await clean(o);
+  await o.context.close();
+});
+
+test('the charts follow a theme change', T, async () => {
+  const o = await openReport(report, 'dark');
+  await showTab(o.page, 'timeline');
+  assert.equal(await o.page.getAttribute('body', 'data-theme'), 'dark');
+  const dark = await o.page.evaluate(() => getComputedStyle(document.body).getPropertyValue('--memlens-activation').trim());
+  await o.page.emulateMedia({ colorScheme: 'light' });
+  await o.page.waitForSelector('body[data-theme=light]');
+  const light = await o.page.evaluate(() => getComputedStyle(document.body).getPropertyValue('--memlens-activation').trim());
+  assert.notEqual(light, dark);
+  await o.page.waitForSelector('#timeline-chart');
+  await screenshot(o.page, 'light-after-theme-change-timeline');
   await clean(o);
   await o.context.close();
 });
