@@ -78,6 +78,21 @@ test('the panel opens for a traced snapshot, switches tabs, and a frame click op
   const status = await session.workbench.statusBarItems();
   assert.ok(status.some((s) => s.text.startsWith(`Ln ${line},`)), JSON.stringify(status.map((s) => s.text)));
   await session.capture('04-editor-at-frame');
+
+  // The webview reloads (as when VS Code restores it): tab and tensor come back from setState.
+  const tensor = await panel.getAttribute('.tensor-details', 'data-id');
+  await session.step('reload-webviews', (wb) => wb.runCommand('Developer: Reload Webviews'));
+  const reloaded = await session.step('panel-again', async (wb) => {
+    for (const deadline = Date.now() + timeouts.ui; Date.now() < deadline; await wb.page.waitForTimeout(200)) {
+      for (const f of wb.webviewFrames(EXTENSION)) {
+        if (f !== panel && (await f.$('body[data-validated] .tensor-details').catch(() => null))) return f;
+      }
+    }
+    throw new Error('the panel did not come back after reloading webviews');
+  });
+  assert.equal(await reloaded.getAttribute('body', 'data-tab'), 'details');
+  assert.equal(await reloaded.getAttribute('.tensor-details', 'data-id'), tensor);
+  await session.capture('05-after-reload');
 });
 
 test('no unexpected errors in the browser, code-server or extension host logs', () => {
