@@ -6,10 +6,10 @@
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
-VSIX := out/torch-memory-lens.vsix
 
-.PHONY: demo test setup setup-system setup-python setup-node setup-npm setup-node24 \
-	setup-code-server setup-e2e test-python test-ts test-e2e vsix build bench bench-ext clean
+.PHONY: demo test setup setup-system setup-python setup-node setup-web setup-node24 \
+	setup-code-server setup-e2e build vsix test-python test-ts test-webview test-e2e \
+	test-cuda-build bench bench-webview bench-ext clean
 
 # -- set-up (each step is idempotent: quick when already done) -------------------------------
 setup-python:
@@ -21,48 +21,58 @@ setup-system:
 setup-node:
 	@scripts/setup-node.sh
 
-setup-npm: setup-node
-	@scripts/setup-npm.sh
+# npm dependencies (npm ci once per package-lock.json) and Debian's Chromium
+setup-web: setup-node
+	@scripts/setup-web.sh
 
-# code-server (a real VS Code) on Node 24, and Debian's Chromium: the e2e tests' VS Code
+# code-server (a real VS Code) on Node 24: the e2e tests' VS Code
 setup-node24: setup-node
 	@scripts/setup-node24.sh >/dev/null
 
 setup-code-server: setup-node24
 	@scripts/setup-code-server.sh
 
-setup-e2e: setup-python setup-npm setup-code-server
+setup-e2e: setup-python setup-web setup-code-server
 
-setup: setup-system setup-python
+setup: setup-system setup-python setup-web
 
 # -- build -------------------------------------------------------------------------------------
-build: setup-npm
+# The extension and the panel bundle (dist/, and the copy the Python package ships for
+# `memlens show --html`).
+build: setup-web
 	npm run build
 
-vsix: setup-npm
+vsix: setup-web
 	npm run package
 
 # -- tests -------------------------------------------------------------------------------------
 demo: setup
 	$(PY) -m memlens run --device cpu -- examples/gpt/train.py --batch-size 8
 
-test: setup test-python test-ts test-e2e
+test: setup test-python test-ts test-webview test-e2e
 
-test-python: setup-system setup-python
+test-python: setup-system setup-python build
 	$(PY) -m pytest python/tests -q
 
 # Type checks and the unit tests of the TypeScript side (plain Node; the protocol mirror and
 # the device list are compared with the Python side through .venv).
-test-ts: setup-npm setup-python
+test-ts: setup-web setup-python
 	npm run typecheck
-	npm run test:unit
+	MEMLENS_PYTHON=$(abspath $(PY)) npm run test:unit
 
-# The packaged extension installed into code-server and driven by Chromium.
+# The panel: browser tests of the standalone report (its data modules are in test-ts).
+test-webview: setup build
+	MEMLENS_PYTHON=$(abspath $(PY)) npm run test:webview
+
+# The packaged extension installed into a clean code-server and driven by Chromium.
 test-e2e: setup-e2e vsix
 	npm run test:e2e
 
 bench: setup
 	$(PY) bench/run.py
+
+bench-webview: setup build
+	MEMLENS_PYTHON=$(abspath $(PY)) node bench/webview_render.mjs
 
 # Extension activation, bundle sizes, and Trace Memory -> painted annotations, in code-server.
 bench-ext: setup-e2e vsix

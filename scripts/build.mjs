@@ -2,7 +2,9 @@
 // host) and the report panel (dist/webview.js + dist/webview.css: browser, built by
 // build-webview.mjs, which also copies it into the Python package for `memlens show --html`).
 // Type checking is tsc's job (`npm run typecheck`).
-// Flags: --watch rebuilds on change; --minify for the .vsix (`vscode:prepublish`).
+// Flags: --watch rebuilds on change; --minify minifies the extension bundle (the .vsix, see
+// `vscode:prepublish`). The webview is always minified: it is also inlined into the standalone
+// HTML report, and the Python package ships a copy.
 import * as esbuild from 'esbuild';
 import { buildWebview } from './build-webview.mjs';
 
@@ -21,12 +23,11 @@ const extension = {
   sourcemap: true,
   minify,
   logLevel: 'info',
-  metafile: true,
 };
 
 if (watch) {
   await (await esbuild.context(extension)).watch();
-  await buildWebview({ watch: true, minify });
+  await buildWebview({ watch: true });
 } else {
-  await Promise.all([esbuild.build(extension), buildWebview({ minify })]);
+  await Promise.all([esbuild.build(extension), buildWebview()]);
 }

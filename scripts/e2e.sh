@@ -33,7 +33,7 @@ step setup-node scripts/setup-node.sh
 step setup-python scripts/setup-python.sh
 step setup-node24 scripts/setup-node24.sh
 step setup-code-server scripts/setup-code-server.sh
-step "npm ci" scripts/setup-npm.sh
+step setup-web scripts/setup-web.sh
 step package npm run package
 step test:unit npm run test:unit
 step test:e2e npm run test:e2e

@@ -23,7 +23,15 @@ export function generateValidatorSource() {
     allErrors: false,
     strict: true,
   });
-  const code = standalone(ajv, ajv.compile(schema));
+  ajv.addSchema(schema);
+  const id = schema.$id;
+  // The whole document, and the two big parts on their own so the panel can check those in
+  // slices after its first paint (webview/data/validate.ts).
+  const code = standalone(ajv, {
+    validate: id,
+    validateTensor: `${id}#/properties/tensors/items`,
+    validateAllocations: `${id}#/properties/allocations`,
+  });
   if (/\brequire\(|^\s*import /m.test(code)) {
     throw new Error('the generated validator needs Ajv runtime modules; bundle them explicitly');
   }

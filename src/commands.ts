@@ -11,6 +11,7 @@ import { formatBytes } from './format';
 import { groupTargets, targetAtLine } from './grouping';
 import * as P from './protocol';
 import { openSettings, updateSetting } from './settings';
+import { isSnapshotPath } from './snapshotFile';
 import { nodePath, type Node } from './snapshotTree';
 import { requireTrust } from './trust';
 
@@ -55,7 +56,7 @@ export function registerCommands(ctx: Ctx): void {
     const first = nodePath(node) ?? (await ctx.pickSnapshot('Compare snapshots: choose the first'));
     if (!first) return;
     const second = await ctx.pickSnapshot(`Compare ${path.basename(path.dirname(first))} with…`, first);
-    if (second) ctx.panel.show(first, second);
+    if (second) ctx.showReport(first, second);
   });
   register('memlens.snapshot.reveal', async (node?: Node) => {
     const file = nodePath(node);
@@ -169,21 +170,23 @@ async function askWorldSize(target: P.Target): Promise<number | undefined> {
 
 // -- reports ---------------------------------------------------------------------------------
 
-/** The report of: the given snapshot path, else the active document's snapshot, else the
- * last one shown in the status bar, else one the user picks. */
+/** The report of: the given snapshot path, else the snapshot open in the editor, else the
+ * active document's snapshot, else the last one shown in the status bar, else one the user
+ * picks. */
 async function openReport(ctx: Ctx, arg: unknown): Promise<void> {
   let file = typeof arg === 'string' ? arg : arg instanceof vscode.Uri ? arg.fsPath : undefined;
   const editor = vscode.window.activeTextEditor;
+  if (editor?.document.uri.scheme === 'file' && isSnapshotPath(editor.document.uri.fsPath)) file ??= editor.document.uri.fsPath;
   file ??= (editor && ctx.painter.snapshotOf(editor.document.uri)?.path) ?? ctx.status.current?.path;
   file ??= await ctx.pickSnapshot('Open Memory Report');
-  if (file) ctx.panel.show(file);
+  if (file) ctx.showReport(file);
 }
 
 async function compareSnapshots(ctx: Ctx): Promise<void> {
   const first = await ctx.pickSnapshot('Compare snapshots: choose the first');
   if (!first) return;
   const second = await ctx.pickSnapshot('…and the snapshot to compare it with', first);
-  if (second) ctx.panel.show(first, second);
+  if (second) ctx.showReport(first, second);
 }
 
 async function deleteSnapshot(ctx: Ctx, file: string | undefined): Promise<void> {

@@ -11,7 +11,8 @@ import { serverSettings, type Config } from './config';
 import { Interpreters } from './interpreter';
 import { formatBytes, formatDate, formatRank } from './format';
 import { createLog } from './log';
-import { PanelHost } from './panelHost';
+import { MemoryPanel } from './panel/memoryPanel';
+import { registerMemoryPanel } from './panel/register';
 import { pipInstallArgs, verdict } from './probe';
 import * as P from './protocol';
 import { currentConfig, onDidChangeConfig, openSettings } from './settings';
@@ -32,7 +33,6 @@ export class Ctx implements vscode.Disposable {
   readonly status: MemoryStatus;
   readonly painter: AnnotationPainter;
   readonly tree: SnapshotTree;
-  readonly panel: PanelHost;
   readonly interpreters: Interpreters;
   readonly timer = new TraceTimer();
   /** The interpreter of the running (or last tried) server. */
@@ -50,8 +50,10 @@ export class Ctx implements vscode.Disposable {
     this.painter = new AnnotationPainter(config);
     this.tree = new SnapshotTree(this.log);
     this.interpreters = new Interpreters(this.log, extension.extensionPath);
-    this.panel = new PanelHost(extension.extensionUri, this.log, (title, exclude) => this.pickSnapshot(title, exclude));
-    this.subscriptions.push(this.log, this.status, this.painter, this.tree, this.panel, this.interpreters);
+    this.subscriptions.push(this.log, this.status, this.painter, this.tree, this.interpreters);
+    // The report panel (src/panel/, shared with the panel's own tests): its serializer and
+    // memlens.openPanel.
+    registerMemoryPanel(extension, this.log);
     this.painter.onPainted = (uris) => this.onPainted(uris);
     this.subscriptions.push(
       onDidChangeConfig(({ restart }) => this.onConfigChange(restart)),
@@ -150,7 +152,7 @@ export class Ctx implements vscode.Disposable {
       cwd: this.extension.extensionPath,
       log: this.log,
       config: () => this.config(),
-      showSnapshot: (p) => this.panel.show(p),
+      showSnapshot: (p) => this.showReport(p),
       progress: { onReport: () => this.timer.mark('firstProgress') },
     });
     this.client = client;
@@ -333,7 +335,12 @@ export class Ctx implements vscode.Disposable {
     if (t) this.log.info(`timing ${JSON.stringify({ event: 'trace', ...t })}`);
   }
 
-  // -- pickers shared by commands and the panel -------------------------------------------
+  // -- the report and pickers -------------------------------------------------------------
+  /** Shows a snapshot (and optionally a second to compare with) in the report panel. */
+  showReport(snapshot: string, compare?: string): void {
+    MemoryPanel.show(this.extension, vscode.Uri.file(snapshot), compare ? vscode.Uri.file(compare) : undefined, this.log);
+  }
+
   async pickSnapshot(title: string, exclude?: string): Promise<string | undefined> {
     const entries = (await this.tree.entries()).filter((e) => e.path !== exclude);
     if (entries.length === 0) {

@@ -2,7 +2,7 @@
 // format's JSON Schema and its own tables (webview/data/validate.ts, shared with the panel), and
 // keep what a list shows. A snapshot may come from anyone: a bad file is an error entry with a
 // message, never a crash. No `vscode` import.
-import { validateSnapshot } from '../webview/data/validate';
+import { validateTop } from '../webview/data/validate';
 import type { SnapshotEntry } from './grouping';
 
 export type SnapshotRead = { ok: true; entry: SnapshotEntry } | { ok: false; path: string; error: string };
@@ -20,8 +20,9 @@ export function readSnapshotEntry(text: string, path: string): SnapshotRead {
 
 /** As readSnapshotEntry, for an already parsed document. */
 export function snapshotEntry(doc: unknown, path: string): SnapshotRead {
-  // The format, the version, the schema and every index into the document's own tables.
-  const checked = validateSnapshot(doc, baseName(path));
+  // The format, the version, the schema and the document's own table indices, except the items
+  // of `tensors` and `allocations` (a list never reads them; the report checks them).
+  const checked = validateTop(doc, baseName(path));
   if (!checked.ok) return { ok: false, path, error: checked.error };
   const { meta, summary } = checked.snapshot;
   return {

@@ -6,7 +6,7 @@ import type { Context, Part } from './context';
 import { Derived } from './context';
 import type { Snapshot } from './data/snapshot';
 import { TABS, restoreState, snapshotKeyOf, type PanelState, type Tab } from './data/state';
-import { parseSnapshot, validateSnapshot } from './data/validate';
+import { deepChecks, parseSnapshot, validateSnapshot, validateTop } from './data/validate';
 import { el, replace } from './dom';
 import type { Host } from './host';
 import type { HostMessage } from './messages';
@@ -18,6 +18,10 @@ import { ModulesView } from './views/modules';
 import { PhasesView } from './views/phases';
 import { TableView } from './views/table';
 import { TimelineView } from './views/timeline';
+
+/** Views that read tensors, the allocation stream or the second snapshot: they wait for the
+ *  deep checks. */
+const NEEDS_DEEP = new Set<Tab>(['modules', 'table', 'details', 'compare']);
 
 const TAB_LABELS: Record<Tab, string> = {
   phases: 'Phases',
@@ -53,6 +57,7 @@ export class App {
   constructor(root: HTMLElement, private readonly host: Host) {
     this.theme = readTheme();
     applyThemeDefaults(this.theme);
+    document.body.dataset['theme'] = this.theme.dark ? 'dark' : 'light';
     this.main = el('div', { class: 'app' });
     this.toast = el('div', { class: 'toast', id: 'toast', role: 'status', 'aria-live': 'polite' });
     replace(root, this.main, this.toast);
@@ -70,16 +75,47 @@ export class App {
         this.setCompare(message.snapshot, message.source);
         return this.renderAll();
       }
-      const parsed = validateSnapshot(message.snapshot, message.source ?? 'snapshot');
+      performance.mark('memlens:received');
+      const name = message.source ?? 'snapshot';
+      const parsed = validateTop(message.snapshot, name);
       if (!parsed.ok) return this.showError(parsed.error);
       this.load(parsed.snapshot, message.source);
-      if (message.compare !== undefined) this.setCompare(message.compare, message.compareSource);
       this.renderAll();
+      performance.mark('memlens:rendered');
+      const compare = message.compare === undefined ? null : { doc: message.compare, source: message.compareSource };
+      void this.finishLoading(parsed.snapshot, name, compare);
     } catch (e) {
       // A bug of ours must still leave something readable on screen.
       this.showError(`The panel failed to show this snapshot: ${e instanceof Error ? `${e.message}\n${e.stack ?? ''}` : String(e)}`);
       this.host.log('error', String(e instanceof Error ? e.stack : e));
     }
+  }
+
+  /**
+   * After the first paint: the deferred parts of the snapshot, the deep checks in slices between
+   * frames, the second snapshot; then the views that need them render.
+   */
+  private async finishLoading(snapshot: Snapshot, name: string, compare: { doc: unknown; source: string | undefined } | null): Promise<void> {
+    await new Promise((resolve) => setTimeout(resolve, 0));
+    if (this.snapshot !== snapshot) return;
+    const missing = this.host.loadDeferred(snapshot);
+    if (missing) return this.showError(missing);
+    const checks = deepChecks(snapshot, name);
+    for (;;) {
+      const step = checks.next();
+      if (this.snapshot !== snapshot) return; // another snapshot arrived meanwhile
+      if (step.done) {
+        if (step.value !== null) return this.showError(step.value);
+        break;
+      }
+      await new Promise((resolve) => setTimeout(resolve, 0));
+    }
+    if (this.snapshot !== snapshot || !this.derived) return;
+    if (compare) this.setCompare(compare.doc, compare.source);
+    this.derived.validated = true;
+    performance.mark('memlens:validated');
+    document.body.dataset['validated'] = 'true';
+    this.renderDirty();
   }
 
   private load(snapshot: Snapshot, source: string | undefined): void {
@@ -221,8 +257,13 @@ export class App {
     }
     const tab = this.state.tab;
     if (this.dirty.has(tab)) {
-      this.dirty.delete(tab);
-      this.views.get(tab)?.render();
+      if (NEEDS_DEEP.has(tab) && !this.derived?.validated) {
+        const root = document.getElementById(`view-${tab}`);
+        if (root && !root.querySelector('.checking')) replace(root, el('p', { class: 'empty checking' }, 'Checking the snapshot…'));
+      } else {
+        this.dirty.delete(tab);
+        this.views.get(tab)?.render();
+      }
     }
     document.body.dataset['tab'] = tab;
   }
@@ -238,6 +279,7 @@ export class App {
   private onTheme(): void {
     this.theme = readTheme();
     applyThemeDefaults(this.theme);
+    document.body.dataset['theme'] = this.theme.dark ? 'dark' : 'light';
     if (!this.snapshot) return;
     this.renderAll();
   }
@@ -246,6 +288,7 @@ export class App {
     for (const v of this.views.values()) v.dispose();
     this.views.clear();
     this.snapshot = null;
+    this.derived = null;
     this.state = null;
     replace(
       this.main,

@@ -15,6 +15,8 @@ export class Derived {
   private _events?: EventIndex;
   private _byId?: Map<number, number>;
   private _descendants = new Map<number, number[]>();
+  /** True once the tensors and the allocation stream passed the deep checks. */
+  validated = false;
 
   constructor(readonly snapshot: Snapshot) {}
 
@@ -28,6 +30,7 @@ export class Derived {
     return (this._phases ??= devicePhases(this.snapshot));
   }
   get events(): EventIndex {
+    if (!this.validated) return { at: () => null };
     return (this._events ??= eventIndex(this.snapshot));
   }
   /** Tensor row index by allocation id. */

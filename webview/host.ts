@@ -6,6 +6,9 @@ import { isHostMessage } from './messages';
 
 export interface Payload {
   snapshot: unknown;
+  /** Parts of the snapshot in blocks of their own (field → element id), parsed after the
+   *  first paint: the tensors and the allocation stream of a big snapshot. */
+  deferred?: Record<string, string>;
   compare?: unknown;
   source?: string;
   compareSource?: string;
@@ -21,6 +24,8 @@ export interface Host {
   pickCompare?: () => void;
   /** Calls back with the data, now or when it arrives (again after every reload). */
   onMessage(handler: (message: HostMessage) => void): void;
+  /** Puts the deferred parts into the snapshot the last message carried; an error or null. */
+  loadDeferred(snapshot: unknown): string | null;
   log(level: 'info' | 'error', message: string): void;
 }
 
@@ -49,12 +54,14 @@ function vscodeHost(api: VsCodeApi): Host {
       api.postMessage({ type: 'ready' });
     },
     log: (level, message) => api.postMessage({ type: 'log', level, message }),
+    loadDeferred: () => null,
   };
 }
 
 const STATE_KEY = 'memlens';
 
 function standaloneHost(notify: (text: string) => void): Host {
+  let deferred: Record<string, string> = {};
   return {
     kind: 'standalone',
     getState() {
@@ -89,11 +96,14 @@ function standaloneHost(notify: (text: string) => void): Host {
       }
       let payload: Payload;
       try {
+        performance.mark('memlens:parse-start');
         payload = JSON.parse(node.textContent ?? '') as Payload;
+        performance.mark('memlens:parsed');
       } catch (e) {
         handler({ type: 'error', message: `The embedded snapshot is not valid JSON: ${e instanceof Error ? e.message : String(e)}` });
         return;
       }
+      if (payload && typeof payload.deferred === 'object' && payload.deferred !== null) deferred = payload.deferred;
       const message: HostMessage = { type: 'snapshot', snapshot: payload?.snapshot };
       if (payload?.compare !== undefined && payload.compare !== null) message.compare = payload.compare;
       if (typeof payload?.source === 'string') message.source = payload.source;
@@ -102,6 +112,21 @@ function standaloneHost(notify: (text: string) => void): Host {
     },
     log(level, message) {
       (level === 'error' ? console.error : console.info)(`[memlens] ${message}`);
+    },
+    loadDeferred(snapshot) {
+      if (typeof snapshot !== 'object' || snapshot === null) return null;
+      for (const [field, id] of Object.entries(deferred)) {
+        if (field !== 'tensors' && field !== 'allocations') continue;
+        const node = document.getElementById(id);
+        if (!node) return `The report is incomplete: its ${field} block is missing.`;
+        try {
+          (snapshot as Record<string, unknown>)[field] = JSON.parse(node.textContent ?? '');
+        } catch (e) {
+          return `The embedded ${field} are not valid JSON: ${e instanceof Error ? e.message : String(e)}`;
+        }
+      }
+      deferred = {};
+      return null;
     },
   };
 }

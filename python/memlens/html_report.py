@@ -1,8 +1,11 @@
 """The standalone HTML report: one self-contained file with the panel's own bundle (the same
 views as in VS Code) and the snapshot embedded, that opens offline in any browser.
 
-Safety: a snapshot may come from someone else. Its JSON sits in a
-``<script type="application/json">`` block (never executed) with ``<``, ``>`` and ``&`` written
+The snapshot's JSON sits in ``<script type="application/json">`` blocks (never executed): the
+tensors and the allocation stream in blocks of their own, which the page parses after its first
+paint, so a 100,000-tensor report shows its summary at once.
+
+Safety: a snapshot may come from someone else. Its JSON blocks with ``<``, ``>`` and ``&`` written
 as ``\\u003c``, ``\\u003e``, ``\\u0026``, so no string in it can close the block; the page's
 Content Security Policy allows only the inlined bundle (by its SHA-256) and nothing remote; and
 the panel puts every string on screen as text.
@@ -43,7 +46,7 @@ def bundle_dir() -> Path:
             return d
     raise BundleMissing(
         "the panel bundle (webview.js, webview.css) is not built, so no HTML report can be made: "
-        "run `npm ci && npm run build:webview` at the repository root (it writes "
+        "run `make build` (or `npm ci && npm run build:webview`) at the repository root (it writes "
         f"{_PACKAGE_BUNDLE}), or install a memlens package that includes it")
 
 
@@ -84,7 +87,9 @@ def render_html(snapshot: dict[str, Any], *, source: str | None = None,
                 compare: dict[str, Any] | None = None, compare_source: str | None = None) -> str:
     """The report page for an already validated snapshot (and an optional second one)."""
     js, css = read_bundle()
-    payload: dict[str, Any] = {"snapshot": snapshot}
+    main, deferred = split_snapshot(snapshot)
+    payload: dict[str, Any] = {"snapshot": main,
+                               "deferred": {key: f"memlens-data-{key}" for key in deferred}}
     if source:
         payload["source"] = source
     if compare is not None:
@@ -106,8 +111,24 @@ def render_html(snapshot: dict[str, Any], *, source: str | None = None,
         '<body class="memlens-standalone">\n'
         '<div id="memlens-root"><noscript>This report needs JavaScript to draw its views.</noscript></div>\n'
         f'<script type="application/json" id="memlens-data">{embed_json(payload)}</script>\n'
+        + "".join(f'<script type="application/json" id="memlens-data-{key}">{embed_json(value)}</script>\n'
+                  for key, value in deferred.items()) +
         f"<script>{js}</script>\n"
         "</body>\n</html>\n")
+
+
+DEFERRED = ("tensors", "allocations")
+
+
+def split_snapshot(snapshot: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The snapshot without its big arrays (tensors: [], allocations: null), and those arrays."""
+    main = dict(snapshot)
+    deferred = {}
+    for key in DEFERRED:
+        if main.get(key):
+            deferred[key] = main[key]
+            main[key] = [] if key == "tensors" else None
+    return main, deferred
 
 
 def write_html_report(snapshot: dict[str, Any], path: str | os.PathLike, *,

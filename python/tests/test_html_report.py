@@ -73,32 +73,54 @@ def hostile(snap):
     return bad
 
 
-def data_block(page: str) -> str:
-    m = re.search(r'<script type="application/json" id="memlens-data">(.*?)</script>', page, re.S)
-    assert m, "no data block"
+def data_block(page: str, block: str = "memlens-data") -> str:
+    m = re.search(rf'<script type="application/json" id="{block}">(.*?)</script>', page, re.S)
+    assert m, f"no {block} block"
     return m.group(1)
+
+
+def payload(page: str) -> dict:
+    """The embedded payload with the deferred parts (tensors, allocations) put back."""
+    data = json.loads(data_block(page))
+    for key, block in data.pop("deferred").items():
+        data["snapshot"][key] = json.loads(data_block(page, block))
+    return data
+
+
+def data_blocks(page: str) -> list[str]:
+    return re.findall(r'<script type="application/json" id="[^"]+">(.*?)</script>', page, re.S)
 
 
 def test_the_snapshot_round_trips_through_the_page(snapshot, fake_bundle):
     page = render_html(snapshot, source="run.json")
-    payload = json.loads(data_block(page))
-    assert payload["snapshot"] == snapshot
-    assert payload["source"] == "run.json"
-    assert "compare" not in payload
+    data = payload(page)
+    assert data["snapshot"] == snapshot
+    assert data["source"] == "run.json"
+    assert "compare" not in data
+    # The big arrays sit in blocks of their own, parsed after the first paint.
+    main = json.loads(data_block(page))
+    assert main["snapshot"]["tensors"] == [] and main["snapshot"]["allocations"] is None
+    assert main["deferred"] == {"tensors": "memlens-data-tensors",
+                                "allocations": "memlens-data-allocations"}
 
 
 def test_hostile_strings_stay_inside_the_data_block(snapshot, fake_bundle):
     bad = hostile(snapshot)
     page = render_html(bad, source=BREAKOUT)
-    block = data_block(page)
-    # No character that could end the block or start markup is left in it...
-    assert not set("<>&") & set(block)
-    # ... and it still decodes to exactly the hostile snapshot.
-    assert json.loads(block)["snapshot"] == bad
-    # Only our two script elements exist: the data block and the bundle.
-    assert len(re.findall(r"<script\b", page, re.I)) == 2
-    assert len(re.findall(r"</script>", page, re.I)) == 2
-    assert "<img" not in page.replace(block, "")
+    blocks = data_blocks(page)
+    assert len(blocks) == 3
+    # No character that could end a block or start markup is left in them...
+    for block in blocks:
+        assert not set("<>&") & set(block)
+    # ... and they still decode to exactly the hostile snapshot.
+    assert payload(page)["snapshot"] == bad
+    # Only our script elements exist: the three data blocks and the bundle.
+    assert len(re.findall(r"<script\b", page, re.I)) == 4
+    assert len(re.findall(r"</script>", page, re.I)) == 4
+    outside = page
+    for block in blocks:
+        outside = outside.replace(block, "")
+    assert "<img" not in outside
     # The title is HTML-escaped text.
     assert f"<title>{html.escape('memlens · ' + bad['meta']['target']['name'])}</title>" in page
 
@@ -122,7 +144,10 @@ def test_the_csp_allows_exactly_the_inlined_bundle(snapshot, fake_bundle):
     # Source-map comments are dropped: the page never asks for another file.
     assert "sourceMappingURL" not in page
     # Nothing is loaded from anywhere: no src/href attributes at all.
-    assert not re.search(r"\s(src|href)=", page.replace(data_block(page), ""))
+    outside = page
+    for block in data_blocks(page):
+        outside = outside.replace(block, "")
+    assert not re.search(r"\s(src|href)=", outside)
 
 
 def test_compare_is_embedded_too(snapshot, fake_bundle, tmp_path):
@@ -130,9 +155,9 @@ def test_compare_is_embedded_too(snapshot, fake_bundle, tmp_path):
     other["summary"]["peak_bytes"] += 512
     path = write_html_report(snapshot, tmp_path / "out" / "r.html", source="a.json", compare=other,
                              compare_source="b.json")
-    payload = json.loads(data_block(path.read_text()))
-    assert payload["compare"] == other
-    assert payload["compareSource"] == "b.json"
+    data = payload(path.read_text())
+    assert data["compare"] == other
+    assert data["compareSource"] == "b.json"
 
 
 def test_a_missing_bundle_says_how_to_build_it(snapshot, tmp_path, monkeypatch):
@@ -151,7 +176,7 @@ def test_show_html_from_the_command_line(snapshot, fake_bundle, tmp_path, memlen
     assert out.returncode == 0, out.stderr
     assert "HTML report:" in out.stdout
     page = (tmp_path / "r.html").read_text()
-    assert json.loads(data_block(page))["source"] == "s.json"
+    assert payload(page)["source"] == "s.json"
     bad = memlens("show", str(snap_path), "--compare", str(snap_path))
     assert bad.returncode == 1
     assert "--compare goes with --html" in bad.stderr
@@ -165,5 +190,5 @@ def test_with_the_real_bundle(snapshot, tmp_path, monkeypatch):
     except BundleMissing:
         pytest.skip("the panel bundle is not built (npm run build:webview)")
     page = write_html_report(snapshot, tmp_path / "r.html").read_text()
-    assert json.loads(data_block(page))["snapshot"] == snapshot
+    assert payload(page)["snapshot"] == snapshot
     assert "memlens-standalone" in page

@@ -46,9 +46,23 @@ test('the device setting lists the engine’s devices, with their names and memo
 
 test('every command in src/ is declared, in the Memlens category, and only those', () => {
   const registered = new Set<string>();
-  for (const f of readdirSync(path.join(root, 'src'))) {
-    for (const m of readFileSync(path.join(root, 'src', f), 'utf8').matchAll(/register\('(memlens\.[\w.]+)'/g)) registered.add(m[1]!);
-  }
+  const visit = (dir: string): void => {
+    for (const e of readdirSync(dir, { withFileTypes: true })) {
+      const file = path.join(dir, e.name);
+      if (e.isDirectory()) {
+        visit(file);
+        continue;
+      }
+      const text = readFileSync(file, 'utf8');
+      for (const m of text.matchAll(/register(?:Command)?\(\s*'(memlens\.[\w.]+)'/g)) registered.add(m[1]!);
+      // registerCommand(SOME_ID, ...) with `const SOME_ID = 'memlens....'` in the same file
+      for (const m of text.matchAll(/registerCommand\(\s*([A-Z_]+)\b/g)) {
+        const value = new RegExp(`const ${m[1]} = '(memlens\\.[\\w.]+)'`).exec(text)?.[1];
+        if (value) registered.add(value);
+      }
+    }
+  };
+  visit(path.join(root, 'src'));
   const declared = manifest.contributes.commands.map((c) => c.command);
   assert.deepEqual([...registered].sort(), [...declared].sort());
   for (const c of manifest.contributes.commands) assert.equal(c.category, 'Memlens', c.command);

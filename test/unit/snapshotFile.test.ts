@@ -44,7 +44,7 @@ test('a snapshot that breaks the schema or its own tables is refused', () => {
   delete noPeak.summary['peak_bytes'];
   assert.equal(readSnapshotEntry(JSON.stringify(noPeak), 'a.json').ok, false);
   const badIndex = makeSnapshot();
-  badIndex.tensors[0]!.module = 10_000;
+  badIndex.stacks[1] = [99];
   assert.equal(readSnapshotEntry(JSON.stringify(badIndex), 'a.json').ok, false);
   const hostile = makeSnapshot() as unknown as { meta: { device: unknown } };
   hostile.meta.device = '<img src=x onerror=alert(1)>';

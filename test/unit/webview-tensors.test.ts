@@ -20,7 +20,7 @@ test('filters by words, category, phase and module', () => {
   assert.equal(text.module(filterTensors(s, text, { ...NO_FILTER, query: 'randint' })[0]!), '(no module)');
 });
 
-test('sorts by any column, ties by bytes then id, both directions', () => {
+test('sorts by any column, stable (ties keep the snapshot order), both directions', () => {
   const s = makeSnapshot();
   const text = new TensorText(s);
   const rows = filterTensors(s, text, NO_FILTER);

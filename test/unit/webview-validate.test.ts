@@ -2,7 +2,7 @@ import { strict as assert } from 'node:assert';
 import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
 import * as path from 'node:path';
-import { parseSnapshot, validateSnapshot } from '../../webview/data/validate';
+import { deepChecks, parseSnapshot, validateSnapshot, validateTop } from '../../webview/data/validate';
 import { makeSnapshot } from './snapshotFixture';
 
 const root = path.resolve(__dirname, '../../..');
@@ -61,4 +61,51 @@ test('the compiled validator matches schema.json', async () => {
   const expected: string = gen.generateValidatorSource();
   const actual = readFileSync(path.join(root, 'webview/data/schema-validator.generated.ts'), 'utf8');
   assert.ok(actual === expected, 'stale: run `node scripts/gen-snapshot-validator.mjs`');
+});
+
+test('in two stages: the top part at once, tensors and allocations in slices', () => {
+  const s = makeSnapshot();
+  (s.tensors[4] as unknown as Record<string, unknown>)['dtype'] = 7;
+  const top = validateTop(s);
+  assert.ok(top.ok, 'the top part does not look at tensor items');
+  const checks = deepChecks(s, 'x.json', 2);
+  let yields = 0;
+  let step = checks.next();
+  while (!step.done) {
+    yields++;
+    step = checks.next();
+  }
+  assert.equal(step.value, 'x.json: invalid snapshot at tensors/4/dtype: must be string');
+  assert.equal(yields, 2);
+  assert.ok(!validateSnapshot(s).ok);
+});
+
+test('allocation columns are checked in slices, errors at their real index', () => {
+  const s = makeSnapshot();
+  const n = 50;
+  const col = (v: number) => Array.from({ length: n }, () => v);
+  s.allocations = {
+    devices: ['cuda:0'], device: col(0), bytes: col(512), requested_bytes: col(500), category: col(4),
+    module: col(1), op: col(0), stack: col(1), stream: col(0), alloc_seq: col(1), free_seq: col(-1),
+  };
+  assert.ok(validateSnapshot(s).ok);
+  s.allocations.category[37] = 9;
+  const checks = deepChecks(s, 'snapshot', 2);
+  let step = checks.next();
+  while (!step.done) step = checks.next();
+  assert.equal(step.value, 'snapshot: invalid snapshot at allocations/category/37: must be <= 7');
+  s.allocations.category[37] = 1;
+  s.allocations.op[41] = 3;
+  assert.deepEqual(validateSnapshot(s), { ok: false, error: 'snapshot: invalid snapshot at allocations/41: index out of range' });
+  s.allocations.op[41] = 0;
+  s.allocations.stream.pop();
+  assert.match((validateSnapshot(s) as { error: string }).error, /allocations\/stream: 49 entries, expected 50/);
+  (s as unknown as Record<string, unknown>)['allocations'] = 'lots';
+  assert.match((validateSnapshot(s) as { error: string }).error, /allocations/);
+});
+
+test('tensors that are not a list are refused before anything reads them', () => {
+  const s = makeSnapshot() as unknown as Record<string, unknown>;
+  s['tensors'] = { length: 3 };
+  assert.deepEqual(validateTop(s), { ok: false, error: 'snapshot: invalid snapshot at tensors: must be array' });
 });

@@ -23,40 +23,72 @@ export const NO_FILTER: TensorFilter = { query: '', category: null, phase: null,
 
 /** Per-snapshot text of each row, computed once and shared by filtering and sorting. */
 export class TensorText {
-  private haystacks: string[] | null = null;
   private readonly moduleNames: string[];
+  private readonly moduleLower: string[];
+  private readonly phaseLower: string[];
+  private shapes: (string | undefined)[] = [];
 
   constructor(private readonly s: Snapshot) {
-    this.moduleNames = s.modules.map((m) => m.fqn);
+    this.moduleNames = s.modules.map((m) => (m.fqn === '' ? `(${m.class})` : m.fqn));
+    this.moduleLower = s.modules.map((m, i) => `${this.moduleNames[i]}\u0000${m.class}`.toLowerCase());
+    this.phaseLower = s.phases.map((p) => p.name.toLowerCase());
   }
 
   module(i: number): string {
     const m = this.s.tensors[i]!.module;
-    if (m < 0) return '(no module)';
-    const name = this.moduleNames[m]!;
-    return name === '' ? `(${this.s.modules[m]!.class})` : name;
+    return m < 0 ? '(no module)' : this.moduleNames[m]!;
   }
 
   phase(i: number): string {
     return this.s.phases[this.s.tensors[i]!.phase]?.name ?? '';
   }
 
-  haystack(i: number): string {
-    if (!this.haystacks) {
-      this.haystacks = this.s.tensors.map((t, j) => {
-        const cls = t.module >= 0 ? this.s.modules[t.module]!.class : '';
-        return [this.module(j), cls, t.op, t.dtype, formatShape(t.shape), CATEGORY_LABELS[t.category], t.category, this.phase(j)]
-          .join('\u0000')
-          .toLowerCase();
-      });
-    }
-    return this.haystacks[i]!;
+  shape(i: number): string {
+    return (this.shapes[i] ??= formatShape(this.s.tensors[i]!.shape));
+  }
+
+  /**
+   * A test for rows that contain every (lower-case) word in one of their texts. Module, op,
+   * dtype, category and phase are matched once per distinct value, not once per row.
+   */
+  matcher(words: readonly string[]): (i: number) => boolean {
+    const tensors = this.s.tensors;
+    const perWord = words.map((w) => {
+      const modules = this.moduleLower.map((m) => m.includes(w));
+      const phases = this.phaseLower.map((p) => p.includes(w));
+      const values = new Map<string, boolean>();
+      const value = (v: string) => {
+        let hit = values.get(v);
+        if (hit === undefined) values.set(v, (hit = v.toLowerCase().includes(w)));
+        return hit;
+      };
+      const categories = new Set(CATEGORIES.filter((c) => CATEGORY_TEXT[c].includes(w)));
+      const noModule = '(no module)'.includes(w);
+      // A shape prints as digits, brackets, commas and spaces: only such words can match one.
+      const shapeWord = SHAPE_WORD.test(w);
+      return (i: number) => {
+        const t = tensors[i]!;
+        return (
+          (t.module < 0 ? noModule : modules[t.module]!) ||
+          value(t.op) ||
+          value(t.dtype) ||
+          categories.has(t.category) ||
+          (phases[t.phase] ?? false) ||
+          (shapeWord && this.shape(i).includes(w))
+        );
+      };
+    });
+    return (i) => perWord.every((test) => test(i));
   }
 }
+
+const SHAPE_WORD = /^[\d[\], ]+$/;
+const CATEGORY_TEXT = Object.fromEntries(CATEGORIES.map((c) => [c, `${CATEGORY_LABELS[c]}\u0000${c}`])) as Record<Category, string>;
 
 /** Indices of the rows that pass the filter, in snapshot order (largest first). */
 export function filterTensors(s: Snapshot, text: TensorText, f: TensorFilter): number[] {
   const words = f.query.toLowerCase().split(/\s+/).filter(Boolean);
+  const matches = words.length ? text.matcher(words) : null;
   const out: number[] = [];
   const tensors = s.tensors;
   for (let i = 0; i < tensors.length; i++) {
@@ -64,16 +96,17 @@ export function filterTensors(s: Snapshot, text: TensorText, f: TensorFilter): n
     if (f.category !== null && t.category !== f.category) continue;
     if (f.phase !== null && t.phase !== f.phase) continue;
     if (f.modules !== null && !f.modules.has(t.module)) continue;
-    if (words.length) {
-      const h = text.haystack(i);
-      if (!words.every((w) => h.includes(w))) continue;
-    }
+    if (matches && !matches(i)) continue;
     out.push(i);
   }
   return out;
 }
 
-/** A sorted copy of `rows`; ties by bytes (largest first), then allocation id. */
+/**
+ * A sorted copy of `rows` (tensor indices in snapshot order, as filterTensors returns them). The
+ * sort is stable: ties keep the snapshot's order, largest first. Columns with few distinct
+ * values (category, phase, dtype, op, module) sort by buckets in linear time.
+ */
 export function sortTensors(
   s: Snapshot,
   text: TensorText,
@@ -83,15 +116,13 @@ export function sortTensors(
 ): number[] {
   const t = s.tensors;
   const sign = direction === 'asc' ? 1 : -1;
-  const tie = (a: number, b: number) => t[b]!.bytes - t[a]!.bytes || t[a]!.id - t[b]!.id;
+  if (column === 'bytes' || column === 'shape') {
+    const keys = new Float64Array(t.length);
+    for (const i of rows) keys[i] = column === 'bytes' ? t[i]!.bytes : t[i]!.shape.reduce((a, d) => a * d, 1);
+    return [...rows].sort((a, b) => sign * (keys[a]! - keys[b]!));
+  }
   let key: (i: number) => number | string;
   switch (column) {
-    case 'bytes':
-      key = (i) => t[i]!.bytes;
-      break;
-    case 'shape':
-      key = (i) => t[i]!.shape.reduce((p, d) => p * d, 1);
-      break;
     case 'category':
       key = (i) => CATEGORIES.indexOf(t[i]!.category);
       break;
@@ -108,15 +139,17 @@ export function sortTensors(
       key = (i) => text.module(i);
       break;
   }
-  const keys = new Map<number, number | string>();
-  for (const i of rows) keys.set(i, key(i));
-  return [...rows].sort((a, b) => {
-    const ka = keys.get(a)!;
-    const kb = keys.get(b)!;
-    if (ka < kb) return -sign;
-    if (ka > kb) return sign;
-    return tie(a, b);
-  });
+  const buckets = new Map<number | string, number[]>();
+  for (const i of rows) {
+    const k = key(i);
+    const list = buckets.get(k);
+    if (list) list.push(i);
+    else buckets.set(k, [i]);
+  }
+  const keys = [...buckets.keys()].sort((a, b) => sign * (a < b ? -1 : a > b ? 1 : 0));
+  const out: number[] = [];
+  for (const k of keys) for (const i of buckets.get(k)!) out.push(i);
+  return out;
 }
 
 export interface SelectionTotal {

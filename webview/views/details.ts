@@ -70,7 +70,7 @@ export class DetailsView {
       ['shape', formatShape(t.shape)],
       ['dtype', t.dtype],
       ['category', el('span', null, swatch(categoryVariable(t.category)), CATEGORY_LABELS[t.category])],
-      ['module', module ? this.moduleCell(module.fqn || `(${module.class})`, module.class, module.source ?? null) : '(no module)'],
+      ['module', module ? this.moduleCell(module.fqn || 'the model', module.class, module.source ?? null) : '(no module)'],
       ['phase', phase ? phase.name : '–'],
       ['op', t.op],
       ['allocation', `#${t.id}`],

@@ -2,7 +2,7 @@
 // rows and the running total of the selection: "what if I removed these".
 import { CATEGORY_LABELS } from '../data/categories';
 import { categoryVariable } from '../data/colors';
-import { formatBytes, formatCount, formatShape, formatShare } from '../data/format';
+import { formatBytes, formatCount, formatShare } from '../data/format';
 import { CATEGORIES } from '../data/snapshot';
 import { TENSOR_COLUMNS, filterTensors, selectionTotal, sortTensors, type TensorColumn } from '../data/tensors';
 import type { Context } from '../context';
@@ -191,7 +191,7 @@ export class TableView {
     (cells[0]!.firstChild as HTMLInputElement).checked = selected;
     cells[1]!.textContent = formatBytes(t.bytes);
     cells[1]!.setAttribute('title', `${formatCount(t.bytes)} bytes`);
-    cells[2]!.textContent = formatShape(t.shape);
+    cells[2]!.textContent = ctx.derived.text.shape(i);
     cells[3]!.textContent = t.dtype;
     const cat = cells[4]!;
     cat.textContent = '';
@@ -292,11 +292,15 @@ export class TableView {
     const parts = CATEGORIES.filter((c) => total.byCategory[c] > 0).map((c) => el('span', { class: 'legend-item' }, swatch(categoryVariable(c)), `${CATEGORY_LABELS[c]} ${formatBytes(total.byCategory[c])}`));
     replace(
       bar,
-      el('span', null, `Selected ${formatCount(total.count)} tensor${total.count === 1 ? '' : 's'}: `),
-      el('strong', { id: 'selection-total', 'data-bytes': total.bytes }, formatBytes(total.bytes)),
-      el('span', { class: 'muted' }, ` (${formatShare(total.bytes, s.summary.peak_bytes)} of the peak). Without them the peak moment holds `),
-      el('strong', { id: 'selection-without', 'data-bytes': total.peakWithout }, formatBytes(total.peakWithout)),
-      el('span', { class: 'muted' }, '.'),
+      el(
+        'span',
+        null,
+        `Selected ${formatCount(total.count)} tensor${total.count === 1 ? '' : 's'}: `,
+        el('strong', { id: 'selection-total', 'data-bytes': total.bytes }, formatBytes(total.bytes)),
+        el('span', { class: 'muted' }, ` (${formatShare(total.bytes, s.summary.peak_bytes)} of the peak). Without them the peak moment holds `),
+        el('strong', { id: 'selection-without', 'data-bytes': total.peakWithout }, formatBytes(total.peakWithout)),
+        el('span', { class: 'muted' }, '.'),
+      ),
       el('span', { class: 'selection-parts' }, ...parts),
       clear,
     );
