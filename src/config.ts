@@ -140,7 +140,9 @@ export function traceParams(targetId: string, c: Config, options: TraceOptions =
   return p;
 }
 
-/** The server's `--log-level` (Python logging names). */
+/** The server's `--log-level` (Python logging on its stderr). What the server tells the log
+ * at "info" comes as LSP log messages; its Python logging (pygls logs every message it sends
+ * at INFO) only shows from "debug" on. */
 export function serverLogLevel(level: LogLevel): string {
-  return { error: 'ERROR', warning: 'WARNING', info: 'INFO', debug: 'DEBUG', trace: 'DEBUG' }[level];
+  return { error: 'ERROR', warning: 'WARNING', info: 'WARNING', debug: 'INFO', trace: 'DEBUG' }[level];
 }

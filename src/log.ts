@@ -3,29 +3,10 @@
 // The client writes plain lines ("[Error - 10:41:00] ..."); `clientChannel` turns them back into
 // levelled entries so that errors stay errors in the log.
 import * as vscode from 'vscode';
+import { CLIENT_PREFIX, levelOf, type Level } from './logLines';
 
 export function createLog(): vscode.LogOutputChannel {
   return vscode.window.createOutputChannel('Torch Memory Lens', { log: true });
-}
-
-type Level = 'error' | 'warn' | 'info' | 'debug' | 'trace';
-
-const CLIENT_PREFIX = /^\[(Error|Warn|Info|Debug|Trace)\s*- [^\]]*\] ?/;
-// Python logging on the server's stderr: "memlens-server WARNING pygls.x: ..."
-const SERVER_LEVEL = /^memlens-server (CRITICAL|ERROR|WARNING|INFO|DEBUG) /;
-
-export function levelOf(line: string): { level: Level; text: string } {
-  const client = CLIENT_PREFIX.exec(line);
-  if (client) {
-    const level = client[1]!.toLowerCase() as Level;
-    return { level, text: line.slice(client[0].length) };
-  }
-  const server = SERVER_LEVEL.exec(line);
-  if (server) {
-    const map: Record<string, Level> = { CRITICAL: 'error', ERROR: 'error', WARNING: 'warn', INFO: 'info', DEBUG: 'debug' };
-    return { level: map[server[1]!]!, text: line };
-  }
-  return { level: 'info', text: line };
 }
 
 /** An OutputChannel for the language client that writes into `log` line by line, by level. */

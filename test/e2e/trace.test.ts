@@ -5,7 +5,8 @@
 // failing line, and the extension still traces afterwards.
 // The trace targets the CPU (memlens.device = cpu): quick on this GPU-less machine.
 import { strict as assert } from 'node:assert';
-import { cpSync, readFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { cpSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import * as path from 'node:path';
 import { after, before, test } from 'node:test';
 import { examplesDir, fixturesDir, repoPython } from './paths';
@@ -161,6 +162,54 @@ test('a failing model shows an error at its line, and the extension keeps workin
   assert.ok(rows.some((r) => r.startsWith('GPT')));
   await session.step('annotation-after-retrace', (wb) => wb.waitForDecoration(/params·grads·optim/, gptLine));
   await session.capture('10-traced-again');
+});
+
+test('a trace can be cancelled from its progress notification', { timeout: timeouts.test }, async () => {
+  await session.step('clear-before-cancel', (wb) => wb.clearNotifications());
+  await session.step('open-model-for-cancel', (wb) => wb.openFile('model.py'));
+  await session.step('go-to-gpt-for-cancel', (wb) => wb.goToLine(gptLine));
+  const before = (await session.workbench.viewRows('Snapshots')).length;
+  await session.step('trace-to-cancel', (wb) => wb.runCommand('Memlens: Trace Memory'));
+  await session.step('cancel', async (wb) => {
+    await wb.waitForNotification(/Tracing GPT/);
+    await wb.clickNotificationButton(/Tracing GPT/, 'Cancel');
+    await wb.waitForNoNotification(/Tracing GPT/, timeouts.trace);
+  });
+  // The placeholder goes, the last annotation stays, nothing failed and no snapshot was added.
+  await session.step('annotation-back', (wb) => wb.waitForDecoration(/params·grads·optim/, gptLine));
+  await session.capture('11-cancelled');
+  const notes = await session.workbench.notifications();
+  assert.ok(!notes.some((n) => /failed/.test(n.message)), JSON.stringify(notes));
+  assert.equal((await session.workbench.viewRows('Snapshots')).length, before, 'no new snapshot');
+  const status = await session.workbench.statusBarItems();
+  assert.ok(status.some((s) => STATUS.test(s.text)), JSON.stringify(status.map((s) => s.text)));
+});
+
+test('an interpreter without memlens is named in a notification; fixing the setting restarts the server', { timeout: timeouts.test }, async () => {
+  // A bare virtual environment: Python, but no memlens and no torch. The workspace's settings
+  // (.vscode/settings.json, which VS Code watches) point memlens.python at it.
+  const bare = path.join(session.scratch, 'bare-venv');
+  execFileSync('python3', ['-m', 'venv', '--without-pip', bare]);
+  const settingsFile = path.join(session.workspace, '.vscode', 'settings.json');
+  mkdirSync(path.dirname(settingsFile), { recursive: true });
+  writeFileSync(settingsFile, JSON.stringify({ 'memlens.python': path.join(bare, 'bin/python') }, null, 2));
+  const note = await session.step('missing-memlens', (wb) => wb.waitForNotification(/memlens is not installed in .*bare-venv/));
+  assert.equal(note.severity, 'warning');
+  const buttons = await session.workbench.page
+    .locator('.notifications-toasts .monaco-list-row', { hasText: 'memlens is not installed' })
+    .first()
+    .locator('.monaco-button')
+    .allInnerTexts();
+  assert.deepEqual(buttons.map((b) => b.trim()), ['Install memlens into this interpreter', 'Select Interpreter', 'Open Settings']);
+  await session.capture('12-interpreter-without-memlens');
+  assert.deepEqual(await session.workbench.codeLenses(), [], 'no server, no CodeLens');
+
+  // Back to the repository's interpreter: the server restarts, the CodeLens and annotations return.
+  writeFileSync(settingsFile, '{}\n');
+  await session.step('clear-after-bare', (wb) => wb.clearNotifications());
+  await session.step('server-back', (wb) => wb.waitForCodeLens('Trace Memory'));
+  await session.step('annotations-back', (wb) => wb.waitForDecoration(/params·grads·optim/, gptLine));
+  await session.capture('13-interpreter-restored');
 });
 
 test('no unexpected errors in the browser, code-server or extension host logs', () => {

@@ -2,7 +2,7 @@ import { strict as assert } from 'node:assert';
 import { readFileSync } from 'node:fs';
 import * as path from 'node:path';
 import { test } from 'node:test';
-import { DEFAULTS, KEYS, readConfig, serverSettings, traceParams, type Config } from '../../src/config';
+import { DEFAULTS, KEYS, readConfig, serverLogLevel, serverSettings, traceParams, type Config } from '../../src/config';
 
 const config = (over: Partial<Config> = {}): Config => ({ ...DEFAULTS, ...over });
 
@@ -92,4 +92,11 @@ test('every Config field is a setting of the manifest, in a titled section, desc
     }
   }
   assert.equal(props.size, Object.keys(KEYS).length, 'no setting without a Config field');
+});
+
+test('the server logs its Python logging only from the debug level on', () => {
+  assert.equal(serverLogLevel('info'), 'WARNING');
+  assert.equal(serverLogLevel('debug'), 'INFO');
+  assert.equal(serverLogLevel('trace'), 'DEBUG');
+  assert.equal(serverLogLevel('error'), 'ERROR');
 });
