@@ -265,10 +265,35 @@ export class Ctx implements vscode.Disposable {
   }
 
   private pushSettings(): void {
-    if (this.client?.state !== State.Running) return;
-    void this.client.sendNotification(DidChangeConfigurationNotification.type, {
-      settings: { [P.SETTINGS_SECTION]: serverSettings(this.config()) },
-    });
+    const client = this.client;
+    if (client?.state !== State.Running) return;
+    void client
+      .sendNotification(DidChangeConfigurationNotification.type, {
+        settings: { [P.SETTINGS_SECTION]: serverSettings(this.config()) },
+      })
+      .then(() => this.refreshVisible(client))
+      .catch((e: unknown) => this.log.warn(`updating the server's settings: ${e instanceof Error ? e.message : String(e)}`));
+  }
+
+  /**
+   * Asks again for the annotations of the visible documents: a budget or device change alters
+   * the snapshot info (the status bar) and the hovers without a new trace. memlens/targets
+   * goes first as a barrier: the server handles it after the settings notification sent before
+   * it (both run as tasks, in order), while memlens/documentAnnotations is answered at once.
+   */
+  private async refreshVisible(client: LanguageClient): Promise<void> {
+    await client.sendRequest<P.TargetsResult>(P.REQ_TARGETS, {} satisfies P.TargetsParams);
+    const selector = client.clientOptions.documentSelector ?? [];
+    for (const editor of vscode.window.visibleTextEditors) {
+      // Only documents the server follows: it refuses others (and the client logs an error).
+      if (client !== this.client || !vscode.languages.match(selector as vscode.DocumentSelector, editor.document)) continue;
+      const params: P.DocumentParams = { uri: client.code2ProtocolConverter.asUri(editor.document.uri) };
+      try {
+        this.onAnnotations(await client.sendRequest<P.AnnotationsParams>(P.REQ_DOCUMENT_ANNOTATIONS, params));
+      } catch {
+        // closed meanwhile: nothing to refresh
+      }
+    }
   }
 
   /** Hides or shows annotations for this session (the setting stays as it is). */

@@ -52,6 +52,9 @@ const defaultSettings: Record<string, unknown> = {
   'extensions.ignoreRecommendations': true,
   'chat.disableAIFeatures': true,
   'git.enabled': false,
+  // VS Code in a browser saves edits after a second by default; desktop VS Code does not. Tests
+  // of edits (stale annotations, Revert File) need the desktop behaviour.
+  'files.autoSave': 'off',
 };
 
 /** Newest modification time among the sources that go into the .vsix. */

@@ -182,10 +182,10 @@ export class Workbench {
     );
   }
 
-  /** Lines (1-based) of the active editor's visible lines with an error squiggle. */
-  async errorSquiggleLines(): Promise<number[]> {
+  /** Lines (1-based) of the active editor's visible lines with an error (or warning) squiggle. */
+  async squiggleLines(kind: 'error' | 'warning' = 'error'): Promise<number[]> {
     const editor = this.page.locator(sel.activeEditor).first();
-    return editor.evaluate((root) => {
+    return editor.evaluate((root, squiggle) => {
       const numbered: { top: number; line: number }[] = [];
       for (const n of root.querySelectorAll<HTMLElement>('.margin-view-overlays > div')) {
         const num = n.querySelector('.line-numbers')?.textContent?.trim();
@@ -194,24 +194,24 @@ export class Workbench {
       numbered.sort((a, b) => a.top - b.top);
       const lines = new Set<number>();
       for (const overlay of root.querySelectorAll<HTMLElement>('.view-overlays > div')) {
-        if (!overlay.querySelector('.squiggly-error')) continue;
+        if (!overlay.querySelector(squiggle)) continue;
         const top = parseFloat(overlay.style.top);
         const line = numbered.filter((n) => n.top <= top).pop()?.line;
         if (line !== undefined) lines.add(line);
       }
       return [...lines].sort((a, b) => a - b);
-    });
+    }, `.squiggly-${kind}`);
   }
 
-  /** Waits until `line` of the active editor shows an error squiggle. */
-  async waitForErrorSquiggle(line: number): Promise<number[]> {
+  /** Waits until `line` of the active editor shows an error (or warning) squiggle. */
+  async waitForSquiggle(line: number, kind: 'error' | 'warning' = 'error'): Promise<number[]> {
     return this.poll(
-      `an error squiggle on line ${line}`,
+      `a${kind === 'error' ? 'n' : ''} ${kind} squiggle on line ${line}`,
       async () => {
-        const lines = await this.errorSquiggleLines();
+        const lines = await this.squiggleLines(kind);
         return lines.includes(line) ? lines : undefined;
       },
-      () => this.errorSquiggleLines(),
+      () => this.squiggleLines(kind),
     );
   }
 
@@ -237,22 +237,26 @@ export class Workbench {
     );
   }
 
-  /** Moves the mouse over the first word of a (visible) line and returns the hover's text. */
-  async hoverLine(line: number): Promise<string> {
+  /** Moves the mouse over the first word of a (visible) line, or over `word` on it, and
+   * returns the hover's text. */
+  async hoverLine(line: number, word?: string): Promise<string> {
     const editor = this.page.locator(sel.activeEditor).first();
     const box = await editor.evaluate((root, wanted) => {
       let top: string | undefined;
       for (const n of root.querySelectorAll<HTMLElement>('.margin-view-overlays > div')) {
-        if (n.querySelector('.line-numbers')?.textContent?.trim() === String(wanted)) top = n.style.top;
+        if (n.querySelector('.line-numbers')?.textContent?.trim() === String(wanted.line)) top = n.style.top;
       }
       const viewLine = [...root.querySelectorAll<HTMLElement>('.view-lines > .view-line')].find(
         (l) => l.style.top === top,
       );
-      const word = [...(viewLine?.querySelectorAll('span span') ?? [])].find((s) => s.textContent?.trim());
-      const r = word?.getBoundingClientRect();
+      const tokens = [...(viewLine?.querySelectorAll('span span') ?? [])];
+      const token = wanted.word
+        ? tokens.find((s) => s.textContent?.trim() === wanted.word)
+        : tokens.find((s) => s.textContent?.trim());
+      const r = token?.getBoundingClientRect();
       return r ? { x: r.left + Math.min(r.width / 2, 10), y: r.top + r.height / 2 } : undefined;
-    }, line);
-    if (!box) throw new Error(`line ${line} is not visible or has no text`);
+    }, { line, word });
+    if (!box) throw new Error(`line ${line} is not visible or has no ${word ? `token "${word}"` : 'text'}`);
     // Monaco shows a hover after the mouse rests; arrive with a real move so it notices.
     await this.page.mouse.move(box.x + 40, box.y + 40);
     await this.page.mouse.move(box.x, box.y, { steps: 5 });
