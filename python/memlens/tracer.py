@@ -43,7 +43,7 @@ class Tracer:
         self.modules = ModuleTracker(self.stacks, self._on_top_level_forward)
         self.classifier = Classifier(self.ledger, self.modules)
         self.accountant = Accountant(self)
-        self.workspaces = WorkspaceModel(device.type)
+        self.workspaces = WorkspaceModel(device.type, device)
         self.fake_mode: FakeTensorMode | None = None
         self._patcher = Patcher()
         self._step_hooks: list = []
