@@ -14,6 +14,7 @@ from typing import Any
 
 from .allocator import outside
 from .analysis import DeviceStats
+from .units import format_bytes
 from .workspaces_cuda import CUBLAS_WORKSPACE_OP
 
 CONV_OPS = frozenset({"convolution", "_convolution", "cudnn_convolution",
@@ -77,8 +78,7 @@ def outside_items(tracer, device: str, world_size: int, n_events: int) -> list[d
     spec = tracer.device
     [context] = outside.cuda_context_items(spec.name)
     eager = context.basis.startswith("CUDA_MODULE_LOADING=EAGER")
-    items = [_item(context, "estimate: driver state and loaded kernels, "
-                   + ("eager module loading" if eager else "lazy module loading"))]
+    items = [_item(context, "estimate, " + ("eager" if eager else "lazy") + " module loading")]
     ledger = tracer.ledger
     ops = ledger.ops
     mine = [r for r in ledger.records if r.device == device and r.alloc_seq < n_events]
@@ -91,13 +91,13 @@ def outside_items(tracer, device: str, world_size: int, n_events: int) -> list[d
             "bytes": sum(r.size for r in workspaces),
             "basis": cublas.basis + "; forward and backward run on different threads, each "
                      "with its own handle",
-            "short_basis": f"{len(workspaces)} handle(s) x {each:,} B, compute capability "
-                           f"{spec.major}.{spec.minor}; inside reserved",
+            "short_basis": f"{len(workspaces)} handle x {format_bytes(each)}, compute "
+                           f"capability {spec.major}.{spec.minor}",
             "counted_by_allocator": True})
     if any(ops[r.op] in CONV_OPS for r in mine):
         [cudnn] = outside.cudnn_workspace_items()
-        items.append(_item(cudnn, "transient, inside reserved; " + (
-            "capped by CUDNN_CONV_WSCAP_DBG" if cudnn.bytes else "not estimated")))
+        items.append(_item(cudnn, "transient; " + (
+            "CUDNN_CONV_WSCAP_DBG cap" if cudnn.bytes else "not estimated")))
     if world_size > 1:
         items.append(_nccl(tracer, device, world_size))
     return items
@@ -107,8 +107,7 @@ def _nccl(tracer, device: str, world_size: int) -> dict[str, Any]:
     rules = tracer.workspaces.cuda
     if rules is not None and device in rules.collective_devices:
         [item] = outside.nccl_buffer_items(world_size)
-        return _item(item, f"world {world_size}: ring buffers per channel and peer; "
-                     "approximate, per communicator")
+        return _item(item, f"ring buffers, world {world_size}; approximate")
     return {"label": f"NCCL buffers (world {world_size})", "bytes": 0,
             "basis": "no collective ran on this device in the traced step; NCCL creates a "
                      "communicator and its buffers at the first collective",
