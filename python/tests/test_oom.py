@@ -81,3 +81,13 @@ def test_a_malformed_alloc_conf_names_the_variable(memlens):
     message = " ".join(out.stderr.split())
     assert "error: PYTORCH_CUDA_ALLOC_CONF: Expected 'True' or 'False'" in message
     assert "'maybe'" in message and "Traceback" not in out.stderr
+
+
+def test_a_cpu_target_compares_the_allocated_peak_with_the_host(memlens):
+    out = memlens("run", "--device", "cpu", "--json", "--no-snapshot", "--",
+                  str(TESTS / "scripts" / "patterns.py"))
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["reserved_peak_bytes"] is None and data["outside_allocator"] is None
+    assert data["oom"] is None and data["fits"] is True
+    assert data["headroom_bytes"] == data["device_total_bytes"] - data["peak_bytes"]
