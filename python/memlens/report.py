@@ -182,8 +182,9 @@ def print_device_memory(snap: dict[str, Any], console: Console) -> None:
     """Per device: allocated and reserved peaks, fragmentation, segments; the line items
     outside the allocator; then the verdict."""
     summary, device = snap["summary"], snap["meta"]["device"]
-    table = Table(title=f"Device memory ({device['name']}, {format_bytes(device['total_memory_bytes'])})",
-                  box=box.SIMPLE_HEAVY, title_justify="left")
+    total = format_bytes(device["total_memory_bytes"])
+    table = Table(title=f"Device memory ({device['name']}, {total})", box=box.SIMPLE_HEAVY,
+                  title_justify="left")
     for col in ("device", "allocated peak", "reserved peak", "fragmentation", "segments"):
         table.add_column(col, justify="left" if col == "device" else "right")
     for name, d in summary.get("devices", {}).items():
@@ -216,21 +217,25 @@ def verdict_line(snap: dict[str, Any]) -> str:
     summary = snap["summary"]
     total = snap["meta"]["device"]["total_memory_bytes"]
     reserved, outside = summary["reserved_peak_bytes"], summary["outside_allocator_bytes"]
-    oom = summary.get("oom")
-    if oom:
-        where = f", {os.path.basename(oom['file'])}:{oom['line']}" if oom.get("file") else ""
-        needed = oom.get("reserved_needed_bytes")
-        need = (f" The step needs {format_bytes(needed)} reserved + {format_bytes(outside)} "
-                f"outside = {format_bytes(needed + outside)} of {format_bytes(total)}."
-                if needed is not None else "")
-        return (f"[bold red]OUT OF MEMORY at op {oom['op']} in phase {oom['phase']}{where}[/] "
-                f"(tried to allocate {format_bytes(oom.get('tried_to_allocate_bytes', oom['requested_bytes']))}"
-                f"; {format_bytes(oom.get('allocated_bytes', 0))} allocated and "
-                f"{format_bytes(oom.get('reserved_bytes', 0))} reserved by PyTorch, "
-                f"{format_bytes(oom.get('free_bytes', 0))} free on {oom['device']}).{need}")
+    if summary.get("oom"):
+        return _oom_line(summary["oom"], outside, total)
     used = reserved + outside
     text = (f"peak reserved {format_bytes(reserved)} + outside {format_bytes(outside)} = "
             f"{format_bytes(used)} of {format_bytes(total)}")
     if summary.get("fits"):
         return f"[bold green]Fits:[/] {text} ({format_bytes(total - used)} headroom)"
     return f"[bold red]DOES NOT FIT:[/] {text} (over by {format_bytes(used - total)})"
+
+
+def _oom_line(oom: dict[str, Any], outside: int, total: int) -> str:
+    where = f", {os.path.basename(oom['file'])}:{oom['line']}" if oom.get("file") else ""
+    tried = oom.get("tried_to_allocate_bytes", oom["requested_bytes"])
+    state = (f"{format_bytes(oom.get('allocated_bytes', 0))} allocated and "
+             f"{format_bytes(oom.get('reserved_bytes', 0))} reserved by PyTorch, "
+             f"{format_bytes(oom.get('free_bytes', 0))} free on {oom['device']}")
+    needed = oom.get("reserved_needed_bytes")
+    need = (f" The step needs {format_bytes(needed)} reserved + {format_bytes(outside)} "
+            f"outside = {format_bytes(needed + outside)} of {format_bytes(total)}."
+            if needed is not None else "")
+    return (f"[bold red]OUT OF MEMORY at op {oom['op']} in phase {oom['phase']}{where}[/] "
+            f"(tried to allocate {format_bytes(tried)}; {state}).{need}")

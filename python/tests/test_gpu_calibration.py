@@ -63,8 +63,8 @@ def test_the_cases_trace_without_a_gpu(memlens, case):
 def test_the_calibration_names_the_memlens_device():
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("gpu_calibration",
-                                                  TESTS.parent.parent / "bench" / "gpu_calibration.py")
+    path = TESTS.parent.parent / "bench" / "gpu_calibration.py"
+    spec = importlib.util.spec_from_file_location("gpu_calibration", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     assert bench.memlens_device("NVIDIA H100 80GB HBM3", 0) == "h100-80gb"
