@@ -3,6 +3,7 @@
     memlens run [--device NAME] [--iterations K] [--snapshot PATH] [--json] -- script.py [ARGS...]
     memlens trace path/to/file.py:ClassOrFactory [--device NAME] [...]
     memlens show SNAPSHOT [--json]
+    memlens export SNAPSHOT --memory-viz out.pickle
     memlens devices
 
 torch is imported only once the command needs it: a CUDA target on a CPU-only torch build must
@@ -66,6 +67,12 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("snapshot")
     show.add_argument("--json", action="store_true", help="print the JSON summary")
 
+    export = sub.add_parser("export", help="convert a snapshot for other tools")
+    export.add_argument("snapshot")
+    export.add_argument("--memory-viz", required=True, metavar="OUT.pickle",
+                        help="write PyTorch's memory snapshot pickle (open it at "
+                        "pytorch.org/memory_viz or with python -m torch.cuda._memory_viz)")
+
     sub.add_parser("devices", help="list the target devices")
     return p
 
@@ -80,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
             return _devices(Console())
         if args.command == "show":
             return _show(args, Console(stderr=args.json))
+        if args.command == "export":
+            return _export(args, err)
         return _trace(args, Console(stderr=args.json or args.progress == "json"), err)
     except MemlensError as e:
         _print_error(e, err, args)
@@ -134,6 +143,16 @@ def _show(args, console) -> int:
     print_report(snap, console, args.snapshot)
     if args.json:
         print(json.dumps(summary_json(snap, args.snapshot)))
+    return 0
+
+
+def _export(args, console) -> int:
+    from .export_memory_viz import export_memory_viz
+    from .snapshot import read_snapshot
+
+    path = export_memory_viz(read_snapshot(args.snapshot), args.memory_viz)
+    console.print(f"wrote {path} (PyTorch memory snapshot: open it at "
+                  "https://pytorch.org/memory_viz)", highlight=False)
     return 0
 
 
