@@ -2,7 +2,7 @@
 
     memlens run [--device NAME] [--iterations K] [--snapshot PATH] [--json] -- script.py [ARGS...]
     memlens trace path/to/file.py:ClassOrFactory [--device NAME] [...]
-    memlens show SNAPSHOT [--json]
+    memlens show SNAPSHOT [--json] [--html REPORT.html [--compare OTHER]]
     memlens export SNAPSHOT --memory-viz out.pickle
     memlens devices
 
@@ -66,6 +66,10 @@ def _parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="print the tables of a saved snapshot")
     show.add_argument("snapshot")
     show.add_argument("--json", action="store_true", help="print the JSON summary")
+    show.add_argument("--html", metavar="PATH", default=None,
+                      help="also write a self-contained HTML report (the panel's views, offline)")
+    show.add_argument("--compare", metavar="OTHER", default=None,
+                      help="with --html: a second snapshot for the report's Compare tab")
 
     export = sub.add_parser("export", help="convert a snapshot for other tools")
     export.add_argument("snapshot")
@@ -139,8 +143,17 @@ def _show(args, console) -> int:
     from .report import print_report, summary_json
     from .snapshot import read_snapshot
 
+    if args.compare and not args.html:
+        raise MemlensError("--compare goes with --html (it fills the report's Compare tab)")
     snap = read_snapshot(args.snapshot)
     print_report(snap, console, args.snapshot)
+    if args.html:
+        from .html_report import write_html_report
+
+        other = read_snapshot(args.compare) if args.compare else None
+        path = write_html_report(snap, args.html, source=Path(args.snapshot).name, compare=other,
+                                 compare_source=Path(args.compare).name if args.compare else None)
+        console.print(f"HTML report: {path}", highlight=False)
     if args.json:
         print(json.dumps(summary_json(snap, args.snapshot)))
     return 0
