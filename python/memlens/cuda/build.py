@@ -59,14 +59,26 @@ class TorchInstall:
         return (self.lib_dir / "libtorch_hip.so").exists()
 
 
-@dataclass
-class _Loaded:
-    path: str
-    lib: ctypes.CDLL
-    cuda_build: bool
+class Shim:
+    """The loaded shim's C entry points (see the extern "C" block of shim.cpp)."""
+
+    def __init__(self, path: str, cuda_build: bool) -> None:
+        self.path, self.cuda_build = path, cuda_build
+        lib = self._lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+        c_int, c_ll, c_ptr = ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p
+        for name, res, args in (
+            ("install", c_int, [c_int, c_int]), ("take_guard", c_ptr, []),
+            ("restore_guard", None, [c_ptr]), ("device_count", c_int, []),
+            ("current_device", c_int, []), ("set_device", None, [c_int]),
+            ("current_stream", c_ll, [c_int]), ("set_stream", None, [c_int, c_ll]),
+            ("new_stream", c_ll, []),
+        ):
+            fn = getattr(lib, "memlens_fake_cuda_" + name)
+            fn.restype, fn.argtypes = res, args
+            setattr(self, name, fn)
 
 
-_loaded: _Loaded | None = None
+_loaded: Shim | None = None
 
 
 def find_torch() -> TorchInstall:
@@ -171,9 +183,9 @@ def _driver_gpu_count() -> int:
     return count.value
 
 
-def loaded_shim() -> str | None:
-    """Path of the shim loaded into this process, if any."""
-    return _loaded.path if _loaded else None
+def loaded_shim() -> Shim | None:
+    """The shim loaded into this process, if any."""
+    return _loaded
 
 
 def ensure_fake_cuda_support(device_count: int = DEFAULT_DEVICE_COUNT) -> str | None:
@@ -189,7 +201,7 @@ def ensure_fake_cuda_support(device_count: int = DEFAULT_DEVICE_COUNT) -> str | 
     if not 1 <= device_count <= 64:
         raise ValueError(f"device_count must be in 1..64, got {device_count}")
     if _loaded:
-        _loaded.lib.memlens_fake_cuda_install(device_count, int(_loaded.cuda_build))
+        _loaded.install(device_count, int(_loaded.cuda_build))
         return _loaded.path
     ti = find_torch()
     if ti.rocm_build or (ti.cuda_build and _driver_gpu_count() > 0):
@@ -199,12 +211,10 @@ def ensure_fake_cuda_support(device_count: int = DEFAULT_DEVICE_COUNT) -> str | 
             "ensure_fake_cuda_support() must run before `import torch`: torch caches its CUDA "
             "hooks while importing (load memlens.cuda.build first in the worker process)"
         )
-    path = build_shim(ti)
-    lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
-    lib.memlens_fake_cuda_install.argtypes = [ctypes.c_int, ctypes.c_int]
-    got = lib.memlens_fake_cuda_install(device_count, int(ti.cuda_build))
+    shim = Shim(str(build_shim(ti)), ti.cuda_build)
+    got = shim.install(device_count, int(ti.cuda_build))
     want = 2 if ti.cuda_build else 3  # 1 = our guard, 2 = our hooks
     if got != want:
-        raise FakeCudaError(f"fake-CUDA shim {path} registered {got}, expected {want}")
-    _loaded = _Loaded(str(path), lib, ti.cuda_build)
-    return str(path)
+        raise FakeCudaError(f"fake-CUDA shim {shim.path} registered {got}, expected {want}")
+    _loaded = shim
+    return shim.path

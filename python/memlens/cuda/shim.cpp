@@ -99,8 +99,9 @@ struct FakeCUDAHooks final : at::CUDAHooksInterface {
 extern "C" {
 // cuda_build=0: guard into the empty CUDA slot + hooks. cuda_build=1: hooks
 // only, at preferred priority so libtorch_cuda's later registration yields
-// (the registry prints one "skipping registration" line); its guard would
-// overwrite ours anyway. Idempotent. Returns what is ours: 1 guard | 2 hooks.
+// (the registry prints one "skipping registration" line); libtorch_cuda then
+// registers its guard, which simulate swaps for ours (take/restore below).
+// Idempotent. Returns what is ours: 1 guard | 2 hooks.
 int memlens_fake_cuda_install(int device_count, int cuda_build) {
   if (device_count >= 1 && device_count <= kMaxDevices) g_device_count = device_count;
   if (!cuda_build && !(g_registered & 1) && !c10::impl::hasDeviceGuardImpl(kCUDA)) {
@@ -117,4 +118,27 @@ int memlens_fake_cuda_install(int device_count, int cuda_build) {
   }
   return g_registered;
 }
+
+// Make our guard the CUDA guard (a CUDA build registers its own at import);
+// returns the previous one for memlens_fake_cuda_restore_guard.
+const void* memlens_fake_cuda_take_guard() {
+  static const FakeCUDAGuard* ours = new FakeCUDAGuard();
+  auto& slot = c10::impl::device_guard_impl_registry[static_cast<size_t>(kCUDA)];
+  const auto* prev = slot.load();
+  if (!(g_registered & 1)) slot.store(ours);
+  return prev;
+}
+void memlens_fake_cuda_restore_guard(const void* prev) {
+  if (!(g_registered & 1)) c10::impl::device_guard_impl_registry[static_cast<size_t>(kCUDA)].store(
+      static_cast<const c10::impl::DeviceGuardImplInterface*>(prev));
+}
+
+// The calling thread's current device and streams, shared with autograd's
+// worker threads' view (the engine sets their device through the guard).
+int memlens_fake_cuda_device_count() { return g_device_count.load(); }
+int memlens_fake_cuda_current_device() { return t_device; }
+void memlens_fake_cuda_set_device(int i) { if (i >= 0 && i < kMaxDevices) t_device = i; }
+long long memlens_fake_cuda_current_stream(int i) { return t_stream[slot(i)]; }
+void memlens_fake_cuda_set_stream(int i, long long id) { t_stream[slot(i)] = id; }
+long long memlens_fake_cuda_new_stream() { return g_next_stream++; }
 }
