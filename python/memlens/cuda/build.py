@@ -24,7 +24,10 @@ from pathlib import Path
 log = logging.getLogger("memlens.cuda")
 
 SHIM_SOURCE = Path(__file__).with_name("shim.cpp")
-DEFAULT_DEVICE_COUNT = 8
+# Autograd starts one worker thread per device the guard reports, and torch has a known race
+# between those threads and interpreter exit ("terminate called without an active exception",
+# pytorch#38228): 2 of 60 exits aborted with 8 devices, 0 of 60 with 1. Ask for what you use.
+DEFAULT_DEVICE_COUNT = 1
 _CXX_FLAGS = ("-std=c++20", "-O1", "-shared", "-fPIC")
 _INSTALL_HINT = (
     "Install one: `apt-get install g++` (Debian/Ubuntu; or `apt-get install build-essential`), "
@@ -195,7 +198,8 @@ def ensure_fake_cuda_support(device_count: int = DEFAULT_DEVICE_COUNT) -> str | 
     visible GPU: loads it for its hooks only (torch's real hooks reject autograd's
     ``hasPrimaryContext(0)`` when no device exists). CUDA build with a GPU, or ROCm: does
     nothing and returns None. Must run before ``import torch``. ``device_count`` bounds
-    the device indices fake tensors may use (autograd sizes its queues from it).
+    the device indices fake tensors may use (autograd sizes its queues from it at the first
+    backward): pass the GPUs per node a simulated rank may select (LOCAL_RANK < count).
     """
     global _loaded
     if not 1 <= device_count <= 64:

@@ -26,7 +26,7 @@ constexpr DeviceIndex kMaxDevices = 64;
 
 // The autograd engine sizes its per-device queues from deviceCount() once, at
 // the first backward, so this must cover every index a simulated rank uses.
-std::atomic<int> g_device_count{8};
+std::atomic<int> g_device_count{1};
 std::atomic<StreamId> g_next_stream{1};
 thread_local DeviceIndex t_device = 0;
 thread_local StreamId t_stream[kMaxDevices] = {};
@@ -92,6 +92,11 @@ struct FakeCUDAHooks final : at::CUDAHooksInterface {
   }
   DeviceIndex maybeExchangeDevice(DeviceIndex i) const override { return exchangeDevice(i); }
   void deviceSynchronize(DeviceIndex) const override {}
+  // No cuDNN here: 0 makes version-gated cuDNN paths (SDPA, conv layouts) bow out
+  // instead of throwing, as the no-GPU CUDA build's own hooks let them.
+  long versionCuDNN() const override { return 0; }
+  long versionRuntimeCuDNN() const override { return 0; }
+  long versionCuDNNFrontend() const override { return 0; }
 };
 
 }  // namespace

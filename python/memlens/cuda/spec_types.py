@@ -1,4 +1,8 @@
-"""The simulated GPU as user code sees it (the engine's device table builds these)."""
+"""The simulated GPU as user code sees it.
+
+simulate_cuda reads only these six fields, so the engine's own device-table record (which has
+the same names) can be passed as is.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +19,3 @@ class DeviceSpec:
     major: int  # compute capability
     minor: int
     sm_count: int  # multi_processor_count
-
-    def __post_init__(self) -> None:
-        if self.total_memory_bytes <= 0 or self.sm_count <= 0:
-            raise ValueError(f"DeviceSpec {self.name!r}: memory and SM count must be positive")
