@@ -5,10 +5,10 @@
 // `copy_` raise. We register (1) a device guard with a per-thread current
 // device and stream whose events are no-ops, and (2) CUDA hooks reporting CUDA
 // built and available.
-// CUDA build, no GPU: FakeTensorMode installs torch's own fake guard (8
-// devices) but the real hooks reject hasPrimaryContext(0) (0 devices), which
-// autograd asks before every backward; our hooks replace them (preferred
-// priority). No CUDA kernels or allocator exist here: real CUDA tensors fail.
+// CUDA build, no GPU: the real hooks reject hasPrimaryContext(0), which
+// autograd asks before every backward on cuda tensors; ours replace them, and
+// simulate.py swaps our guard in while it runs. No CUDA kernels or allocator
+// exist here either way: real CUDA tensors still fail.
 // Python calls memlens_fake_cuda_install() right after dlopen(RTLD_GLOBAL) and
 // BEFORE `import torch`: at::detail::getCUDAHooks() creates its hooks once.
 #include <ATen/detail/CUDAHooksInterface.h>
@@ -128,9 +128,9 @@ int memlens_fake_cuda_install(int device_count, int cuda_build) {
 // returns the previous one for memlens_fake_cuda_restore_guard.
 const void* memlens_fake_cuda_take_guard() {
   static const FakeCUDAGuard* ours = new FakeCUDAGuard();
-  auto& slot = c10::impl::device_guard_impl_registry[static_cast<size_t>(kCUDA)];
-  const auto* prev = slot.load();
-  if (!(g_registered & 1)) slot.store(ours);
+  auto& entry = c10::impl::device_guard_impl_registry[static_cast<size_t>(kCUDA)];
+  const auto* prev = entry.load();
+  if (!(g_registered & 1)) entry.store(ours);
   return prev;
 }
 void memlens_fake_cuda_restore_guard(const void* prev) {

@@ -171,11 +171,13 @@ def _cuda_api(dev: SimulatedDevices, spec: DeviceSpec, rng: FakeCudaRNG) -> dict
 
     def lazy_init() -> None:
         # Inside FakeTensorMode torch's C++ never asks for it and Python callers get a no-op;
-        # outside it a real CUDA tensor is being made, and there is no GPU. Raising also keeps
+        # otherwise a real CUDA tensor is being made, and there is no GPU. Raising also keeps
         # C++ from marking CUDA initialised for the rest of the process.
         if torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is None:
-            raise RuntimeError("memlens simulate_cuda: real CUDA work outside FakeTensorMode; the "
-                               "simulated GPU only holds fake tensors (create them inside the mode)")
+            raise RuntimeError(
+                "memlens simulate_cuda: a real CUDA tensor was requested, outside FakeTensorMode "
+                "or by its fallback for an op without a fake kernel (e.g. aten::record_stream); "
+                "the simulated GPU only holds fake tensors")
 
     def get_rng_state(device: Any = "cuda") -> torch.Tensor:
         return rng.get_state(dev.check(device))
