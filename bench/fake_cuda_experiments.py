@@ -186,6 +186,12 @@ def exp_autocast():
             res["(cpu autocast on cuda tensor) linear"] = str(F.linear(x, w).dtype)
         with torch.autocast("cuda", dtype=torch.float16):
             res["fp16 linear"] = str(F.linear(x, w).dtype)
+        log = Log()
+        with log, torch.autocast("cuda", dtype=torch.bfloat16):
+            F.linear(x, w)
+            F.linear(x, w)  # same leaf weight: real CUDA autocast reuses its cached bf16 copy
+        res["_to_copy ops for 2 linears sharing a leaf weight"] = [
+            o for n, o in log.ops if n == "_to_copy"]
         res["is_autocast_enabled(cuda) inside"] = "n/a"
         with torch.autocast("cuda", dtype=torch.bfloat16):
             res["is_autocast_enabled(cuda) inside"] = str(torch.is_autocast_enabled("cuda"))
@@ -273,6 +279,11 @@ def exp_sdpa_direct():
                     res[f"{name} bwd {dt}"] = str(log.ops[-1][1])
                 except Exception as e:
                     res[f"{name} bwd {dt}"] = f"{type(e).__name__}: {str(e)[:300]}"
+        q, k, v = _qkv(torch, torch.bfloat16, s=100)
+        res["logsumexp shapes at s=100 (flash, efficient, cudnn)"] = [
+            tuple(aten._scaled_dot_product_flash_attention(q, k, v, 0.0, True, False)[1].shape),
+            tuple(aten._scaled_dot_product_efficient_attention(q, k, v, None, True, 0.0, True)[1].shape),
+            tuple(aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, True, False)[1].shape)]
         # autograd through a direct call
         q, k, v = _qkv(torch, torch.bfloat16, requires_grad=True)
         log = Log()
