@@ -49,8 +49,9 @@ class SimulatedDevices:
 
     def __init__(self, count: int, shim: Shim | None) -> None:
         if shim is not None and count > shim.device_count():
-            raise ValueError(f"simulating {count} devices needs "
-                             f"ensure_fake_cuda_support(device_count={count}) before `import torch`")
+            # autograd sizes its per-device queues from the guard at the first backward
+            raise ValueError(f"simulating {count} devices needs ensure_fake_cuda_support("
+                             f"device_count={count}) first (before the first backward)")
         self.count = count
         self._shim = shim
         self._backend: Any = shim if shim is not None else _PythonBackend()

@@ -1,10 +1,10 @@
 """``simulate_cuda``: inside it, ``torch.cuda`` and ``torch.accelerator`` answer as the target GPU.
 
 Every patch the simulation makes lives in this module and is undone on exit. Nothing here
-initialises real CUDA: on a CUDA build ``torch.cuda._lazy_init`` is a no-op while the
-simulation runs, and FakeTensorMode keeps avoiding device init (it asks
-``torch.cuda.is_available()``, which we make True). On a CPU-only build the shim from
-build.py must have been loaded before ``import torch``.
+initialises real CUDA: while simulating, ``torch.cuda._lazy_init`` is a no-op inside
+FakeTensorMode and refuses outside it, and FakeTensorMode keeps avoiding device init (it asks
+``torch.cuda.is_available()``, which we make True). The shim from build.py must have been
+loaded before ``import torch`` (on a CUDA build without a GPU too: see shim.cpp).
 """
 
 from __future__ import annotations
@@ -231,12 +231,15 @@ def _accelerator_api(dev: SimulatedDevices, memory: dict[str, Any]) -> dict[str,
         if i >= 0:
             dev.set(i)
 
+    def synchronize(device: Any = None) -> None:
+        dev.check(device)
+
     api = {
         "device_count": lambda: dev.count,
         "current_device_index": dev.current, "current_device_idx": dev.current,
         "set_device_index": set_index, "set_device_idx": set_index,
         "current_stream": streams.STREAMS.current, "set_stream": streams.STREAMS.set,
-        "synchronize": lambda device=None: dev.check(device) and None,
+        "synchronize": synchronize,
         "get_memory_info": memory["mem_get_info"],
         "empty_host_cache": memory["empty_cache"],
     }
@@ -275,8 +278,10 @@ def simulate_cuda(spec: DeviceSpec, memory_source: MemorySource, *, device_count
                   device: int = 0) -> Iterator[None]:
     """Make user code see ``device_count`` GPUs of ``spec`` (current device ``device``).
 
-    Use it together with FakeTensorMode (either order): tensors stay fake; this only answers
-    the questions user code asks ``torch.cuda`` / ``torch.accelerator``. Not reentrant.
+    Use it together with FakeTensorMode: tensors stay fake; this only answers the questions
+    user code asks ``torch.cuda`` / ``torch.accelerator``. Enter it first: unsimulated,
+    FakeTensorMode's ``__enter__`` calls ``torch.cuda.is_available()``, which on a CUDA build
+    calls cudaGetDeviceCount. Not reentrant.
     """
     _check_torch()
     if not 0 <= device < device_count:
