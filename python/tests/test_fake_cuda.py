@@ -16,10 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from memlens.cuda.build import find_torch
+from memlens.cuda.build import _driver_gpu_count, find_torch
 
 PYTHON_DIR = Path(__file__).resolve().parents[1]
 CUDA_BUILD = find_torch().cuda_build
+# Everything here is about machines without a GPU (with one, memlens loads no shim).
+pytestmark = pytest.mark.skipif(CUDA_BUILD and _driver_gpu_count() > 0,
+                                reason="a GPU is visible; these tests cover GPU-less machines")
 needs_compiler = pytest.mark.skipif(
     not (os.environ.get("CXX") or shutil.which("g++")), reason="no C++ compiler to build the shim")
 
