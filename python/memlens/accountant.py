@@ -24,6 +24,14 @@ _PASSTHROUGH = {torch.ops.prim.device.default, aten.sym_size.default, aten.sym_s
                 aten.unsqueeze.default, aten.squeeze.dim, aten.slice.Tensor, aten.select.int,
                 aten.as_strided.default, aten.alias.default}
 _current_node = torch._C._current_autograd_node
+# Ops FakeTensorMode has no fake kernel for (it would run them on real data and fail): what
+# they mean for memory. record_stream only delays a free across streams; pinning copies to
+# host memory.
+_NO_FAKE_KERNEL = {
+    aten.record_stream.default: lambda t, stream: None,
+    aten._pin_memory.default: lambda t, device=None: aten.clone.default(t),
+    aten.is_pinned.default: lambda t, device=None: False,
+}
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -48,6 +56,8 @@ class Accountant(TorchDispatchMode):
             raise self.tracer.stop()
         if func is _local_scalar_dense:
             return self._read_value(args[0])
+        if func in _NO_FAKE_KERNEL:
+            return _NO_FAKE_KERNEL[func](*args)
         try:
             out = func(*args, **kwargs)
         except Exception as e:

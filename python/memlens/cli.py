@@ -179,6 +179,8 @@ def _trace(args, console, err) -> int:
     if iterations < 1:
         raise MemlensError("--iterations must be at least 1")
 
+    if device.type == "cuda":
+        _prepare_fake_cuda()
     from .session import trace_target
 
     progress_mode = args.progress
@@ -202,6 +204,17 @@ def _trace(args, console, err) -> int:
     if args.json:
         print(json.dumps(summary_json(snap, path)))
     return 0
+
+
+def _prepare_fake_cuda() -> None:
+    """Make fake CUDA tensors fully work on this torch build (loads the shim); must run before
+    torch is imported."""
+    from .cuda.build import FakeCudaError, ensure_fake_cuda_support
+
+    try:
+        ensure_fake_cuda_support()
+    except FakeCudaError as e:
+        raise MemlensError(str(e)) from None
 
 
 @contextlib.contextmanager

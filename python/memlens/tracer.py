@@ -30,12 +30,17 @@ from .workspaces import WorkspaceModel
 
 
 class Tracer:
-    def __init__(self, device: DeviceSpec | str = "h100-80gb", iterations: int = 2):
+    def __init__(self, device: DeviceSpec | str = "h100-80gb", iterations: int = 2,
+                 device_count: int = 1, device_index: int = 0):
+        """`device_count` GPUs of `device` are simulated; the trace describes the one the
+        workload uses, `cuda:{device_index}` (a distributed rank's local GPU)."""
         if isinstance(device, str):
             from .devices import get_device
 
             device = get_device(device)
         self.device = device
+        self.device_count = device_count
+        self.device_index = device_index
         self.iterations = iterations
         self.ledger = Ledger(device.round_size, allocator_for=self._allocator_for)
         self.stacks = StackTable()
@@ -45,6 +50,8 @@ class Tracer:
         self.accountant = Accountant(self)
         self.workspaces = WorkspaceModel(device.type, device)
         self.fake_mode: FakeTensorMode | None = None
+        self._cuda = None  # the torch.cuda simulation of a CUDA target
+        self.sdpa_backends: dict[str, int] = {}  # attention kernel -> calls (CUDA targets)
         self._patcher = Patcher()
         self._step_hooks: list = []
         self.end_seq = -1
@@ -63,6 +70,16 @@ class Tracer:
             o.register_optimizer_step_pre_hook(lambda *a: self.phases.on_step_begin()),
             o.register_optimizer_step_post_hook(lambda *a: self.phases.on_step_end()),
         ]
+        if self.device.type == "cuda":
+            from .cuda.ledger_memory import LedgerMemory
+            from .cuda.simulate import simulate_cuda
+            from .patches import torch_cuda_semantics
+
+            torch_cuda_semantics.apply(self._patcher, self)
+            # Before FakeTensorMode: entering it asks torch.cuda.is_available().
+            self._cuda = simulate_cuda(self.device, LedgerMemory(self.ledger),
+                                       device_count=self.device_count, device=self.device_index)
+            self._cuda.__enter__()
         self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
         self.fake_mode.__enter__()
         self.accountant.__enter__()
@@ -73,6 +90,9 @@ class Tracer:
         self.accountant.__exit__(None, None, None)
         if self.fake_mode is not None:
             self.fake_mode.__exit__(None, None, None)
+        if self._cuda is not None:
+            self._cuda.__exit__(None, None, None)
+            self._cuda = None
         for h in self._step_hooks:
             h.remove()
         self.classifier.uninstall()
@@ -111,7 +131,7 @@ class Tracer:
 
     @property
     def target_key(self) -> str:
-        return "cpu" if self.device.type == "cpu" else "cuda:0"
+        return "cpu" if self.device.type == "cpu" else f"cuda:{self.device_index}"
 
     # -- callbacks -------------------------------------------------------------------------
     def stop(self) -> StopTracing:

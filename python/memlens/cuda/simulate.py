@@ -37,6 +37,7 @@ class MemorySource(Protocol):
     def reset_peak(self, device_index: int) -> None: ...
     def reserved(self, device_index: int) -> int: ...
     def max_reserved(self, device_index: int) -> int: ...
+    def empty_cache(self, device_index: int) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,10 @@ def _memory_api(dev: SimulatedDevices, spec: DeviceSpec, source: MemorySource) -
     def noop(*args: Any, **kwargs: Any) -> None:
         return None
 
+    def empty_cache() -> None:
+        for i in range(dev.count):
+            source.empty_cache(i)
+
     return {
         "memory_allocated": allocated, "max_memory_allocated": max_allocated,
         "memory_reserved": reserved, "max_memory_reserved": max_reserved,
@@ -129,7 +134,7 @@ def _memory_api(dev: SimulatedDevices, spec: DeviceSpec, source: MemorySource) -
         "reset_peak_memory_stats": reset_peak, "reset_max_memory_allocated": reset_peak,
         "reset_max_memory_cached": reset_peak, "reset_accumulated_memory_stats": noop,
         "memory_stats": stats, "mem_get_info": mem_get_info, "memory_summary": summary,
-        "empty_cache": noop,
+        "empty_cache": empty_cache,
     }
 
 

@@ -5,6 +5,9 @@
   mode keeps some). Falling back to assigning `.data` has the same effect for a module.
 - `torch.get_rng_state` (and `torch.random.get_rng_state`): activation checkpointing saves the
   CPU generator state, a real tensor made without any op, so the accountant would not see it.
+- the foreach "supported types" lists of torch.optim and torch.utils: optimizers and
+  clip_grad_norm_ take their multi-tensor (foreach) path only for exact Tensor/Parameter types,
+  so fake parameters would silently take the per-tensor path a real run does not take.
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ def apply(patcher: Patcher, on_external_tensor) -> None:
                 old = t1.detach()
                 t1.data = t2.detach()
                 t2.data = old
+            # A fake tensor keeps its device as a Python attribute, which `.data` leaves alone.
+            if hasattr(t1, "fake_device"):
+                t1.fake_device, t2.fake_device = t2.fake_device, old.fake_device
 
     patcher.setattr(torch.utils, "swap_tensors", swap_tensors)
 
@@ -42,3 +48,10 @@ def apply(patcher: Patcher, on_external_tensor) -> None:
 
     patcher.setattr(torch, "get_rng_state", get_rng_state)
     patcher.setattr(torch.random, "get_rng_state", get_rng_state)
+
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.optim import optimizer
+    from torch.utils import _foreach_utils
+
+    patcher.append(optimizer._foreach_supported_types, FakeTensor)
+    patcher.append(_foreach_utils._foreach_supported_types, FakeTensor)
