@@ -42,8 +42,9 @@ class WorkspaceModel:
 
             self._rules.update(CPU_RULES)
         elif device_type == "cuda":
-            from .workspaces_cuda import CudaRules
+            from .workspaces_cuda import CUDA_RULES, CudaRules
 
+            self._rules.update(CUDA_RULES)
             self.cuda = CudaRules(spec)
 
     def __call__(self, func, args: tuple, kwargs: dict, out) -> list[int] | None:
