@@ -56,10 +56,11 @@ class Accountant(TorchDispatchMode):
                         "UnsupportedOperatorException"):
                 raise self._data_dependent(func, kind) from None
             raise
-        self._book(func, out)
-        workspace = self.tracer.workspaces(func, args, kwargs, out)
-        if workspace:
-            self._transient(func, workspace, out)
+        plan = self.tracer.workspaces(func, args, kwargs, out)
+        if plan is None:
+            self._book(func, out)
+        else:
+            self._run_plan(func, plan, out)
         return out
 
     # -- booking ---------------------------------------------------------------------------
@@ -107,16 +108,35 @@ class Accountant(TorchDispatchMode):
                                     self._op(func), stack, backward=backward)
             self.ledger.retarget_storage(st, rid)
 
-    def _transient(self, func, sizes: list[int], out) -> None:
-        """Kernel workspaces: allocated after the outputs and freed before the op returns."""
-        ref = out[0] if isinstance(out, (tuple, list)) else out
-        device = self.tracer.device_key(ref.device) if isinstance(ref, torch.Tensor) else "cpu"
+    def _run_plan(self, func, plan, out) -> None:
+        """Book the op's outputs and its kernel's own buffers in the order the kernel makes
+        them (see `workspaces.Plan`): buffers are temporaries of the op's module and phase."""
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+
+        def book(indices) -> None:
+            for i in indices:
+                if i < len(outs) and isinstance(outs[i], torch.Tensor):
+                    self._book_tensor(func, outs[i])
+
+        named = plan.named_outputs()
+        book(i for i in range(len(outs)) if i not in named)
+        ref = next((t for t in outs if isinstance(t, torch.Tensor)), None)
+        device = self.tracer.device_key(ref.device) if ref is not None else "cpu"
         module, _, stack, backward = self._context()
-        op = self._op(func)
-        rids = [self.ledger.alloc(n, device, "uint8", (n,), C.TEMPORARY, module,
-                                  self.tracer.phases.index, op, stack, backward=backward)
-                for n in sizes]
-        for rid in rids:
+        op, phase = self._op(func), self.tracer.phases.index
+        held: dict[int, int] = {}
+        for step in plan.steps:
+            if step[0] == "alloc":
+                n = step[2]
+                held[step[1]] = self.ledger.alloc(n, device, "uint8", (n,), C.TEMPORARY, module,
+                                                  phase, op, stack, backward=backward)
+            elif step[0] == "free":
+                rid = held.pop(step[1], None)
+                if rid is not None:
+                    self.ledger.free(rid)
+            else:
+                book(step[1])
+        for rid in held.values():
             self.ledger.free(rid)
 
     def _context(self) -> tuple[int, int, int, bool]:
