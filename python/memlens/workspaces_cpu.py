@@ -4,11 +4,14 @@ no op output (see `workspaces.WorkspaceModel`). Each rule lives with its kernel 
 
 import torch
 
-from .cpukernels import conv
+from .cpukernels import conv, norm
 
 aten = torch.ops.aten
 
 CPU_RULES: dict = {
     aten.convolution.default: conv.convolution,
     aten.convolution_backward.default: conv.convolution_backward,
+    aten.native_batch_norm.default: norm.batch_norm,
+    aten.native_batch_norm_backward.default: norm.batch_norm_backward,
+    aten.native_layer_norm_backward.default: norm.layer_norm_backward,
 }
