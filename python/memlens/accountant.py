@@ -36,6 +36,7 @@ class Accountant(TorchDispatchMode):
         self.tracer = tracer
         self.ledger = tracer.ledger
         self._mutable: dict = {}
+        self._mask_arg: dict = {}
         self._names: dict = {}
         self.placeholders: list[tuple[int, str, object]] = []  # (stack, op, value answered)
 
@@ -56,14 +57,30 @@ class Accountant(TorchDispatchMode):
                         "UnsupportedOperatorException"):
                 raise self._data_dependent(func, kind) from None
             raise
-        plan = self.tracer.workspaces(func, args, kwargs, out)
+        booked = self._unmasked(func, args, kwargs, out)
+        plan = self.tracer.workspaces(func, args, kwargs, booked)
         if plan is None:
-            self._book(func, out)
+            self._book(func, booked)
         else:
-            self._run_plan(func, plan, out)
+            self._run_plan(func, plan, booked)
         return out
 
     # -- booking ---------------------------------------------------------------------------
+    def _unmasked(self, func, args, kwargs, out):
+        """The outputs a real kernel allocates. Backward ops with an `output_mask` return an
+        undefined tensor where the mask is False, but some fake kernels (e.g. the meta of
+        native_batch_norm_backward) return a full-size tensor there: it is no allocation."""
+        index = self._mask_arg.get(func)
+        if index is None:
+            index = self._mask_arg[func] = next(
+                (i for i, a in enumerate(func._schema.arguments) if a.name == "output_mask"), -1)
+        if index < 0 or not isinstance(out, (tuple, list)):
+            return out
+        mask = args[index] if index < len(args) else kwargs.get("output_mask")
+        if mask is None:
+            return out
+        return tuple(None if i < len(mask) and not mask[i] else t for i, t in enumerate(out))
+
     def _book(self, func, out) -> None:
         if isinstance(out, torch.Tensor):
             self._book_tensor(func, out)
