@@ -25,6 +25,8 @@ CASES = {
     "conv-dilated-grouped": ["--net", "conv(32, 64, 3, padding=2, dilation=2, groups=4) relu",
                              "--input", "2,32,14,14", "--input-grad"],
     "conv1d": ["--net", "conv1d(16, 24, 5, stride=2) relu", "--input", "4,16,50"],
+    "conv-bf16": ["--net", "conv(16, 48, 3, padding=1) relu", "--input", "2,16,12,12",
+                  "--dtype", "bf16", "--input-grad"],
     # im2col convolutions (batch 1, small images)
     "conv-slow2d": ["--net", "conv(8, 12, 5, padding=2) relu conv(12, 4, 3)", "--input",
                     "1,8,11,11", "--input-grad"],
