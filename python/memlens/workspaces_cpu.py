@@ -4,7 +4,7 @@ no op output (see `workspaces.WorkspaceModel`). Each rule lives with its kernel 
 
 import torch
 
-from .cpukernels import conv, norm
+from .cpukernels import conv, matmul, norm
 
 aten = torch.ops.aten
 
@@ -14,4 +14,8 @@ CPU_RULES: dict = {
     aten.native_batch_norm.default: norm.batch_norm,
     aten.native_batch_norm_backward.default: norm.batch_norm_backward,
     aten.native_layer_norm_backward.default: norm.layer_norm_backward,
+    aten.mm.default: matmul.mm,
+    aten.addmm.default: matmul.addmm,
+    aten.bmm.default: matmul.bmm,
+    aten.baddbmm.default: matmul.baddbmm,
 }
