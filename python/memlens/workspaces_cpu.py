@@ -4,7 +4,7 @@ no op output (see `workspaces.WorkspaceModel`). Each rule lives with its kernel 
 
 import torch
 
-from .cpukernels import conv, matmul, norm
+from .cpukernels import attention, conv, matmul, norm
 
 aten = torch.ops.aten
 
@@ -18,4 +18,8 @@ CPU_RULES: dict = {
     aten.addmm.default: matmul.addmm,
     aten.bmm.default: matmul.bmm,
     aten.baddbmm.default: matmul.baddbmm,
+    aten._safe_softmax.default: attention.safe_softmax,
+    aten._scaled_dot_product_flash_attention_for_cpu.default: attention.flash_attention,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward.default:
+        attention.flash_attention_backward,
 }
