@@ -4,7 +4,7 @@ no op output (see `workspaces.WorkspaceModel`). Each rule lives with its kernel 
 
 import torch
 
-from .cpukernels import attention, conv, matmul, norm
+from .cpukernels import attention, conv, embedding, matmul, norm, scalars
 
 aten = torch.ops.aten
 
@@ -22,4 +22,12 @@ CPU_RULES: dict = {
     aten._scaled_dot_product_flash_attention_for_cpu.default: attention.flash_attention,
     aten._scaled_dot_product_flash_attention_for_cpu_backward.default:
         attention.flash_attention_backward,
+    aten.embedding.default: embedding.embedding,
+    aten.embedding_dense_backward.default: embedding.embedding_dense_backward,
+    aten.mean.dim: scalars.mean,
+    aten.mean.default: scalars.mean,
 }
+for _name in ("add", "sub", "mul", "div"):
+    for _overload in ("Tensor", "Scalar"):
+        for _op in (getattr(aten, _name), getattr(aten, _name + "_")):
+            CPU_RULES[getattr(_op, _overload)] = scalars.binary
