@@ -8,11 +8,14 @@ storage of op N is memory the kernel allocated for itself: a workspace (freed be
 returned), or something that outlives the op without being its output (a cache, a leak, an
 internal state). Allocations under no marker were made outside any op the mode sees.
 
-    python unseen_allocations.py [--json] [--all] [--detail] SCRIPT [ARGS...]
+    python unseen_allocations.py [--json] [--all] [--detail] [--check] SCRIPT [ARGS...]
 
 Prints one line per unseen allocation (or JSON with --json): the call index, phase, op, the
 op's arguments (shapes, dtypes, strides, scalars), the size, and when it was freed. Without
 --all, repeated identical findings (same op, arguments and sizes) are printed once with a count.
+--detail adds each listed call's full in-op sequence (outputs marked). --check instead asks
+memlens' CPU workspace rules (with PYTHONPATH including python/) what each op allocates, on the
+same real tensors, and lists the calls whose in-op peak the rules do not reproduce.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ class Call:
     phase: str
     backward: bool
     outputs: dict = field(default_factory=dict)  # storage data_ptr -> nbytes
+    modelled: tuple | None = None  # (peak, end) in-op bytes the workspace rules predict
 
 
 @dataclass
@@ -68,9 +72,10 @@ class Unseen:
 
 
 class Recorder(TorchDispatchMode):
-    def __init__(self, marks: PhaseMarks):
+    def __init__(self, marks: PhaseMarks, rules=None):
         super().__init__()
         self.marks = marks
+        self.rules = rules  # a memlens WorkspaceModel to check, or None
         self.calls: list[Call] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -79,13 +84,40 @@ class Recorder(TorchDispatchMode):
             ", " + ", ".join(f"{k}={describe(v)}" for k, v in kwargs.items()) if kwargs else ""),
             self.marks.phase, torch._C._current_autograd_node() is not None)
         self.calls.append(call)
+        inputs = {a.untyped_storage().data_ptr() for a in args
+                  if isinstance(a, torch.Tensor) and a.layout == torch.strided}
         with torch._C._profiler._RecordFunctionFast(f"{MARK}{call.index}"):
             out = func(*args, **kwargs)
-        for t in (out if isinstance(out, (tuple, list)) else [out]):
+        outs = out if isinstance(out, (tuple, list)) else [out]
+        new = []
+        for t in outs:
             if isinstance(t, torch.Tensor) and t.layout == torch.strided:
                 st = t.untyped_storage()
                 call.outputs[st.data_ptr()] = st.nbytes()
+                fresh = st.data_ptr() not in inputs and st.data_ptr() not in [p for p, _ in new]
+                new.append((st.data_ptr(), st.nbytes() if fresh else 0))
+            else:
+                new.append((None, 0))
+        if self.rules is not None:
+            call.modelled = simulate(self.rules(func, args, kwargs, out), [n for _, n in new])
         return out
+
+
+def simulate(plan, sizes: list[int]) -> tuple[int, int]:
+    """(peak, end) bytes an op allocates by the rules' plan, as memlens' accountant books it."""
+    named = plan.named_outputs() if plan is not None else set()
+    current = sum(n for i, n in enumerate(sizes) if i not in named)
+    peak, held = current, {}
+    for step in plan.steps if plan is not None else []:
+        if step[0] == "alloc":
+            held[step[1]] = step[2]
+            current += step[2]
+        elif step[0] == "free":
+            current -= held.pop(step[1], 0)
+        else:
+            current += sum(sizes[i] for i in step[1] if i < len(sizes))
+        peak = max(peak, current)
+    return peak, current - sum(held.values())
 
 
 class NamedMarks(PhaseMarks):
@@ -106,24 +138,25 @@ class Trace:
     free_of: dict[int, int]  # index of an allocation event -> index of its free event
 
 
-def record(script: str, argv: list[str]) -> Trace:
+def record(script: str, argv: list[str], rules=None) -> Trace:
     """Run a script (as `python script ARGS` would) and trace it."""
 
     def run() -> None:
         sys.argv = [script, *argv]
         runpy.run_path(script, run_name="__main__")
 
-    return record_callable(run)
+    return record_callable(run, rules)
 
 
-def record_callable(fn) -> Trace:
-    """Run `fn()` and trace it."""
+def record_callable(fn, rules=None) -> Trace:
+    """Run `fn()` and trace it; with `rules` (a memlens WorkspaceModel), also note what they
+    predict for each op (they read shapes, dtypes and strides, which real tensors have too)."""
     from torch._C._profiler import _EventType
     from torch.nn.modules import module as m
     from torch.optim import optimizer as o
 
     marks = NamedMarks()
-    recorder = Recorder(marks)
+    recorder = Recorder(marks, rules)
     handles = [m.register_module_forward_pre_hook(marks.pre_forward),
                m.register_module_forward_hook(marks.post_forward, always_call=True),
                o.register_optimizer_step_pre_hook(marks.pre_step)]
@@ -206,6 +239,31 @@ def detail(trace: Trace, call: int) -> list[str]:
     return lines
 
 
+def in_op(trace: Trace, call: int) -> tuple[int, int]:
+    """(peak, end) bytes the allocator saw inside one call, outputs included."""
+    current = peak = 0
+    for _, size, _, c, _ in trace.events:
+        if c == call:
+            current += size
+            peak = max(peak, current)
+    return peak, current
+
+
+def check(trace: Trace) -> list[tuple[int, Call, tuple, tuple]]:
+    """Calls whose real in-op peak differs from the rules' (count, first call, real, modelled),
+    identical findings once."""
+    seen: dict = {}
+    for c in trace.calls:
+        if c.modelled is None:
+            continue
+        real = in_op(trace, c.index)
+        if real[0] != c.modelled[0]:
+            key = (c.op, c.args, real, c.modelled)
+            n, first = seen.get(key, (0, c))
+            seen[key] = (n + 1, first)
+    return [(n, c, k[2], k[3]) for k, (n, c) in seen.items()]
+
+
 def collect(script: str, argv: list[str]) -> tuple[list[Unseen], list[Call]]:
     trace = record(script, argv)
     return unseen(trace), trace.calls
@@ -223,13 +281,25 @@ def summarize(found: list[Unseen]) -> list[tuple[int, Unseen]]:
 
 
 def main(argv: list[str]) -> None:
-    opts = {"--json": False, "--all": False, "--detail": False}
+    opts = {"--json": False, "--all": False, "--detail": False, "--check": False}
     while argv and argv[0] in opts:
         opts[argv.pop(0)] = True
-    trace = record(argv[0], argv[1:])
+    rules = None
+    if opts["--check"]:
+        from memlens.workspaces import WorkspaceModel
+
+        rules = WorkspaceModel("cpu")
+    trace = record(argv[0], argv[1:], rules)
     found = unseen(trace)
     if opts["--json"]:
         print(json.dumps({"calls": len(trace.calls), "unseen": [asdict(u) for u in found]}))
+        return
+    if opts["--check"]:
+        wrong = check(trace)
+        print(f"{len(trace.calls)} ops seen; {sum(n for n, *_ in wrong)} whose in-op peak the "
+              "workspace rules do not reproduce (real vs rules, (peak, end) bytes):")
+        for n, c, real, model in wrong:
+            print(f"  x{n:<3} #{c.index} {c.op}({c.args})  real {real}  rules {model}")
         return
     rows = [(1, u) for u in found] if opts["--all"] else summarize(found)
     print(f"{len(trace.calls)} ops seen; {len(found)} allocations that are no op's output")
