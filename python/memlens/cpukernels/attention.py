@@ -9,8 +9,8 @@ with a mask): after the softmax output, a boolean `isneginf` mask of the input, 
 qSplit * kvSplit + 2 * qSplit + qSplit * headSize, and for bf16/fp16 a reduced-type qk block
 (qSplit * kvSplit); qSplit is 256/64/32 for query lengths >= 768/>= 192/shorter, kvSplit 512,
 both capped by the lengths. Its backward (`cpu_flash_attention_backward`) allocates, after the
-three gradients, a tensor of grad_out's size (seen in every measurement with torch 2.13; the
-older source we could read has only a conditional `grad_out.contiguous()`), per thread two
+three gradients, `grad_out.contiguous()` of its (batch, length, heads, head size) view (a copy
+unless grad_out is laid out that way, as the gradient of `out.transpose(1, 2)` is), per thread two
 accumulation-type blocks qSplit * kvSplit (and two reduced-type ones for bf16/fp16), and the
 main thread's `dsum` (qSplit). Worker threads' own allocations are not recorded by the profiler
 and are left out.
@@ -57,8 +57,9 @@ def flash_attention_backward(args, kwargs, out):
     grad_out, q, k = args[0], args[1], args[2]
     q_split, kv_split = _splits(q.shape[2], k.shape[2])
     threads = torch.get_num_threads()
-    sizes = [grad_out.numel() * grad_out.element_size(),
-             threads * 2 * q_split * kv_split * _accumulation(q)]
+    copy = 0 if grad_out.transpose(1, 2).is_contiguous() else \
+        grad_out.numel() * grad_out.element_size()
+    sizes = [copy, threads * 2 * q_split * kv_split * _accumulation(q)]
     if _reduced(q):
         sizes.append(threads * 2 * q_split * kv_split * q.element_size())
     sizes.append(q_split * _accumulation(q))
