@@ -39,6 +39,13 @@ CASES = {
                          "2,8,10,10", "--channels-last"],
     "bn1d-first-layer": ["--net", "bn1d(256) linear(256, 2)", "--input", "64,256"],
     "layernorm": ["--net", "linear(96, 160) ln(160) relu linear(160, 8)", "--input", "32,96"],
+    # bf16 matmuls through oneDNN (scratchpads), fp32 flash attention
+    "linear-bf16": ["--net", "linear(100, 300) relu linear(300, 37)", "--input", "24,100",
+                    "--dtype", "bf16", "--input-grad"],
+    "linear-bf16-3d": ["--net", "linear(64, 96) relu linear(96, 64, bias=False)", "--input",
+                       "3,20,64", "--dtype", "bf16"],
+    "bmm-bf16": ["--net", "linear(32, 48) gram", "--input", "4,16,32", "--dtype", "bf16"],
+    "sdpa-fp32": ["--net", "linear(64, 64) sdpa(4) linear(64, 16)", "--input", "2,200,64"],
 }
 
 

@@ -4,7 +4,9 @@
         --input 4,3,17,17 [--dtype bf16] [--input-grad] [--iterations 2]
 
 --net is a space-separated list of layers: conv, conv1d, bn, bn1d, ln, linear, relu, flatten,
-with nn constructor arguments. The loss is the mean square of the output.
+with nn constructor arguments; gram (x @ x^T over the last two dims, a bmm for 3-d inputs) and
+sdpa(heads) (causal self-attention of a (batch, length, dim) input, no projections). The loss
+is the mean square of the output.
 """
 
 import argparse
@@ -23,8 +25,28 @@ p.add_argument("--iterations", type=int, default=2)
 args = p.parse_args()
 torch.manual_seed(0)
 dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
+
+
+class Gram(nn.Module):
+    def forward(self, x):
+        return x @ x.transpose(-1, -2)
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, heads):
+        super().__init__()
+        self.heads = heads
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q = x.view(b, s, self.heads, d // self.heads).transpose(1, 2)
+        y = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+        return y.transpose(1, 2).reshape(b, s, d)
+
+
 LAYERS = {"conv": nn.Conv2d, "conv1d": nn.Conv1d, "bn": nn.BatchNorm2d, "bn1d": nn.BatchNorm1d,
-          "ln": nn.LayerNorm, "linear": nn.Linear, "relu": nn.ReLU, "flatten": nn.Flatten}
+          "ln": nn.LayerNorm, "linear": nn.Linear, "relu": nn.ReLU, "flatten": nn.Flatten,
+          "gram": Gram, "sdpa": SelfAttention}
 
 
 def layer(spec: str) -> nn.Module:
