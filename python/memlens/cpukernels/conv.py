@@ -79,8 +79,7 @@ def _to_dense(plan: Plan, layout, dims, nbytes: int, index: int | None) -> list[
 
 
 def _args(args, kwargs, names):
-    values = list(args) + [kwargs[n] for n in names[len(args):] if n in kwargs]
-    return values + [None] * (len(names) - len(values))
+    return [args[i] if i < len(args) else kwargs.get(n) for i, n in enumerate(names)]
 
 
 _FORWARD = ("input", "weight", "bias", "stride", "padding", "dilation", "transposed",
@@ -108,12 +107,13 @@ def _geometry(stride, padding, dilation, ndim):
     return tuple(stride), tuple(padding), tuple(dilation)
 
 
-def _weights(weight_shape, groups, dtype, plain=True) -> Memory:
-    """ideep make_grouped_weights: (G, O/G, I/G, k...) when groups > 1."""
+def _weights(weight_shape, groups, dtype) -> Memory:
+    """The plain weight as ideep's make_grouped_weights sees it: (G, O/G, I/G, k...) when
+    groups > 1."""
     dims = _as_4d(weight_shape)
     if groups > 1:
         dims = (groups, dims[0] // groups) + dims[1:]
-    return Memory(dims, dtype, _contiguous_strides(dims) if plain else None)
+    return Memory(dims, dtype, _contiguous_strides(dims))
 
 
 def _dtype(t: torch.Tensor) -> str:

@@ -22,20 +22,16 @@ _WRAPPED = {bool: (torch.bool, 1), int: (torch.int64, 8), float: (torch.float64,
             complex: (torch.complex128, 16)}
 
 
-def _itemsize(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype, device="meta").element_size()
-
-
 def _operand(value, common: torch.dtype) -> list[int]:
     if isinstance(value, torch.Tensor):
         if value.dtype == common:
             return []
-        return [max(value.numel(), 1) * _itemsize(common)]
+        return [max(value.numel(), 1) * common.itemsize]
     kind = _WRAPPED.get(type(value))
     if kind is None:
         return []
     wrapped, size = kind
-    return [size] if wrapped == common else [size, _itemsize(common)]
+    return [size] if wrapped == common else [size, common.itemsize]
 
 
 def binary(args, kwargs, out):
