@@ -192,6 +192,22 @@ def available() -> bool:
     return bool(_lib().fn)
 
 
+def _cached(fn):
+    """Cache a query per arguments and thread count: oneDNN sizes per-thread buffers with the
+    OpenMP thread count current when a descriptor is created (torch.set_num_threads moves it)."""
+    import torch
+
+    @functools.lru_cache(maxsize=4096)
+    def per_threads(threads, *args):
+        return fn(*args)
+
+    @functools.wraps(fn)
+    def query(*args):
+        return per_threads(torch.get_num_threads(), *args)
+
+    return query
+
+
 def _dims(values) -> ctypes.Array:
     return (I64 * len(values))(*values)
 
@@ -202,7 +218,7 @@ def _release(lib: _OneDNN, *objects) -> None:
             lib.fn[f"dnnl_{kind}_destroy"](obj)
 
 
-@functools.lru_cache(maxsize=4096)
+@_cached
 def matmul(src: Memory, weights: Memory, dst: Memory, accumulate: bool) -> Primitive:
     """ideep::matmul_forward::compute as at::native::mkldnn_matmul calls it: plain strided
     descriptors, no bias argument (addmm's bias is copied into dst and accumulated with a sum
@@ -233,7 +249,7 @@ def _forward_pd(lib, src: Memory, weights: Memory, bias: Memory | None, dst: Mem
         _release(lib, *(("memory_desc", m) for m in mds))
 
 
-@functools.lru_cache(maxsize=4096)
+@_cached
 def conv_forward(src: Memory, weights: Memory, bias: Memory | None, dst: Memory, stride: tuple,
                  dilation: tuple, padding: tuple) -> Primitive:
     """ideep convolution_forward::get_primitive_desc (non-channels-last): every descriptor
@@ -250,7 +266,7 @@ def conv_forward(src: Memory, weights: Memory, bias: Memory | None, dst: Memory,
         _release(lib, ("primitive_desc", pd), ("primitive_attr", attr))
 
 
-@functools.lru_cache(maxsize=4096)
+@_cached
 def conv_backward_data(diff_src: Memory, weights: Memory, diff_dst: Memory, stride: tuple,
                        dilation: tuple, padding: tuple) -> Primitive:
     """ideep convolution_backward_data::compute_v2 (non-channels-last): a forward hint without
@@ -270,7 +286,7 @@ def conv_backward_data(diff_src: Memory, weights: Memory, diff_dst: Memory, stri
                  ("primitive_attr", default), *(("memory_desc", m) for m in mds))
 
 
-@functools.lru_cache(maxsize=4096)
+@_cached
 def conv_backward_weights(src: Memory, diff_weights: Memory, diff_bias: Memory | None,
                           diff_dst: Memory, stride: tuple, dilation: tuple,
                           padding: tuple) -> Primitive:
