@@ -32,7 +32,9 @@ def run_python(code: str, env: dict | None = None, timeout: int = 600) -> object
 
     program = ("from memlens.cuda.build import ensure_fake_cuda_support\n"
                "ensure_fake_cuda_support()\n" + textwrap.dedent(code) +
-               "\nimport json, sys\nsys.stdout.write('\\nRESULT ' + json.dumps(result))\n")
+               "\nimport json, os, sys\nsys.stdout.write('\\nRESULT ' + json.dumps(result))\n"
+               # os._exit, as the CLI leaves: see memlens/__main__.py
+               "sys.stdout.flush(); sys.stderr.flush(); os._exit(0)\n")
     full_env = {**os.environ, **(env or {})}
     full_env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(REPO / "python"), full_env.get("PYTHONPATH", "")) if p)
