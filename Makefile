@@ -28,8 +28,10 @@ demo: setup
 
 test: setup test-python test-webview
 
+# MEMLENS_STRICT_TESTS: what the set-up provides (Neovim, the panel bundle) must be there; tests
+# that would skip without it fail instead.
 test-python: setup-system setup-python build
-	$(PY) -m pytest python/tests -q
+	MEMLENS_STRICT_TESTS=1 $(PY) -m pytest python/tests -q
 
 # The CUDA-path tests against a CUDA build of torch (no GPU needed): the fake-CUDA layer must
 # work there too. Needs ~6 GB of disk for .venv-cuda.
