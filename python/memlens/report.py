@@ -167,10 +167,9 @@ def _phase_table(snap: dict[str, Any]) -> Table:
     for col in columns:
         table.add_column(col, justify="left" if col in ("phase", "device") else "right",
                          min_width=longest if col == "phase" else None)
-    # Another device appears only if the step used it (a CUDA target's host rows are often 0).
-    used = {p["device"] for p in snap["phases"] if p["peak_bytes"]} | {key}
+    # Rows of another device (the host, for a CUDA target) only where it held something.
     for p in snap["phases"]:
-        if p["device"] not in used:
+        if p["device"] != key and not (p["peak_bytes"] or p["current_before_bytes"]):
             continue
         style = "bold red" if p["device"] == key and p["name"] == peak_phase else None
         row = [p["name"], p["device"], format_bytes(p["current_before_bytes"]),
