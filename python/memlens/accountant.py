@@ -24,6 +24,14 @@ _PASSTHROUGH = {torch.ops.prim.device.default, aten.sym_size.default, aten.sym_s
                 aten.unsqueeze.default, aten.squeeze.dim, aten.slice.Tensor, aten.select.int,
                 aten.as_strided.default, aten.alias.default}
 _current_node = torch._C._current_autograd_node
+# Ops FakeTensorMode has no fake kernel for (it would run them on real data and fail): what
+# they mean for memory. record_stream only delays a free across streams; pinning copies to
+# host memory.
+_NO_FAKE_KERNEL = {
+    aten.record_stream.default: lambda t, stream: None,
+    aten._pin_memory.default: lambda t, device=None: aten.clone.default(t),
+    aten.is_pinned.default: lambda t, device=None: False,
+}
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -36,6 +44,7 @@ class Accountant(TorchDispatchMode):
         self.tracer = tracer
         self.ledger = tracer.ledger
         self._mutable: dict = {}
+        self._mask_arg: dict = {}
         self._names: dict = {}
         self.placeholders: list[tuple[int, str, object]] = []  # (stack, op, value answered)
 
@@ -48,6 +57,8 @@ class Accountant(TorchDispatchMode):
             raise self.tracer.stop()
         if func is _local_scalar_dense:
             return self._read_value(args[0])
+        if func in _NO_FAKE_KERNEL:
+            return _NO_FAKE_KERNEL[func](*args)
         try:
             out = func(*args, **kwargs)
         except Exception as e:
@@ -58,13 +69,32 @@ class Accountant(TorchDispatchMode):
             if kind == "DataDependentOutputException":
                 raise self._data_dependent(func, "its result is a tensor value") from None
             raise
-        self._book(func, out)
-        workspace = self.tracer.workspaces(func, args, kwargs, out)
-        if workspace:
-            self._transient(func, workspace, out)
+        booked = self._unmasked(func, args, kwargs, out)
+        plan = self.tracer.workspaces(func, args, kwargs, booked)
+        if plan is None:
+            self._book(func, booked)
+        else:
+            self._run_plan(func, plan, booked)
+        for item in self.tracer.workspaces.persistent(func, args, kwargs, out):
+            self._persistent(item)
         return out
 
     # -- booking ---------------------------------------------------------------------------
+    def _unmasked(self, func, args, kwargs, out):
+        """The outputs a real kernel allocates. Backward ops with an `output_mask` return an
+        undefined tensor where the mask is False, but some fake kernels (e.g. the meta of
+        native_batch_norm_backward) return a full-size tensor there: it is no allocation."""
+        index = self._mask_arg.get(func)
+        if index is None:
+            index = self._mask_arg[func] = next(
+                (i for i, a in enumerate(func._schema.arguments) if a.name == "output_mask"), -1)
+        if index < 0 or not isinstance(out, (tuple, list)):
+            return out
+        mask = args[index] if index < len(args) else kwargs.get("output_mask")
+        if mask is None:
+            return out
+        return tuple(None if i < len(mask) and not mask[i] else t for i, t in enumerate(out))
+
     def _book(self, func, out) -> None:
         if isinstance(out, torch.Tensor):
             self._book_tensor(func, out)
@@ -109,17 +139,44 @@ class Accountant(TorchDispatchMode):
                                     self._op(func), stack, backward=backward)
             self.ledger.retarget_storage(st, rid)
 
-    def _transient(self, func, sizes: list[int], out) -> None:
-        """Kernel workspaces: allocated after the outputs and freed before the op returns."""
-        ref = out[0] if isinstance(out, (tuple, list)) else out
-        device = self.tracer.device_key(ref.device) if isinstance(ref, torch.Tensor) else "cpu"
+    def _run_plan(self, func, plan, out) -> None:
+        """Book the op's outputs and its kernel's own buffers in the order the kernel makes
+        them (see `workspaces.Plan`): buffers are temporaries of the op's module and phase."""
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+
+        def book(indices) -> None:
+            for i in indices:
+                if i < len(outs) and isinstance(outs[i], torch.Tensor):
+                    self._book_tensor(func, outs[i])
+
+        named = plan.named_outputs()
+        book(i for i in range(len(outs)) if i not in named)
+        ref = next((t for t in outs if isinstance(t, torch.Tensor)), None)
+        device = self.tracer.device_key(ref.device) if ref is not None else "cpu"
         module, _, stack, backward = self._context()
-        op = self._op(func)
-        rids = [self.ledger.alloc(n, device, "uint8", (n,), C.TEMPORARY, module,
-                                  self.tracer.phases.index, op, stack, backward=backward)
-                for n in sizes]
-        for rid in rids:
+        op, phase = self._op(func), self.tracer.phases.index
+        held: dict[int, int] = {}
+        for step in plan.steps:
+            if step[0] == "alloc":
+                n = step[2]
+                held[step[1]] = self.ledger.alloc(n, device, "uint8", (n,), C.TEMPORARY, module,
+                                                  phase, op, stack, backward=backward)
+            elif step[0] == "free":
+                rid = held.pop(step[1], None)
+                if rid is not None:
+                    self.ledger.free(rid)
+            else:
+                book(step[1])
+        for rid in held.values():
             self.ledger.free(rid)
+
+    def _persistent(self, item) -> None:
+        """A library's memory taken on first use and kept for good (a cuBLAS workspace): it
+        belongs to no module and is never freed."""
+        _, _, stack, backward = self._context()
+        self.ledger.alloc(item.nbytes, self.tracer.device_key(item.device), "uint8",
+                          (item.nbytes,), C.OTHER, -1, self.tracer.phases.index,
+                          self.ledger.op_id(item.label), stack, backward=backward)
 
     def _context(self) -> tuple[int, int, int, bool]:
         """(module, initial category, stack, in backward) for an allocation made now."""

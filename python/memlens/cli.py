@@ -3,6 +3,7 @@
     memlens run [--device NAME] [--iterations K] [--snapshot PATH] [--json] -- script.py [ARGS...]
     memlens trace path/to/file.py:ClassOrFactory [--device NAME] [...]
     memlens show SNAPSHOT [--json] [--html REPORT.html [--compare OTHER]]
+    memlens export SNAPSHOT --memory-viz out.pickle
     memlens devices
 
 torch is imported only once the command needs it: a CUDA target on a CPU-only torch build must
@@ -70,6 +71,12 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--compare", metavar="OTHER", default=None,
                       help="with --html: a second snapshot for the report's Compare tab")
 
+    export = sub.add_parser("export", help="convert a snapshot for other tools")
+    export.add_argument("snapshot")
+    export.add_argument("--memory-viz", required=True, metavar="OUT.pickle",
+                        help="write PyTorch's memory snapshot pickle (open it at "
+                        "pytorch.org/memory_viz or with python -m torch.cuda._memory_viz)")
+
     sub.add_parser("devices", help="list the target devices")
     return p
 
@@ -84,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
             return _devices(Console())
         if args.command == "show":
             return _show(args, Console(stderr=args.json))
+        if args.command == "export":
+            return _export(args, err)
         return _trace(args, Console(stderr=args.json or args.progress == "json"), err)
     except MemlensError as e:
         _print_error(e, err, args)
@@ -150,6 +159,16 @@ def _show(args, console) -> int:
     return 0
 
 
+def _export(args, console) -> int:
+    from .export_memory_viz import export_memory_viz
+    from .snapshot import read_snapshot
+
+    path = export_memory_viz(read_snapshot(args.snapshot), args.memory_viz)
+    console.print(f"wrote {path} (PyTorch memory snapshot: open it at "
+                  "https://pytorch.org/memory_viz)", highlight=False)
+    return 0
+
+
 def _trace(args, console, err) -> int:
     from .devices import DEFAULT_DEVICE, get_device
 
@@ -160,6 +179,8 @@ def _trace(args, console, err) -> int:
     if iterations < 1:
         raise MemlensError("--iterations must be at least 1")
 
+    if device.type == "cuda":
+        _prepare_fake_cuda()
     from .session import trace_target
 
     progress_mode = args.progress
@@ -183,6 +204,17 @@ def _trace(args, console, err) -> int:
     if args.json:
         print(json.dumps(summary_json(snap, path)))
     return 0
+
+
+def _prepare_fake_cuda() -> None:
+    """Make fake CUDA tensors fully work on this torch build (loads the shim); must run before
+    torch is imported."""
+    from .cuda.build import FakeCudaError, ensure_fake_cuda_support
+
+    try:
+        ensure_fake_cuda_support()
+    except FakeCudaError as e:
+        raise MemlensError(str(e)) from None
 
 
 @contextlib.contextmanager

@@ -30,12 +30,17 @@ from .workspaces import WorkspaceModel
 
 
 class Tracer:
-    def __init__(self, device: DeviceSpec | str = "h100-80gb", iterations: int = 2):
+    def __init__(self, device: DeviceSpec | str = "h100-80gb", iterations: int = 2,
+                 device_count: int = 1, device_index: int = 0):
+        """`device_count` GPUs of `device` are simulated; the trace describes the one the
+        workload uses, `cuda:{device_index}` (a distributed rank's local GPU)."""
         if isinstance(device, str):
             from .devices import get_device
 
             device = get_device(device)
         self.device = device
+        self.device_count = device_count
+        self.device_index = device_index
         self.iterations = iterations
         self.ledger = Ledger(device.round_size, allocator_for=self._allocator_for)
         self.stacks = StackTable()
@@ -43,11 +48,14 @@ class Tracer:
         self.modules = ModuleTracker(self.stacks, self._on_top_level_forward)
         self.classifier = Classifier(self.ledger, self.modules)
         self.accountant = Accountant(self)
-        self.workspaces = WorkspaceModel(device.type)
+        self.workspaces = WorkspaceModel(device.type, device)
         self.fake_mode: FakeTensorMode | None = None
+        self._cuda = None  # the torch.cuda simulation of a CUDA target
+        self.sdpa_backends: dict[str, int] = {}  # attention kernel -> calls (CUDA targets)
         self._patcher = Patcher()
         self._step_hooks: list = []
         self.end_seq = -1
+        self.allocator_settings: dict | None = None  # set when a CUDA allocator starts
         self.started = self.finished = 0.0
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -62,6 +70,16 @@ class Tracer:
             o.register_optimizer_step_pre_hook(lambda *a: self.phases.on_step_begin()),
             o.register_optimizer_step_post_hook(lambda *a: self.phases.on_step_end()),
         ]
+        if self.device.type == "cuda":
+            from .cuda.ledger_memory import LedgerMemory
+            from .cuda.simulate import simulate_cuda
+            from .patches import torch_cuda_semantics
+
+            torch_cuda_semantics.apply(self._patcher, self)
+            # Before FakeTensorMode: entering it asks torch.cuda.is_available().
+            self._cuda = simulate_cuda(self.device, LedgerMemory(self.ledger),
+                                       device_count=self.device_count, device=self.device_index)
+            self._cuda.__enter__()
         self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
         self.fake_mode.__enter__()
         self.accountant.__enter__()
@@ -72,6 +90,9 @@ class Tracer:
         self.accountant.__exit__(None, None, None)
         if self.fake_mode is not None:
             self.fake_mode.__exit__(None, None, None)
+        if self._cuda is not None:
+            self._cuda.__exit__(None, None, None)
+            self._cuda = None
         for h in self._step_hooks:
             h.remove()
         self.classifier.uninstall()
@@ -110,7 +131,7 @@ class Tracer:
 
     @property
     def target_key(self) -> str:
-        return "cpu" if self.device.type == "cpu" else "cuda:0"
+        return "cpu" if self.device.type == "cpu" else f"cuda:{self.device_index}"
 
     # -- callbacks -------------------------------------------------------------------------
     def stop(self) -> StopTracing:
@@ -127,21 +148,36 @@ class Tracer:
         it from the traced script's environment when it first allocates on the device."""
         if self.device.type != "cuda" or not device_key.startswith("cuda"):
             return None
-        from .allocator import AllocatorConfigError, CachingAllocatorModel, parse_alloc_conf
+        from .allocator import CachingAllocatorModel
+
+        config, settings = self._allocator_config()
+        return CachingAllocatorModel(config, device_total_bytes=settings["limit_bytes"],
+                                     capacity_bytes=settings["capacity_bytes"],
+                                     device_index=int(device_key.partition(":")[2] or 0))
+
+    def _allocator_config(self):
+        """(AllocatorConfig, settings for the snapshot), read from the environment once: the
+        first CUDA allocation, as in PyTorch (a script may set the variable before it)."""
+        from .allocator import AllocatorConfigError, parse_alloc_conf
         from .allocator.outside import cuda_context_items
         from .errors import MemlensError
 
         name = "PYTORCH_ALLOC_CONF" if "PYTORCH_ALLOC_CONF" in os.environ \
             else "PYTORCH_CUDA_ALLOC_CONF"
+        text = self.allocator_settings["config"] if self.allocator_settings \
+            else os.environ.get(name, "")
         try:
-            config = parse_alloc_conf(os.environ.get(name))
+            config = parse_alloc_conf(text)
         except AllocatorConfigError as e:
             raise MemlensError(f"{name}: {e}") from None
-        total = self.device.total_memory_bytes
-        context = sum(item.bytes for item in cuda_context_items(self.device.name))
-        index = int(device_key.partition(":")[2] or 0)
-        return CachingAllocatorModel(config, device_total_bytes=total - context,
-                                     capacity_bytes=total, device_index=index)
+        if self.allocator_settings is None:
+            total = self.device.total_memory_bytes
+            context = sum(item.bytes for item in cuda_context_items(self.device.name))
+            self.allocator_settings = {
+                "config_variable": name, "config": text,
+                "expandable_segments": config.expandable_segments,
+                "capacity_bytes": total, "limit_bytes": total - context}
+        return config, self.allocator_settings
 
     def _external_tensor(self, t: torch.Tensor, op: str) -> None:
         """A real tensor created without any op (e.g. an RNG state) that still takes memory."""

@@ -22,3 +22,41 @@ def run_memlens(*args: str, cwd: str | os.PathLike | None = None, env: dict | No
 @pytest.fixture
 def memlens():
     return run_memlens
+
+
+def run_python(code: str, env: dict | None = None, timeout: int = 600) -> object:
+    """Run `code` in a fresh interpreter that has the fake-CUDA shim loaded (before torch, as a
+    CUDA target needs); the code assigns `result`, which comes back through JSON."""
+    import json
+    import textwrap
+
+    program = ("from memlens.cuda.build import ensure_fake_cuda_support\n"
+               "ensure_fake_cuda_support()\n" + textwrap.dedent(code) +
+               "\nimport json, os, sys\nsys.stdout.write('\\nRESULT ' + json.dumps(result))\n"
+               # os._exit, as the CLI leaves: see memlens/__main__.py
+               "sys.stdout.flush(); sys.stderr.flush(); os._exit(0)\n")
+    full_env = {**os.environ, **(env or {})}
+    full_env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO / "python"), full_env.get("PYTHONPATH", "")) if p)
+    out = subprocess.run([sys.executable, "-c", program], env=full_env, capture_output=True,
+                         text=True, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.rsplit("\nRESULT ", 1)[1])
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "cuda_build: needs a torch built with CUDA (no GPU needed); skipped otherwise")
+
+
+def pytest_collection_modifyitems(config, items):
+    # Read the torch install from disk: importing torch here would defeat the tests that must
+    # load the fake-CUDA shim before torch (they run in subprocesses anyway).
+    from memlens.cuda.build import find_torch
+
+    if find_torch().cuda_build:
+        return
+    skip = pytest.mark.skip(reason="this interpreter's torch is a CPU-only build")
+    for item in items:
+        if "cuda_build" in item.keywords:
+            item.add_marker(skip)

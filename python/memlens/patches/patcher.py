@@ -20,10 +20,18 @@ class Patcher:
         setattr(owner, name, value)
         return getattr(owner, name) if original is _MISSING else original
 
+    def append(self, items: list, value: Any) -> None:
+        """Add `value` to a list other modules hold by reference (mutated in place)."""
+        if value not in items:
+            items.append(value)
+            self._undo.append((items, None, value))
+
     def undo(self) -> None:
         while self._undo:
             owner, name, original = self._undo.pop()
-            if original is _MISSING:
+            if name is None:  # an append
+                owner.remove(original)
+            elif original is _MISSING:
                 delattr(owner, name)
             else:
                 setattr(owner, name, original)
