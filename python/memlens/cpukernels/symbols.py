@@ -9,13 +9,45 @@ symbol (dlsym) minus its own .symtab value.
 from __future__ import annotations
 
 import ctypes
+import hashlib
+import json
+import os
 import struct
+import tempfile
 
 _SHT_SYMTAB = 2
 
 
 def symbol_values(path: str, names: set[str]) -> dict[str, int]:
-    """The .symtab values (offsets from the load address) of `names` in an ELF64 file."""
+    """The .symtab values (offsets from the load address) of `names` in an ELF64 file. Reading
+    libtorch_cpu's symbol table takes over a second, so the answer is cached on disk, keyed by
+    the file's identity (path, size, modification time) and the names asked for."""
+    cache = _cache_file(path, names)
+    try:
+        return json.loads(cache.read_text())
+    except (OSError, ValueError):
+        pass
+    found = _scan(path, names)
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=cache.parent, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(found, f)
+        os.replace(tmp, cache)  # atomic: parallel workers never read half a file
+    except OSError:
+        pass  # a read-only cache only costs time
+    return found
+
+
+def _cache_file(path: str, names: set[str]):
+    from ..cuda.build import cache_dir
+
+    st = os.stat(path)
+    key = json.dumps([os.path.abspath(path), st.st_size, st.st_mtime_ns, sorted(names)])
+    return cache_dir() / "symbols" / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
+
+
+def _scan(path: str, names: set[str]) -> dict[str, int]:
     found: dict[str, int] = {}
     with open(path, "rb") as f:
         head = f.read(64)
