@@ -4,7 +4,7 @@ Each measurement runs in a fresh process: build the model and run one training i
 (forward, backward, AdamW step) under (a) bare FakeTensorMode, (b) PyTorch's MemTracker inside
 FakeTensorMode, (c) the memlens tracer. Reports wall time, the ratio to bare, and peak RSS.
 
-    python bench/engine_overhead.py [--shape gpt2-124m|llama-7b|all] [--repeat N]
+    python bench/engine_overhead.py [--shape gpt2-124m|llama-7b|all] [--repeat N] [--device D]
 """
 
 from __future__ import annotations
@@ -27,14 +27,16 @@ def build(shape: str, device: str):
 
     if shape == "gpt2-124m":
         cfg = T.GPT2Config(n_positions=1024, n_embd=768, n_layer=12, n_head=12)
-        model = T.GPT2LMHeadModel(cfg)
+        with torch.device(device):
+            model = T.GPT2LMHeadModel(cfg)
         batch = torch.randint(0, cfg.vocab_size, (8, 1024), device=device)
         return model, batch, None
     cfg = T.LlamaConfig(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
                         num_attention_heads=32, num_key_value_heads=32,
                         max_position_embeddings=2048, torch_dtype="bfloat16")
     torch.set_default_dtype(torch.bfloat16)
-    model = T.LlamaForCausalLM(cfg)
+    with torch.device(device):
+        model = T.LlamaForCausalLM(cfg)
     torch.set_default_dtype(torch.float32)
     batch = torch.randint(0, cfg.vocab_size, (1, 2048), device=device)
     return model, batch, None
@@ -52,6 +54,12 @@ def one_iteration(model, batch):
 
 
 def child(shape: str, mode: str, device: str) -> dict:
+    """`device`: "cpu", or a GPU name (the fake-CUDA shim is loaded for every mode alike)."""
+    on_gpu = device != "cpu"
+    if on_gpu:
+        from memlens.cuda.build import ensure_fake_cuda_support
+
+        ensure_fake_cuda_support()
     import torch
     import transformers  # noqa: F401  (imported before timing: the same cost in every mode)
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -59,10 +67,16 @@ def child(shape: str, mode: str, device: str) -> dict:
 
     from memlens import Tracer
 
+    if on_gpu:  # memlens' own lazy imports of a GPU trace, outside the timing like transformers
+        import memlens.allocator  # noqa: F401
+        import memlens.cuda.simulate  # noqa: F401
+        import memlens.patches.torch_cuda_semantics  # noqa: F401
+        import memlens.workspaces_cuda  # noqa: F401
+
     t0 = time.perf_counter()
     if mode == "memlens":
-        with Tracer(device if device != "cpu" else "cpu", iterations=1) as tracer:
-            model, batch, _ = build(shape, "cpu")
+        with Tracer(device, iterations=1) as tracer:
+            model, batch, _ = build(shape, "cuda" if on_gpu else "cpu")
             one_iteration(model, batch)
         t_trace = time.perf_counter() - t0
         snap = tracer.snapshot()
@@ -70,16 +84,16 @@ def child(shape: str, mode: str, device: str) -> dict:
         t_total = time.perf_counter() - t0
     elif mode == "memtracker":
         with FakeTensorMode():
-            model, batch, _ = build(shape, "cpu")
+            model, batch, _ = build(shape, "cuda" if on_gpu else "cpu")
             mt = MemTracker()
             mt.track_external(model)
             with mt:
                 one_iteration(model, batch)
-            peak = mt.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]
+            peak = mt.get_tracker_snapshot("peak")[batch.device]["Total"]
         t_trace = t_total = time.perf_counter() - t0
     else:
         with FakeTensorMode():
-            model, batch, _ = build(shape, "cpu")
+            model, batch, _ = build(shape, "cuda" if on_gpu else "cpu")
             one_iteration(model, batch)
         peak = None
         t_trace = t_total = time.perf_counter() - t0
@@ -92,6 +106,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--shape", default="all", choices=[*SHAPES, "all"])
     p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--device", default="cpu", help="cpu, or a GPU target such as h100-80gb")
     p.add_argument("--child", nargs=3, metavar=("SHAPE", "MODE", "DEVICE"))
     args = p.parse_args()
     if args.child:
@@ -99,13 +114,15 @@ def main() -> None:
         return
     shapes = SHAPES if args.shape == "all" else (args.shape,)
     env = {**os.environ, "PYTHONPATH": os.path.join(os.path.dirname(__file__), "..", "python")}
+    print(f"target {args.device}")
     print(f"{'shape':<10} {'mode':<11} {'trace s':>8} {'x bare':>7} {'+report s':>10} "
           f"{'peak RSS':>10}")
     for shape in shapes:
         best: dict[str, dict] = {}
         for _ in range(args.repeat):
             for mode in MODES:  # interleaved, so machine noise hits all modes alike
-                out = subprocess.run([sys.executable, __file__, "--child", shape, mode, "cpu"],
+                out = subprocess.run([sys.executable, __file__, "--child", shape, mode,
+                                      args.device],
                                      capture_output=True, text=True, env=env, check=True)
                 r = json.loads(out.stdout.strip().splitlines()[-1])
                 if mode not in best or r["trace_s"] < best[mode]["trace_s"]:

@@ -10,6 +10,7 @@ when it is not empty.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import weakref
 from typing import Any, Callable
@@ -24,7 +25,7 @@ _current_node = torch._C._current_autograd_node
 
 
 class ModuleInfo:
-    __slots__ = ("index", "ref", "cls", "call_ancestors", "constructed_at", "_source")
+    __slots__ = ("index", "ref", "cls", "call_ancestors", "constructed_at")
 
     def __init__(self, index: int, module: nn.Module):
         self.index = index
@@ -34,7 +35,6 @@ class ModuleInfo:
         self.cls = type(module)
         self.call_ancestors: frozenset[int] = frozenset()
         self.constructed_at: tuple[str, int] | None = None  # where the parent assigned it
-        self._source: tuple[str, int] | None | bool = False  # lazily resolved
 
     @property
     def module(self) -> nn.Module | None:
@@ -47,13 +47,16 @@ class ModuleInfo:
     @property
     def source(self) -> tuple[str, int] | None:
         """File and line of the module's class definition."""
-        if self._source is False:
-            try:
-                self._source = (inspect.getsourcefile(self.cls) or "",
-                                inspect.getsourcelines(self.cls)[1])
-            except (TypeError, OSError):
-                self._source = None
-        return self._source  # type: ignore[return-value]
+        return _class_source(self.cls)
+
+
+@functools.lru_cache(maxsize=None)
+def _class_source(cls: type) -> tuple[str, int] | None:
+    # inspect parses the whole file for each class lookup: once per class, not per instance.
+    try:
+        return (inspect.getsourcefile(cls) or "", inspect.getsourcelines(cls)[1])
+    except (TypeError, OSError):
+        return None
 
 
 def _tensors(obj: Any, limit: int = 64):
