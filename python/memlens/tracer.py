@@ -19,6 +19,8 @@ from . import categories as C
 from .accountant import Accountant
 from .classifier import Classifier
 from .devices import DeviceSpec
+from .distributed.env import RankSpec
+from .distributed.layout import Layout
 from .errors import StopTracing
 from .ledger import Ledger
 from .modules import ModuleTracker
@@ -30,13 +32,18 @@ from .workspaces import WorkspaceModel
 
 
 class Tracer:
-    def __init__(self, device: DeviceSpec | str = "h100-80gb", iterations: int = 2):
+    def __init__(self, device: DeviceSpec | str = "h100-80gb", iterations: int = 2,
+                 rank: RankSpec | None = None):
+        """`rank`: simulate that rank of a distributed job (fake process groups; see
+        patches/torch_distributed.py). The caller gives the script the rank's environment."""
         if isinstance(device, str):
             from .devices import get_device
 
             device = get_device(device)
         self.device = device
         self.iterations = iterations
+        self.rank = rank
+        self.layout = Layout(rank.world_size, rank.rank) if rank else None
         self.ledger = Ledger(device.round_size, allocator_for=self._allocator_for)
         self.stacks = StackTable()
         self.phases = PhaseTracker(self.ledger, iterations, stop=self.stop)
@@ -55,7 +62,11 @@ class Tracer:
         from torch.optim import optimizer as o
 
         self.started = time.time()
-        torch_core.apply(self._patcher, self._external_tensor)
+        torch_core.apply(self._patcher, self._external_tensor, self.accountant.storage_resized)
+        if self.rank is not None:
+            from .patches import torch_distributed
+
+            torch_distributed.apply(self._patcher, self.rank, self.layout)
         self.modules.install()
         self.classifier.install()
         self._step_hooks = [
@@ -76,6 +87,10 @@ class Tracer:
             h.remove()
         self.classifier.uninstall()
         self.modules.uninstall()
+        if self.rank is not None:
+            from .patches import torch_distributed
+
+            torch_distributed.destroy_if_initialized()
         self._patcher.undo()
         self.finished = time.time()
         # Tracing stopped the workload after the requested iterations: a normal end.

@@ -1,0 +1,187 @@
+"""Patches of torch.distributed that let one process be rank R of a job of W processes.
+
+Applied by the Tracer only when a world size is given, undone when the trace ends.
+
+- Every process group is a fake one (`torch.testing._internal.distributed.fake_pg`): whatever
+  backend the script asks for (`nccl`, `gloo`, "cpu:gloo,cuda:nccl"), `init_process_group`
+  makes a fake default group of the simulated world size and rank, with no rendezvous (no
+  MASTER_ADDR connection), and `new_group`/DeviceMesh sub-groups are fake too. Collectives then
+  run their fake kernels: outputs are allocated (the ledger books them as any op output) and no
+  data moves.
+- DeviceMesh is bookkeeping built from small integer CPU tensors (`arange(world)`, reshaped and
+  read back with `.tolist()`): under FakeTensorMode those would be fake and unreadable. Its
+  methods run with every dispatch mode suspended, so they are real CPU tensors, as in a real
+  job, and never part of device memory.
+- Object collectives (`broadcast_object_list`, `all_gather_object`, ...) pickle objects into
+  byte tensors and read them back: under fake mode there are no bytes. They answer as if every
+  rank held this rank's objects.
+- What the rank builds (meshes, groups, FSDP/DDP/TP/pipeline users of each group) is reported
+  to the `layout` recorder (memlens/distributed/layout.py) for the snapshot and rank grouping.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from typing import Any, Callable
+
+import torch
+
+from .patcher import Patcher, check_version
+
+TESTED = ("2.9.0", "2.16.0")
+
+
+def _real(fn: Callable) -> Callable:
+    """`fn` run with every dispatch mode (FakeTensorMode, the accountant) suspended."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with _disable_current_modes():
+            return fn(*args, **kwargs)
+
+    wrapper.__memlens_real__ = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+def apply(patcher: Patcher, spec, layout) -> None:
+    """`spec`: the simulated RankSpec; `layout`: the recorder of what the rank builds."""
+    import torch.distributed as dist
+
+    check_version("torch", torch.__version__, TESTED)
+    if not dist.is_available():
+        from ..errors import MemlensError
+
+        raise MemlensError("this torch build has no torch.distributed; cannot simulate a rank")
+    _process_groups(patcher, spec, layout)
+    _device_mesh(patcher, layout)
+    _object_collectives(patcher, spec)
+    _dtensor(patcher)
+    _users(patcher, layout)
+
+
+# -- process groups --------------------------------------------------------------------------
+def _process_groups(patcher: Patcher, spec, layout) -> None:
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    original_init = c10d.init_process_group
+    original_helper = c10d._new_process_group_helper
+
+    @functools.wraps(original_init)
+    def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1,
+                           store=None, group_name="", pg_options=None, device_id=None, **kw):
+        layout.requested_backend = str(backend) if backend is not None else None
+        # No rendezvous: the simulated rank and world size, whatever the script passes.
+        return original_init("fake", timeout=timeout, world_size=spec.world_size,
+                             rank=spec.rank, store=FakeStore(), group_name=group_name,
+                             device_id=device_id, **kw)
+
+    def new_process_group_helper(group_size, group_rank, global_ranks_in_group, backend, store,
+                                 group_name, backend_options=None, *args, **kwargs):
+        pg = original_helper(group_size, group_rank, global_ranks_in_group, "fake", store,
+                             group_name, None, *args, **kwargs)
+        ranks = list(global_ranks_in_group) or list(range(spec.world_size))
+        layout.group_created(pg[0] if isinstance(pg, tuple) else pg, ranks)
+        return pg
+
+    patcher.setattr(c10d, "init_process_group", init_process_group)
+    patcher.setattr(dist, "init_process_group", init_process_group)
+    patcher.setattr(c10d, "_new_process_group_helper", new_process_group_helper)
+    # Scripts check these before choosing a backend.
+    patcher.setattr(dist, "is_nccl_available", lambda: True)
+    patcher.setattr(c10d, "is_nccl_available", lambda: True)
+    patcher.setattr(dist, "is_torchelastic_launched", lambda: True)
+    patcher.setattr(c10d, "is_torchelastic_launched", lambda: True)
+
+
+def destroy_if_initialized() -> None:
+    """The script left its process group alive: destroy it, as process exit would."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+# -- DeviceMesh ------------------------------------------------------------------------------
+def _device_mesh(patcher: Patcher, layout) -> None:
+    import torch.distributed.device_mesh as dm
+
+    cls = dm.DeviceMesh
+    for name, value in list(vars(cls).items()):
+        if isinstance(value, property):
+            patcher.setattr(cls, name, property(_real(value.fget)))
+        elif isinstance(value, staticmethod):
+            patcher.setattr(cls, name, staticmethod(_real(value.__func__)))
+        elif isinstance(value, classmethod):
+            patcher.setattr(cls, name, classmethod(_real(value.__func__)))
+        elif callable(value) and not isinstance(value, type) and name != "__init__":
+            patcher.setattr(cls, name, _real(value))
+    original_init = cls.__init__
+
+    @functools.wraps(original_init)
+    def __init__(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        layout.mesh_created(self)
+
+    patcher.setattr(cls, "__init__", _real(__init__))
+    patcher.setattr(dm, "init_device_mesh", _real(dm.init_device_mesh))
+    import torch.distributed as dist
+
+    if getattr(dist, "init_device_mesh", None) is not None:
+        patcher.setattr(dist, "init_device_mesh", dm.init_device_mesh)
+
+
+# -- DTensor ---------------------------------------------------------------------------------
+def _dtensor(patcher: Patcher) -> None:
+    """DTensor derives an op's output metadata by running the op on fake tensors of the
+    *global* shape, inside the fake mode it detects — ours, where the accountant would book
+    global-sized phantoms. In a real job no fake mode is found and the probe costs no memory:
+    run it with our modes suspended, so a fresh FakeTensorMode of its own does the same."""
+    from torch.distributed.tensor._sharding_prop import ShardingPropagator
+
+    patcher.setattr(ShardingPropagator, "_propagate_tensor_meta_non_cached",
+                    _real(ShardingPropagator._propagate_tensor_meta_non_cached))
+
+
+# -- object collectives ----------------------------------------------------------------------
+def _object_collectives(patcher: Patcher, spec) -> None:
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    def group_size(group) -> int:
+        return dist.get_world_size(group)
+
+    def broadcast_object_list(object_list, src=None, group=None, device=None, group_src=None):
+        return None  # every rank keeps what it has: this rank's objects
+
+    def all_gather_object(object_list, obj, group=None):
+        for i in range(group_size(group)):
+            object_list[i] = copy.deepcopy(obj) if i else obj
+
+    def gather_object(obj, object_gather_list=None, dst=None, group=None, group_dst=None):
+        if object_gather_list is not None:
+            for i in range(len(object_gather_list)):
+                object_gather_list[i] = obj
+
+    def scatter_object_list(scatter_object_output_list, scatter_object_input_list=None,
+                            src=None, group=None, group_src=None):
+        if scatter_object_input_list:
+            scatter_object_output_list[0] = scatter_object_input_list[0]
+
+    for name, fn in (("broadcast_object_list", broadcast_object_list),
+                     ("all_gather_object", all_gather_object), ("gather_object", gather_object),
+                     ("scatter_object_list", scatter_object_list)):
+        patcher.setattr(c10d, name, fn)
+        patcher.setattr(dist, name, fn)
+
+
+# -- who uses which group --------------------------------------------------------------------
+def _users(patcher: Patcher, layout) -> None:
+    """Report the parallelisms a rank applies, with the groups or meshes they use."""
+
+
+def _noop(*args: Any, **kwargs: Any) -> None:
+    return None
