@@ -24,6 +24,8 @@ _PASSTHROUGH = {torch.ops.prim.device.default, aten.sym_size.default, aten.sym_s
                 aten.unsqueeze.default, aten.squeeze.dim, aten.slice.Tensor, aten.select.int,
                 aten.as_strided.default, aten.alias.default}
 _current_node = torch._C._current_autograd_node
+_WAIT_TENSOR = getattr(getattr(torch.ops, "_c10d_functional", None), "wait_tensor", None)
+_WAIT_TENSOR = _WAIT_TENSOR.default if _WAIT_TENSOR is not None else None
 
 
 _PLAIN_TYPES = (torch.Tensor, torch._subclasses.FakeTensor, torch.nn.Parameter)
@@ -62,6 +64,10 @@ class Accountant(TorchDispatchMode):
             raise self.tracer.stop()
         if func is _local_scalar_dense:
             return self._read_value(args[0])
+        if func is _WAIT_TENSOR:
+            # Eager wait_tensor hands back its input; the fake kernel makes a new tensor that
+            # would be booked as a second copy of every functional collective's output.
+            return args[0]
         if not _plain(types):
             # A tensor subclass (DTensor, FSDP's wrappers): its outer tensor is a shell with no
             # memory of its own. Let the subclass run; the ops it runs on its inner tensors

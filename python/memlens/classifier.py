@@ -123,8 +123,9 @@ class Classifier:
                 continue
             if idx < 0:
                 idx = self.modules.index_of(module)
+            # Saved for backward by the layer before its hook ran: a parameter all the same.
             self.mark(p, C.PARAMETER, self.modules.param_owner.setdefault(id(p), idx),
-                      only_from=(C.TEMPORARY,))
+                      only_from=(C.TEMPORARY, C.ACTIVATION))
             self._hook_gradient(p)
         return None
 
