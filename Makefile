@@ -5,19 +5,22 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test setup setup-python test-python test-cuda-build bench clean
+.PHONY: demo test setup setup-system setup-python test-python test-cuda-build bench clean
 
 setup-python:
 	@scripts/setup-python.sh
 
-setup: setup-python
+setup-system:
+	@scripts/setup-system.sh
+
+setup: setup-system setup-python
 
 demo: setup
 	$(PY) -m memlens run --device cpu -- examples/gpt/train.py --batch-size 8
 
 test: setup test-python
 
-test-python: setup-python
+test-python: setup-system setup-python
 	$(PY) -m pytest python/tests -q
 
 bench: setup

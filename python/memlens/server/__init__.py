@@ -1,0 +1,10 @@
+"""The memlens language server (`python -m memlens.server`): finds trace targets, runs traces
+in worker processes, and shows the newest snapshot of each target as inlay hints, hovers,
+CodeLens, diagnostics and `memlens/annotations` notifications. Never imports torch.
+
+One concept per module: protocol (custom methods), settings, outline (Python syntax),
+targets (discovery), worker (the trace process), tracing (running traces), digest (reading
+snapshots, in a helper process), index (the newest snapshot per target), annotations
+(snapshot -> per-line text and hovers), edits (line mapping), documents (open documents),
+diagnostics, server (state), features (LSP handlers).
+"""

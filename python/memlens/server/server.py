@@ -1,0 +1,360 @@
+"""The memlens language server: its state (settings, targets, snapshot index, open documents,
+running traces, diagnostics) and what happens when any of them changes. The LSP handlers that
+call into it are in features.py."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from typing import Any
+
+from lsprotocol import types as lsp
+from pygls import uris
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol, default_converter
+
+from .. import __version__
+from ..errors import MemlensError
+from ..units import parse_bytes
+from . import protocol as P
+from .annotations import hint_text, hover_markdown
+from .diagnostics import DiagnosticStore, budget_diagnostic
+from .digest import normalize_path
+from .documents import DocState, now_utc
+from .index import SnapshotEntry, SnapshotIndex
+from .settings import Settings, parse_settings
+from .commands import TraceCommands
+from .targets import RecipeCache, TargetInfo, document_targets, scan_workspace
+from .tracing import TraceRequest, TraceRunner
+
+POLL_SECONDS = 2.0
+SCAN_MAX_AGE = 10.0
+
+
+class MemlensProtocol(LanguageServerProtocol):
+    """pygls' protocol, plus: `$/cancelRequest` also ends the trace the request started (pygls
+    only cancels the request's future; the worker must be stopped too)."""
+
+    def _handle_cancel_notification(self, msg_id):
+        super()._handle_cancel_notification(msg_id)
+        on_cancel = getattr(self._server, "on_cancel_request", None)
+        if on_cancel is not None:
+            on_cancel(msg_id)
+
+
+def _plain_converter():
+    """Custom methods' params stay plain dicts (pygls would make namedtuples of them)."""
+    from pygls.protocol import JsonRPCNotification, JsonRPCRequestMessage
+
+    conv = default_converter()
+    conv.register_structure_hook(JsonRPCRequestMessage, lambda obj, cls: cls(**obj))
+    conv.register_structure_hook(JsonRPCNotification, lambda obj, cls: cls(**obj))
+    return conv
+
+
+class MemlensServer(TraceCommands, LanguageServer):
+    def __init__(self) -> None:
+        super().__init__("memlens", __version__, protocol_cls=MemlensProtocol,
+                         converter_factory=_plain_converter,
+                         text_document_sync_kind=lsp.TextDocumentSyncKind.Incremental)
+        self.settings = Settings()
+        self.docs: dict[str, DocState] = {}
+        self.doc_targets: dict[str, list[TargetInfo]] = {}  # by normalized path
+        self.scanned: list[TargetInfo] = []
+        self.scanned_at = -1e9
+        self._scan: asyncio.Future | None = None
+        self.recipes = RecipeCache()
+        self.index = SnapshotIndex(log=lambda m: self.log(m, lsp.MessageType.Warning))
+        self.runner = TraceRunner(self, lambda: self.settings)
+        self.diagnostics = DiagnosticStore(self._publish_diagnostics)
+        self.last_requests: dict[str, TraceRequest] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self._pending_publish: dict[str, asyncio.TimerHandle] = {}
+        self._pending_targets: dict[str, asyncio.TimerHandle] = {}
+        self._entry_targets: dict[str, TargetInfo | None] | None = None  # snapshot -> target
+
+    # -- small helpers ---------------------------------------------------------------------
+    def log(self, message: str, kind: lsp.MessageType = lsp.MessageType.Info) -> None:
+        try:
+            self.window_log_message(lsp.LogMessageParams(type=kind, message=message))
+        except Exception:  # no client yet: stderr is all there is
+            print(message, file=sys.stderr)
+
+    def spawn(self, coro) -> asyncio.Task:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            exc = task.exception()
+            self.log(f"internal error: {type(exc).__name__}: {exc}", lsp.MessageType.Error)
+
+    @property
+    def folders(self) -> list[str]:
+        out = []
+        for f in self.workspace.folders.values():
+            p = uris.to_fs_path(f.uri)
+            if p:
+                out.append(normalize_path(p))
+        if not out and self.workspace.root_path:
+            out.append(normalize_path(self.workspace.root_path))
+        return list(dict.fromkeys(out))
+
+    def _client_can(self, *path: str) -> bool:
+        node: Any = self.client_capabilities
+        for name in path:
+            node = getattr(node, name, None)
+            if node is None:
+                return False
+        return bool(node)
+
+    def _publish_diagnostics(self, uri: str, diags: list[lsp.Diagnostic]) -> None:
+        self.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(uri=uri,
+                                                                             diagnostics=diags))
+
+    # -- settings ---------------------------------------------------------------------------
+    def apply_settings(self, raw: Any) -> None:
+        old = self.settings
+        self.settings = parse_settings(raw, lambda m: self.log(m, lsp.MessageType.Warning))
+        if old.topLines != self.settings.topLines:
+            for state in self.docs.values():
+                state.attach(state.entry, self.settings.topLines)
+                self.publish_annotations(state)
+        self.update_budget_diagnostics()
+        self.refresh_client_views()
+
+    async def pull_settings(self) -> None:
+        if not self._client_can("workspace", "configuration"):
+            return
+        try:
+            result = await asyncio.wait_for(self.workspace_configuration_async(
+                lsp.ConfigurationParams(items=[lsp.ConfigurationItem(section=P.SETTINGS_SECTION)])
+            ), 10)
+        except Exception as e:
+            self.log(f"could not read the memlens settings: {e}", lsp.MessageType.Warning)
+            return
+        if result and isinstance(result[0], dict):
+            self.apply_settings(result[0])
+
+    # -- targets ----------------------------------------------------------------------------
+    def update_document_targets(self, state: DocState, delay: float = 0.0) -> None:
+        """Re-read the targets a document defines (after `delay` seconds without a change)."""
+        old = self._pending_targets.pop(state.uri, None)
+        if old is not None:
+            old.cancel()
+        if delay > 0:
+            def later() -> None:
+                self._pending_targets.pop(state.uri, None)
+                if self.docs.get(state.uri) is state:
+                    self.update_document_targets(state)
+            self._pending_targets[state.uri] = asyncio.get_running_loop().call_later(delay, later)
+            return
+        self._entry_targets = None
+        try:
+            self.doc_targets[state.path] = document_targets(state.path, state.text, self.folders,
+                                                            self.recipes)
+        except MemlensError as e:
+            self.doc_targets[state.path] = []
+            self.log(f"{state.path}: {e}", lsp.MessageType.Warning)
+
+    async def scan(self, force: bool = False) -> None:
+        """Look for targets in the workspace (in a thread); callers share a scan in flight."""
+        loop = asyncio.get_running_loop()
+        if self._scan is not None and not self._scan.done():
+            await asyncio.shield(self._scan)
+            if not force:
+                return
+        if not force and loop.time() - self.scanned_at < SCAN_MAX_AGE:
+            return
+        self.scanned_at = loop.time()
+        warn = lambda m: self.log(m, lsp.MessageType.Warning)  # noqa: E731
+        self._scan = asyncio.ensure_future(
+            asyncio.to_thread(scan_workspace, self.folders, warn, self.recipes))
+        self.scanned = await asyncio.shield(self._scan)
+        self._entry_targets = None
+
+    def all_targets(self) -> list[TargetInfo]:
+        out = {t.id: t for t in self.scanned if t.path not in self.doc_targets}
+        for ts in self.doc_targets.values():
+            out.update((t.id, t) for t in ts)
+        return sorted(out.values(), key=lambda t: (t.kind != "model", t.id))
+
+    def find_target(self, target_id: str) -> TargetInfo | None:
+        return next((t for t in self.all_targets() if t.id == target_id), None)
+
+    def entry_for(self, t: TargetInfo) -> SnapshotEntry | None:
+        """The newest snapshot of a target: written for it by this server, or by the CLI."""
+        candidates = []
+        own = self.index.by_slug(t.folder, t.slug)
+        if own:
+            candidates.append(own)
+        for e in self.index.usable():
+            m = e.digest["meta"]
+            if t.kind == "model" and m["targetKind"] == "model" and m["targetName"] == t.symbol \
+                    and m["targetPath"] == t.path:
+                candidates.append(e)
+            elif t.kind == "script" and m["targetKind"] == "script" and \
+                    m["targetPath"] == t.path and not e.slug.startswith(("launch-", "torchrun-")):
+                candidates.append(e)
+        return max(candidates, key=lambda e: e.created, default=None)
+
+    def target_of(self, e: SnapshotEntry) -> TargetInfo | None:
+        """The target whose newest snapshot `e` is (cached until targets or snapshots change)."""
+        if self._entry_targets is None:
+            self._entry_targets = {}
+            for t in self.all_targets():
+                newest = self.entry_for(t)
+                if newest is not None:
+                    self._entry_targets.setdefault(newest.path, t)
+        return self._entry_targets.get(e.path)
+
+    def budget_for(self, t: TargetInfo | None, e: SnapshotEntry) -> int:
+        if self.settings.budget is not None:
+            return self.settings.budget
+        if t is not None and t.budget:
+            try:
+                return parse_bytes(t.budget)
+            except ValueError:
+                self.log(f"recipe budget {t.budget!r} is not a size", lsp.MessageType.Warning)
+        return e.digest["meta"]["deviceTotalBytes"]
+
+    def snapshot_info(self, e: SnapshotEntry, t: TargetInfo | None = None) -> dict[str, Any]:
+        m, s = e.digest["meta"], e.digest["summary"]
+        if t is None:
+            t = self.target_of(e)
+        return {"path": e.path, "uri": uris.from_fs_path(e.path) or "",
+                "targetId": t.id if t else None, "targetName": m["targetName"],
+                "kind": m["targetKind"], "created": m["created"], "peakBytes": s["peakBytes"],
+                "peakPhase": s["peakPhase"], "device": m["deviceName"],
+                "deviceTotalBytes": m["deviceTotalBytes"], "budgetBytes": self.budget_for(t, e),
+                "rank": m["rank"], "worldSize": m["worldSize"]}
+
+    def target_json(self, t: TargetInfo) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": t.id, "kind": t.kind, "name": t.name, "uri": uris.from_fs_path(t.path) or "",
+            "range": {"start": {"line": t.line, "character": t.start},
+                      "end": {"line": t.line, "character": max(t.end, t.start)}},
+            "detail": t.detail, "tracing": t.id in self.runner.running}
+        for key, value in (("symbol", t.symbol), ("program", t.program), ("module", t.module),
+                           ("cwd", t.cwd), ("worldSize", t.world_size)):
+            if value is not None:
+                out[key] = value
+        if t.kind != "model":
+            out["args"] = list(t.args)
+        e = self.entry_for(t)
+        if e is not None:
+            out["snapshot"] = self.snapshot_info(e, t)
+        return out
+
+    # -- snapshots and documents ------------------------------------------------------------
+    async def refresh_index(self) -> None:
+        if await self.index.refresh(self.folders):
+            self.on_index_changed()
+
+    def on_index_changed(self) -> None:
+        self._entry_targets = None
+        for state in self.docs.values():
+            entry = self.index.covering(state.path)
+            if entry is not state.entry:
+                state.attach(entry, self.settings.topLines)
+                self.publish_annotations(state)
+        self.update_budget_diagnostics()
+        self.refresh_client_views()
+        self.protocol.notify(P.NOTIFY_SNAPSHOTS_CHANGED, self.snapshots_json())
+
+    def snapshots_json(self) -> dict[str, Any]:
+        return {"snapshots": [self.snapshot_info(e) for e in self.index.usable()]}
+
+    def update_budget_diagnostics(self) -> None:
+        seen = set()
+        for t in self.all_targets():
+            key = f"budget:{t.id}"
+            seen.add(key)
+            e = self.entry_for(t)
+            diag = budget_diagnostic(t, e.digest, self.budget_for(t, e)) if e else None
+            self.diagnostics.set(key, uris.from_fs_path(t.path), diag)
+        for key in self.diagnostics.keys():
+            if key.startswith("budget:") and key not in seen:
+                self.diagnostics.clear(key)
+
+    def refresh_client_views(self) -> None:
+        if self._client_can("workspace", "inlay_hint", "refresh_support"):
+            self.protocol.send_request(lsp.WORKSPACE_INLAY_HINT_REFRESH, None)
+        if self._client_can("workspace", "code_lens", "refresh_support"):
+            self.protocol.send_request(lsp.WORKSPACE_CODE_LENS_REFRESH, None)
+
+    def annotations_json(self, state: DocState) -> dict[str, Any]:
+        stale, e = state.stale, state.entry
+        anns = []
+        if e is not None and e.digest is not None:
+            budget = self.budget_for(None, e)
+            now = now_utc()
+            for p in state.placed:
+                a = p.annotation
+                anns.append({"line": p.line, "kind": a.kind, "label": a.label,
+                             "text": hint_text(a, stale), "bytes": a.bytes, "share": a.share,
+                             "hover": hover_markdown(a, e.digest, budget, now, stale),
+                             "stale": stale})
+        return {"uri": state.uri, "version": state.version, "stale": stale,
+                "snapshot": self.snapshot_info(e) if e and e.digest else None,
+                "annotations": anns}
+
+    def publish_annotations(self, state: DocState, delay: float = 0.0) -> None:
+        """Send memlens/annotations for a document (debounced by `delay` seconds)."""
+        old = self._pending_publish.pop(state.uri, None)
+        if old is not None:
+            old.cancel()
+
+        def send() -> None:
+            self._pending_publish.pop(state.uri, None)
+            if self.docs.get(state.uri) is state:
+                self.protocol.notify(P.NOTIFY_ANNOTATIONS, self.annotations_json(state))
+
+        if delay <= 0:
+            send()
+        else:
+            self._pending_publish[state.uri] = asyncio.get_running_loop().call_later(delay, send)
+
+    def open_document(self, uri: str, text: str, version: int | None) -> DocState:
+        path = normalize_path(uris.to_fs_path(uri) or uri)
+        state = DocState(uri, path, text, version)
+        self.docs[uri] = state
+        state.attach(self.index.covering(path), self.settings.topLines)
+        self.update_document_targets(state)
+        self.publish_annotations(state)
+        return state
+
+    # -- documents' text ------------------------------------------------------------------
+    def docs_text(self, path: str) -> str | None:
+        for state in self.docs.values():
+            if state.path == path:
+                return state.text
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read()
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    def read_lines(self, path: str) -> list[str]:
+        text = self.docs_text(normalize_path(path))
+        return text.split("\n") if text is not None else []
+
+    async def poll(self) -> None:
+        """Pick up snapshots that other processes (the CLI) write."""
+        while True:
+            await asyncio.sleep(POLL_SECONDS)
+            try:
+                await self.refresh_index()
+            except Exception as e:  # keep polling whatever a snapshot folder holds
+                self.log(f"snapshot index: {type(e).__name__}: {e}", lsp.MessageType.Warning)
+
+    def server_info(self) -> dict[str, Any]:
+        return {"pid": os.getpid(), "version": __version__, "python": sys.executable,
+                "torchImported": "torch" in sys.modules,
+                "tracing": [{"targetId": r.request.target.id, "pid": r.worker.pid}
+                            for r in self.runner.running.values()
+                            if r.worker is not None and r.worker.pid is not None]}

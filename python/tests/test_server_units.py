@@ -1,0 +1,280 @@
+"""The language server's pure parts: annotations from a digest, line mapping, the Python
+outline, target discovery, settings, and the protocol declaration."""
+
+from __future__ import annotations
+
+import json
+import keyword
+import subprocess
+import sys
+import time
+
+import pytest
+
+from memlens.server import protocol as P
+from memlens.server.annotations import age_text, annotate, hint_text, hover_markdown
+from memlens.server.edits import line_map
+from memlens.server.outline import outline
+from memlens.server.settings import Settings, parse_settings
+from memlens.server.targets import document_targets, scan_workspace
+from memlens.units import format_bytes
+
+from conftest import REPO
+
+CATS = ("parameter", "buffer", "gradient", "optimizer_state", "activation", "temporary", "input",
+        "other")
+F = "/src/model.py"
+MiB = 1024**2
+
+
+def module(fqn, cls, group, source_line=None, constructed_line=None, **bytes_):
+    b = {c: bytes_.get(c, 0) for c in CATS}
+    at = {c: bytes_.get(f"at_{c}", 0) for c in CATS}
+    return {"fqn": fqn, "cls": cls, "group": group,
+            "source": [F, source_line] if source_line else None,
+            "constructedAt": [F, constructed_line] if constructed_line else None,
+            "bytes": b, "atPeak": at}
+
+
+def digest(modules, lines=(), peak=100 * MiB):
+    return {"path": "/s.json", "meta": {
+        "targetKind": "model", "targetName": "Net", "targetPath": F, "targetArgs": [],
+        "targetCwd": None, "created": "2026-01-01T00:00:00+00:00", "deviceName": "h100-80gb",
+        "deviceDisplayName": "NVIDIA H100 80GB HBM3", "deviceType": "cuda",
+        "deviceTotalBytes": 80 * 1024**3, "deviceKey": "cuda:0", "worldSize": 8, "rank": 3,
+        "iterations": 2, "precision": "bf16"},
+        "summary": {"peakBytes": peak, "peakPhase": "forward_backward_iter_1",
+                    "categoriesAtPeak": {}},
+        "modules": list(modules), "lines": list(lines), "files": [F]}
+
+
+NET = digest([
+    module("", "Net", "", source_line=10, parameter=8 * MiB, gradient=8 * MiB,
+           optimizer_state=16 * MiB, activation=40 * MiB, at_parameter=8 * MiB,
+           at_activation=40 * MiB),
+    module("layers", "ModuleList", "layers", constructed_line=14, parameter=8 * MiB,
+           activation=40 * MiB),
+    *[module(f"layers.{i}", "Block", "layers.*", source_line=30, constructed_line=14,
+             parameter=2 * MiB, gradient=2 * MiB, optimizer_state=4 * MiB,
+             activation=10 * MiB, at_parameter=2 * MiB, at_activation=10 * MiB)
+      for i in range(4)],
+    module("head", "Sequential", "head", constructed_line=15, parameter=MiB),
+    module("head.0", "Linear", "head.0", constructed_line=15, parameter=MiB),
+    module("head.1", "ReLU", "head.1", constructed_line=15),
+    module("drop", "Dropout", "drop", constructed_line=16),
+], lines=[
+    {"file": F, "line": 40, "bytesAtPeak": 30 * MiB, "totalBytes": 60 * MiB, "allocations": 8,
+     "categories": {"activation": 20 * MiB, "temporary": 10 * MiB}},
+    {"file": F, "line": 41, "bytesAtPeak": 5 * MiB, "totalBytes": 5 * MiB, "allocations": 1,
+     "categories": {"activation": 5 * MiB}},
+    {"file": F, "line": 12, "bytesAtPeak": 50 * MiB, "totalBytes": 50 * MiB, "allocations": 3,
+     "categories": {"parameter": 50 * MiB}},  # inside __init__: not a hot line
+    {"file": F, "line": 42, "bytesAtPeak": 1024, "totalBytes": 1024, "allocations": 1,
+     "categories": {"activation": 1024}},
+    {"file": "/other.py", "line": 1, "bytesAtPeak": 99 * MiB, "totalBytes": 0,
+     "allocations": 1, "categories": {}},
+])
+
+
+def by_line(anns):
+    return {a.line + 1: a for a in anns}
+
+
+def test_module_annotations_per_instance_with_the_count():
+    anns = by_line(annotate(NET, F, lambda n: 11 <= n <= 20, top_lines=2))
+    assert anns[10].text == "≈ 32.0 MiB params·grads·optim │ 40.0 MiB act"
+    assert anns[30].text == "≈ 8.0 MiB params·grads·optim │ 10.0 MiB act ×4"
+    assert anns[30].kind == "class" and anns[30].label == "layers.*"
+    assert anns[30].bytes == 48 * MiB and anns[30].share == pytest.approx(0.48)
+    # The ModuleList line reads as its blocks; a mixed Sequential stays one module; a module
+    # with no bytes (Dropout) gets no annotation.
+    assert anns[14].text == anns[30].text and anns[14].kind == "construct"
+    assert anns[15].label == "head" and anns[15].text.endswith("0 B act")
+    assert 16 not in anns
+
+
+def test_hot_lines_skip_init_and_keep_the_top_n():
+    anns = by_line(annotate(NET, F, lambda n: 11 <= n <= 20, top_lines=2))
+    assert anns[40].text == "≈ 30.0 MiB at peak (30.0%) · act 20.0 MiB, tmp 10.0 MiB"
+    assert anns[41].text == "≈ 5.0 MiB at peak (5.0%) · act"
+    assert 12 not in anns and 42 not in anns  # in __init__; beyond the top 2
+    assert 1 not in anns  # another file's line
+    more = by_line(annotate(NET, F, lambda n: False, top_lines=10))
+    assert 12 in more and more[42].text.startswith("≈ 1.0 KiB at peak (<0.1%)")
+
+
+def test_hover_tables_and_footer():
+    a = by_line(annotate(NET, F))[30]
+    md = hover_markdown(a, NET, 80 * 1024**3, now=None)
+    assert "**class `Block`** · 4 instances: `layers.0`, `layers.1`, `layers.2`, `layers.3`" in md
+    assert "| parameters | 2.0 MiB | 8.0 MiB | 8.0 MiB | 8.0% |" in md
+    assert "| optimizer state | 4.0 MiB | 16.0 MiB | 0 B | 0% |" in md
+    assert "| activations | 10.0 MiB | 40.0 MiB | 40.0 MiB | 40.0% |" in md
+    assert "| **total** | | | **48.0 MiB** | **48.0%** |" in md
+    assert "| buffers |" not in md  # shown only when not zero
+    assert ("Peak **100.0 MiB** of 80.0 GiB in `forward_backward_iter_1` · rank 3 of 8 · "
+            "h100-80gb (NVIDIA H100 80GB HBM3) · model `Net`") in md
+    small_budget = hover_markdown(a, NET, 70 * 1024**3)
+    assert "of 80.0 GiB (budget 70.0 GiB)" in small_budget
+    assert "*Stale*" in hover_markdown(a, NET, 1, stale=True)
+    assert hint_text(a, True) == a.text + " (stale)"
+    line = by_line(annotate(NET, F))[40]
+    md = hover_markdown(line, NET, 80 * 1024**3)
+    assert md.startswith("**Line 40** · 30.0 MiB alive at the peak (30.0% of the peak) · "
+                         "60.0 MiB allocated over the trace in 8 allocations")
+    assert "| temporaries | 10.0 MiB | 10.0% |" in md
+
+
+def test_age_text():
+    import datetime as dt
+    now = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.timezone.utc)
+    assert age_text("2026-01-01T11:59:30+00:00", now) == "just now"
+    assert age_text("2026-01-01T11:55:00+00:00", now) == "5 min ago"
+    assert age_text("2026-01-01T09:00:00+00:00", now) == "3 h ago"
+    assert age_text("2025-12-30T12:00:00+00:00", now) == "2 days ago"
+    assert age_text("yesterday", now) == "at an unknown time"
+
+
+def test_line_map_follows_inserts_deletes_and_edits():
+    old = ["a", "b", "c", "d", "e"]
+    assert line_map(old, ["x", "y", *old]) == {i: i + 2 for i in range(5)}
+    assert line_map(old, ["a", "c", "d", "e"]) == {0: 0, 2: 1, 3: 2, 4: 3}
+    edited = line_map(old, ["a", "B!", "c", "d", "e"])  # a line changed in place keeps its place
+    assert edited == {i: i for i in range(5)}
+    assert line_map(old, []) == {}
+    moved = line_map(old, ["a", "d", "b", "c", "e"])
+    assert moved[0] == 0 and moved[4] == 4 and moved[1] == 2 and moved[2] == 3
+
+
+def test_line_map_is_fast_on_a_keystroke_in_a_big_file():
+    old = [f"line {i} = compute({i})" for i in range(20_000)]
+    new = old[:10_000] + ["line 10000 = compute(10000)  # edited"] + old[10_001:]
+    start = time.perf_counter()
+    mapping = line_map(old, new)
+    assert time.perf_counter() - start < 0.5
+    assert mapping[19_999] == 19_999 and mapping[10_000] == 10_000
+
+
+SCRIPT = """
+import torch
+from torch.cuda.amp import GradScaler
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(2, 2)
+
+    def forward(self, x):
+        return self.fc(x)
+
+def make():
+    return Net()
+
+model = make()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = GradScaler()
+for step in range(3):
+    loss = model(torch.randn(4, 2)).sum()
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+"""
+
+
+def test_outline_finds_classes_init_bodies_and_training_calls():
+    o = outline(SCRIPT)
+    assert [(c.name, c.line, c.end_line) for c in o.classes] == [("Net", 5, 11)]
+    assert o.init_spans == [(6, 8)]
+    assert o.backward_lines == [21] and o.step_lines == [22]  # scaler.step(opt)
+    assert o.is_training_script and o.symbol("make").line == 13
+    assert not outline("scheduler.step()\nloss.backward()\n").is_training_script
+    assert outline("optimizer.step()\nloss.backward()\n").is_training_script
+    assert outline("def broken(:\n").ok is False
+
+
+def test_document_targets_for_a_recipe_class_a_factory_and_a_script(tmp_path):
+    (tmp_path / "memlens.toml").write_text(
+        '[[model]]\ntarget = "net.py:Net"\nbudget = "40GiB"\n'
+        '[[model]]\ntarget = "net.py:make"\n[[model]]\ntarget = "other.py:Net"\n')
+    (tmp_path / "net.py").write_text(SCRIPT)
+    path = str((tmp_path / "net.py").resolve())
+    ts = {t.id: t for t in document_targets(path, SCRIPT, [str(tmp_path.resolve())])}
+    assert set(ts) == {"model:net.py:Net", "model:net.py:make", "script:net.py"}
+    net = ts["model:net.py:Net"]
+    assert (net.line, net.start, net.end, net.symbol) == (4, 6, 9, "Net")
+    assert ts["model:net.py:make"].line == 12
+    assert ts["script:net.py"].cwd == str(tmp_path.resolve())
+    assert net.slug.startswith("model-Net-") and len(net.slug) == len("model-Net-") + 8
+
+
+def test_scan_skips_environments_and_reports_bad_files(tmp_path):
+    (tmp_path / "train.py").write_text("loss.backward()\noptimizer.step()\n")
+    for skipped in (".venv/lib", "node_modules/x", "site-packages/y"):
+        (tmp_path / skipped).mkdir(parents=True)
+        (tmp_path / skipped / "train.py").write_text("loss.backward()\noptimizer.step()\n")
+    (tmp_path / ".vscode").mkdir()
+    (tmp_path / ".vscode" / "launch.json").write_text('{"configurations": [')
+    (tmp_path / "run.sh").write_text("torchrun --nproc_per_node 8 train.py\n")
+    warnings: list[str] = []
+    found = scan_workspace([str(tmp_path.resolve())], warnings.append)
+    by_id = {t.id: t for t in found}
+    assert sorted(by_id) == ["script:train.py", "torchrun:run.sh:1"]
+    assert by_id["torchrun:run.sh:1"].world_size == 8
+    assert by_id["torchrun:run.sh:1"].program == str(tmp_path.resolve() / "train.py")
+    assert len(warnings) == 1 and "launch.json" in warnings[0] and "invalid JSON" in warnings[0]
+
+
+def test_settings_are_read_leniently():
+    warnings: list[str] = []
+    s = parse_settings({"device": "A100-80GB", "budget": "70GiB", "timeLimitSeconds": 30,
+                        "memoryLimitMB": 2048, "traceOnSave": "true", "topLines": -3,
+                        "colour": "red", "iterations": "two"}, warnings.append)
+    assert (s.device, s.budget, s.timeLimitSeconds, s.traceOnSave, s.topLines) == (
+        "a100-80gb", 70 * 1024**3, 30.0, True, 0)
+    assert s.iterations is None and s.memory_limit_bytes() == 2048 * MiB
+    assert warnings == ["setting memlens.iterations: expected a positive number, got 'two'; "
+                        "using the default"]
+    bad: list[str] = []
+    s = parse_settings({"budget": "lots", "timeLimitSeconds": 0}, bad.append)
+    assert s.budget is None and s.timeLimitSeconds == 300.0 and len(bad) == 2
+    assert Settings().memory_limit_bytes() >= 16 * 1024**3
+    assert parse_settings({"memoryLimitMB": -1}).memory_limit_bytes() is None
+
+
+def test_protocol_is_declared_once_and_dumps_as_json():
+    described = json.loads(subprocess.run(
+        [sys.executable, "-m", "memlens.server.protocol"], capture_output=True, text=True,
+        check=True, env={"PYTHONPATH": str(REPO / "python")}).stdout)
+    methods = described["methods"]
+    assert set(methods) == {
+        "memlens.trace", "memlens.cancelTrace", "memlens.openReport", "memlens/targets",
+        "memlens/documentAnnotations", "memlens/snapshots", "memlens/serverInfo",
+        "memlens/annotations", "memlens/traceStarted", "memlens/traceFinished",
+        "memlens/snapshotsChanged"}
+    types = described["types"]
+    for m in methods.values():
+        assert m["params"] in types and m.get("result", "EmptyParams") in types
+    for name, fields in types.items():
+        if isinstance(fields, dict):
+            for key, spec in fields.items():
+                assert not keyword.iskeyword(key), f"{name}.{key}"
+                assert spec["type"], f"{name}.{key}"
+    assert types["Target"]["kind"] == {"type": "TargetKind", "optional": False}
+    assert types["Target"]["snapshot"] == {"type": "SnapshotInfo", "optional": True}
+    assert types["Annotation"]["share"]["type"] == "number"
+    assert types["AnnotationsParams"]["snapshot"]["type"] == "SnapshotInfo | null"
+    assert types["TargetsResult"]["targets"]["type"] == "Target[]"
+    # Every method name is a module constant, spelled once.
+    consts = {v for k, v in vars(P).items() if k.startswith(("CMD_", "REQ_", "NOTIFY_"))}
+    assert consts == set(methods)
+
+
+def test_strings_from_a_snapshot_cannot_break_out_of_the_hover():
+    hostile = digest([module("", "Net`](http://evil.example/x.png) | <img src=x>", "",
+                             source_line=10, parameter=MiB)])
+    hostile["meta"]["deviceDisplayName"] = "**GPU** [click](command:rm) | x"
+    hostile["summary"]["peakPhase"] = "phase\n\n# heading"
+    md = hover_markdown(annotate(hostile, F)[0], hostile, 1)
+    head = md.split("\n")[0]
+    assert head.startswith("**class `Net'](http://evil.example/x.png) ¦ <img src=x>`**")
+    assert "\\*\\*GPU\\*\\* \\[click\\]\\(command:rm\\) \\| x" in md
+    assert "`phase # heading`" in md and "\n# heading" not in md
