@@ -125,7 +125,28 @@ class Tracer:
 
     @property
     def target_key(self) -> str:
-        return "cpu" if self.device.type == "cpu" else "cuda:0"
+        """The device whose memory the trace reports. A simulated rank's device is its local
+        GPU, `cuda:{LOCAL_RANK}` (what torchrun scripts select with `set_device`). A script
+        that never selects a device puts every rank's tensors on cuda:0, as it would on a real
+        node: then the CUDA device that held the most is reported instead."""
+        if self.device.type == "cpu":
+            return "cpu"
+        if self.rank is None:
+            return "cuda:0"
+        local = f"cuda:{self.rank.local_rank}"
+        peaks = {d: p for d, p in self.ledger.peak.items() if d.startswith("cuda")}
+        if local in peaks or not peaks:
+            return local
+        return max(peaks, key=lambda d: (peaks[d], d == "cuda:0"))
+
+    def parallel_meta(self) -> dict:
+        """The snapshot's `world_size`, `rank` and `parallel` fields."""
+        if self.rank is None:
+            return {"world_size": 1, "rank": 0, "parallel": {}}
+        return {"world_size": self.rank.world_size, "rank": self.rank.rank,
+                "parallel": {"local_rank": self.rank.local_rank,
+                             "local_world_size": self.rank.local_world_size,
+                             **self.layout.to_json()}}
 
     # -- callbacks -------------------------------------------------------------------------
     def stop(self) -> StopTracing:

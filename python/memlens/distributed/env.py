@@ -8,6 +8,15 @@ from ..errors import MemlensError
 
 MASTER_ADDR = "127.0.0.1"
 MASTER_PORT = "29500"  # torchrun's default
+GPUS_PER_NODE = 8
+
+
+def default_nproc_per_node(world_size: int) -> int:
+    """Without a launch line that says it: nodes of 8 GPUs, or one node for a job that does not
+    fill whole nodes of 8."""
+    if world_size > GPUS_PER_NODE and world_size % GPUS_PER_NODE == 0:
+        return GPUS_PER_NODE
+    return world_size
 
 
 @dataclass(frozen=True)

@@ -135,8 +135,8 @@ class Layout:
         if fam is None:
             return
         fam.uses.add(what)
-        if shards:
-            fam.shards.extend(shards)
+        if shards:  # only distinct lengths matter (roles.py), and a model has few
+            fam.shards = sorted(set(fam.shards) | set(shards))
 
     def use_mesh(self, mesh, what: str, dims: list[int] | None = None,
                  shards: list[int] | None = None) -> None:
@@ -156,6 +156,20 @@ class Layout:
         }
 
 
+_SHORT = {DATA_PARALLEL: "dp", TENSOR_PARALLEL: "tp", PIPELINE: "pp", ALL_TO_ALL: "ep",
+          P2P: "p2p"}
+
+
+def short_name(fam: Family) -> str:
+    """A mesh dimension's own name; otherwise what the family is used for (dp, tp, pp, ...)."""
+    if fam.name != "world" and not fam.name.startswith("groups of"):
+        return fam.name
+    for use in (PIPELINE, TENSOR_PARALLEL, ALL_TO_ALL, P2P, DATA_PARALLEL):
+        if use in fam.uses:
+            return _SHORT[use]
+    return fam.name
+
+
 def role_string(families: list[Family], rank: int, stages: list[int]) -> str:
     """`pp 1/4 · tp 0/2 · dp 3/8`: this rank's coordinate in each family that was used."""
     parts = []
@@ -164,7 +178,7 @@ def role_string(families: list[Family], rank: int, stages: list[int]) -> str:
             continue
         c = fam.coordinate(rank)
         if c is not None:
-            parts.append(f"{fam.name} {c}/{fam.size}")
+            parts.append(f"{short_name(fam)} {c}/{fam.size}")
     if stages:
         parts.append("stage " + ",".join(map(str, stages)))
     return " · ".join(parts) or "single group"

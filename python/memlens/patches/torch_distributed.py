@@ -181,7 +181,155 @@ def _object_collectives(patcher: Patcher, spec) -> None:
 # -- who uses which group --------------------------------------------------------------------
 def _users(patcher: Patcher, layout) -> None:
     """Report the parallelisms a rank applies, with the groups or meshes they use."""
+    from ..distributed import layout as L
+
+    _fsdp2_user(patcher, layout, L)
+    _wrapper_users(patcher, layout, L)
+    _pipeline_user(patcher, layout, L)
+    _collective_users(patcher, layout, L)
 
 
-def _noop(*args: Any, **kwargs: Any) -> None:
-    return None
+def _after_init(patcher: Patcher, cls, record: Callable) -> None:
+    original = cls.__init__
+
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        record(self)
+
+    patcher.setattr(cls, "__init__", __init__)
+
+
+def _fsdp2_user(patcher: Patcher, layout, L) -> None:
+    """fully_shard: each parameter is chunked along one dim over the shard group (the chunk
+    lengths are what can differ between ranks); HSDP also replicates over a second group."""
+    from torch.distributed.fsdp._fully_shard._fsdp_param import FSDPParam
+
+    original = FSDPParam._init_sharded_param
+
+    @functools.wraps(original)
+    def _init_sharded_param(self, param, device, shard_placement_fn, mesh_info):
+        original(self, param, device, shard_placement_fn, mesh_info)
+        local = getattr(param, "_local_tensor", param)  # a TP-sharded parameter: its TP shard
+        info = self.mesh_info
+        shard_group = getattr(info, "shard_process_group", None)
+        if shard_group is not None:
+            layout.use(shard_group, L.DATA_PARALLEL, [int(local.size(self.fsdp_placement.dim))])
+        replicate_group = getattr(info, "replicate_process_group", None)
+        if replicate_group is not None:
+            layout.use(replicate_group, L.DATA_PARALLEL)
+
+    patcher.setattr(FSDPParam, "_init_sharded_param", _init_sharded_param)
+
+
+def _wrapper_users(patcher: Patcher, layout, L) -> None:
+    """DDP and FSDP1 (whose flat parameters are padded to equal shards on every rank), and
+    tensor parallelism by parallelize_module."""
+    from torch.distributed.fsdp import FullyShardedDataParallel
+    from torch.nn.parallel import DistributedDataParallel
+
+    def ddp(m) -> None:
+        if getattr(m, "device_mesh", None) is not None:
+            layout.use_mesh(m.device_mesh, L.DATA_PARALLEL)
+        else:
+            layout.use(m.process_group, L.DATA_PARALLEL)
+
+    def fsdp1(m) -> None:
+        for group in (getattr(m, "process_group", None),
+                      getattr(m, "_inter_node_pg", None)):
+            if group is not None:
+                layout.use(group, L.DATA_PARALLEL)
+
+    _after_init(patcher, DistributedDataParallel, ddp)
+    _after_init(patcher, FullyShardedDataParallel, fsdp1)
+
+    import torch.distributed.tensor.parallel as tp
+    import torch.distributed.tensor.parallel.api as tp_api
+
+    original = tp_api.parallelize_module
+
+    @functools.wraps(original)
+    def parallelize_module(module, device_mesh=None, parallelize_plan=None, **kwargs):
+        out = original(module, device_mesh, parallelize_plan, **kwargs)
+        if device_mesh is not None:
+            layout.use_mesh(device_mesh, L.TENSOR_PARALLEL)
+        return out
+
+    patcher.setattr(tp_api, "parallelize_module", parallelize_module)
+    patcher.setattr(tp, "parallelize_module", parallelize_module)
+
+
+def _pipeline_user(patcher: Patcher, layout, L) -> None:
+    """torch.distributed.pipelining: the stage a rank holds follows its pipeline coordinate.
+    Shape inference between stages (no `input_args`) would need the other ranks' outputs:
+    object point-to-point (send/recv_object_list) refuses with a message saying so."""
+    from torch.distributed.pipelining.stage import _PipelineStageBase
+
+    def stage(s) -> None:
+        layout.stages.append(int(s.stage_index))
+        layout.use(s.group, L.PIPELINE)
+
+    _after_init(patcher, _PipelineStageBase, stage)
+
+
+def _collective_users(patcher: Patcher, layout, L) -> None:
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as fc
+    import torch.distributed.distributed_c10d as c10d
+
+    def wrap(owners, name, what, group_of):
+        original = getattr(owners[0], name)
+
+        @functools.wraps(original)
+        def wrapper(*args, **kwargs):
+            layout.use(group_of(args, kwargs), what)
+            return original(*args, **kwargs)
+
+        for owner in owners:
+            if getattr(owner, name, None) is original:
+                patcher.setattr(owner, name, wrapper)
+
+    def group_at(i):
+        return lambda args, kwargs: kwargs.get("group", args[i] if len(args) > i else None)
+
+    for name, i in (("all_to_all_single", 4), ("all_to_all", 2)):
+        wrap((c10d, dist), name, L.ALL_TO_ALL, group_at(i))
+    for name, i in (("send", 2), ("recv", 2), ("isend", 2), ("irecv", 2)):
+        wrap((c10d, dist), name, L.P2P, group_at(i))
+
+    def p2p_group(args, kwargs):
+        ops = args[0] if args else kwargs.get("p2p_op_list", [])
+        return ops[0].group if ops else None
+
+    wrap((c10d, dist), "batch_isend_irecv", L.P2P, p2p_group)
+
+    def functional_group(args, kwargs):
+        group = kwargs.get("group", args[3] if len(args) > 3 else None)
+        return _as_process_group(group)
+
+    for name in ("all_to_all_single", "all_to_all_single_autograd"):
+        wrap((fc,), name, L.ALL_TO_ALL, functional_group)
+
+    def no_objects(*args, **kwargs):
+        from ..errors import MemlensError
+
+        raise MemlensError("send_object_list/recv_object_list: a simulated rank cannot receive "
+                           "what another rank sends (for pipeline stages, pass input_args and "
+                           "output_args to PipelineStage instead of inferring shapes)")
+
+    for name in ("send_object_list", "recv_object_list"):
+        patcher.setattr(c10d, name, no_objects)
+        patcher.setattr(dist, name, no_objects)
+
+
+def _as_process_group(group):
+    """Functional collectives take a group, a mesh, (mesh, dim) or a group name."""
+    import torch.distributed.distributed_c10d as c10d
+
+    if isinstance(group, tuple) and len(group) == 2:
+        return group[0].get_group(group[1])
+    if hasattr(group, "get_group"):
+        return group.get_group() if group.ndim == 1 else None
+    if isinstance(group, str):
+        return c10d._resolve_process_group(group)
+    return group
