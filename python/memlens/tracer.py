@@ -66,7 +66,8 @@ class Tracer:
         if self.rank is not None:
             from .patches import torch_distributed
 
-            torch_distributed.apply(self._patcher, self.rank, self.layout)
+            torch_distributed.apply(self._patcher, self.rank, self.layout,
+                                    lambda t: self.classifier.mark(t, C.GRADIENT))
         self.modules.install()
         self.classifier.install()
         self._step_hooks = [

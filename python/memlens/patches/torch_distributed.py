@@ -32,6 +32,10 @@ from .patcher import Patcher, check_version
 TESTED = ("2.9.0", "2.16.0")
 
 
+def _noop(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
 def _real(fn: Callable) -> Callable:
     """`fn` run with every dispatch mode (FakeTensorMode, the accountant) suspended."""
     from torch.utils._python_dispatch import _disable_current_modes
@@ -45,8 +49,9 @@ def _real(fn: Callable) -> Callable:
     return wrapper
 
 
-def apply(patcher: Patcher, spec, layout) -> None:
-    """`spec`: the simulated RankSpec; `layout`: the recorder of what the rank builds."""
+def apply(patcher: Patcher, spec, layout, is_gradient: Callable[[torch.Tensor], None]) -> None:
+    """`spec`: the simulated RankSpec; `layout`: the recorder of what the rank builds;
+    `is_gradient(t)`: t's storage holds gradients (DDP's buckets)."""
     import torch.distributed as dist
 
     check_version("torch", torch.__version__, TESTED)
@@ -57,8 +62,9 @@ def apply(patcher: Patcher, spec, layout) -> None:
     _process_groups(patcher, spec, layout)
     _device_mesh(patcher, layout)
     _object_collectives(patcher, spec)
+    _cross_rank_checks(patcher)
     _dtensor(patcher)
-    _users(patcher, layout)
+    _users(patcher, layout, is_gradient)
 
 
 # -- process groups --------------------------------------------------------------------------
@@ -134,6 +140,18 @@ def _device_mesh(patcher: Patcher, layout) -> None:
         patcher.setattr(dist, "init_device_mesh", dm.init_device_mesh)
 
 
+# -- checks across ranks ---------------------------------------------------------------------
+def _cross_rank_checks(patcher: Patcher) -> None:
+    """DDP compares parameter shapes across ranks in C++, reading the values of a tensor it
+    builds from them: with one simulated rank there is nothing to compare against."""
+    import torch.distributed.utils as du
+    import torch.nn.parallel.distributed as ddp
+
+    patcher.setattr(du, "_verify_param_shape_across_processes", _noop)
+    if hasattr(ddp, "_verify_param_shape_across_processes"):
+        patcher.setattr(ddp, "_verify_param_shape_across_processes", _noop)
+
+
 # -- DTensor ---------------------------------------------------------------------------------
 def _dtensor(patcher: Patcher) -> None:
     """DTensor derives an op's output metadata by running the op on fake tensors of the
@@ -144,6 +162,14 @@ def _dtensor(patcher: Patcher) -> None:
 
     patcher.setattr(ShardingPropagator, "_propagate_tensor_meta_non_cached",
                     _real(ShardingPropagator._propagate_tensor_meta_non_cached))
+    # Strided shards (FSDP over TP) find their chunk sizes and offsets by splitting an arange
+    # of indices and reading it back: bookkeeping on small CPU tensors, real in a real job.
+    from torch.distributed.tensor import placement_types as pt
+
+    strided = getattr(pt, "_StridedShard", None)
+    if strided is not None and "local_shard_size_and_offset" in vars(strided):
+        patcher.setattr(strided, "local_shard_size_and_offset",
+                        _real(vars(strided)["local_shard_size_and_offset"]))
 
 
 # -- object collectives ----------------------------------------------------------------------
@@ -179,12 +205,12 @@ def _object_collectives(patcher: Patcher, spec) -> None:
 
 
 # -- who uses which group --------------------------------------------------------------------
-def _users(patcher: Patcher, layout) -> None:
+def _users(patcher: Patcher, layout, is_gradient) -> None:
     """Report the parallelisms a rank applies, with the groups or meshes they use."""
     from ..distributed import layout as L
 
     _fsdp2_user(patcher, layout, L)
-    _wrapper_users(patcher, layout, L)
+    _wrapper_users(patcher, layout, L, is_gradient)
     _pipeline_user(patcher, layout, L)
     _collective_users(patcher, layout, L)
 
@@ -222,7 +248,7 @@ def _fsdp2_user(patcher: Patcher, layout, L) -> None:
     patcher.setattr(FSDPParam, "_init_sharded_param", _init_sharded_param)
 
 
-def _wrapper_users(patcher: Patcher, layout, L) -> None:
+def _wrapper_users(patcher: Patcher, layout, L, is_gradient) -> None:
     """DDP and FSDP1 (whose flat parameters are padded to equal shards on every rank), and
     tensor parallelism by parallelize_module."""
     from torch.distributed.fsdp import FullyShardedDataParallel
@@ -233,6 +259,15 @@ def _wrapper_users(patcher: Patcher, layout, L) -> None:
             layout.use_mesh(m.device_mesh, L.DATA_PARALLEL)
         else:
             layout.use(m.process_group, L.DATA_PARALLEL)
+        _ddp_comm_hook(m, is_gradient)
+
+    patcher.setattr(DistributedDataParallel, "register_comm_hook", _ddp_register_comm_hook)
+    # After the first backward DDP rebuilds its buckets in the order gradients became ready,
+    # agreeing on that order across ranks by reading a broadcast tensor of indices. Skipped:
+    # the buckets keep their first order, and every gradient is in one bucket either way.
+    import torch.distributed as dist
+
+    patcher.setattr(dist.Reducer, "_rebuild_buckets", lambda self: False)
 
     def fsdp1(m) -> None:
         for group in (getattr(m, "process_group", None),
@@ -257,6 +292,45 @@ def _wrapper_users(patcher: Patcher, layout, L) -> None:
 
     patcher.setattr(tp_api, "parallelize_module", parallelize_module)
     patcher.setattr(tp, "parallelize_module", parallelize_module)
+
+
+class _HookSlot:
+    """The communication hook DDP's C++ reducer calls: the fake group's work carries no result
+    and the reducer's built-in all-reduce hook refuses it. This stands in for it (divide and
+    all-reduce the bucket in place, as the built-in does) until the script registers its own
+    hook, which the C++ reducer would accept only once."""
+
+    def __init__(self, group, is_gradient) -> None:
+        self.group = group
+        self.is_gradient = is_gradient  # a bucket holds gradients, whatever made it
+        self.hook = self.state = None
+
+
+def _ddp_comm_hook(ddp, is_gradient) -> None:
+    import torch.distributed as dist
+
+    ddp._memlens_hook = slot = _HookSlot(ddp.process_group, is_gradient)
+    dist._register_comm_hook(ddp.reducer, slot, _run_ddp_hook)
+
+
+def _run_ddp_hook(slot: _HookSlot, bucket):
+    import torch.distributed as dist
+
+    buffer = bucket.buffer()
+    slot.is_gradient(buffer)
+    if slot.hook is not None:
+        return slot.hook(slot.state, bucket)
+    buffer.div_(slot.group.size())
+    dist.all_reduce(buffer, group=slot.group)
+    fut = torch.futures.Future()
+    fut.set_result(buffer)
+    return fut
+
+
+def _ddp_register_comm_hook(self, state, hook) -> None:
+    self._check_comm_hook(hook)
+    self._comm_hooks.append((hook, state))
+    self._memlens_hook.hook, self._memlens_hook.state = hook, state
 
 
 def _pipeline_user(patcher: Patcher, layout, L) -> None:
@@ -317,6 +391,16 @@ def _collective_users(patcher: Patcher, layout, L) -> None:
                            "what another rank sends (for pipeline stages, pass input_args and "
                            "output_args to PipelineStage instead of inferring shapes)")
 
+    original_all_reduce = c10d.all_reduce
+
+    @functools.wraps(original_all_reduce)
+    def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        work = original_all_reduce(tensor, op, group, async_op)
+        return _DoneWork([tensor]) if async_op and work is not None else work
+
+    patcher.setattr(c10d, "all_reduce", all_reduce)
+    patcher.setattr(dist, "all_reduce", all_reduce)
+
     for name in ("send_object_list", "recv_object_list"):
         patcher.setattr(c10d, name, no_objects)
         patcher.setattr(dist, name, no_objects)
@@ -333,3 +417,37 @@ def _as_process_group(group):
     if isinstance(group, str):
         return c10d._resolve_process_group(group)
     return group
+
+
+def _done_work_class():
+    import torch.distributed as dist
+
+    class DoneWork(dist.Work):
+        """Work of a fake collective whose future holds the output tensors, as NCCL's does
+        (DDP's compression hooks chain `get_future().then(...)` on an all-reduce)."""
+
+        def __init__(self, tensors) -> None:
+            super().__init__()
+            self._future = torch.futures.Future()
+            self._future.set_result(tensors)
+
+        def wait(self, timeout=None) -> bool:
+            return True
+
+        def is_completed(self) -> bool:
+            return True
+
+        def get_future(self):
+            return self._future
+
+    return DoneWork
+
+
+def _DoneWork(tensors):
+    global _DONE_WORK
+    if _DONE_WORK is None:
+        _DONE_WORK = _done_work_class()
+    return _DONE_WORK(tensors)
+
+
+_DONE_WORK = None
