@@ -344,6 +344,30 @@ def _pipeline_user(patcher: Patcher, layout, L) -> None:
         layout.use(s.group, L.PIPELINE)
 
     _after_init(patcher, _PipelineStageBase, stage)
+    _pipeline_vote(patcher)
+
+
+def _pipeline_vote(patcher: Patcher) -> None:
+    """Before the first step the stages vote, over point-to-point messages, whether all of them
+    know their input and output shapes (static) or must infer them at run time, and each stage
+    reads the product of the votes back out of a tensor. Every rank runs the same script, so
+    each simulated stage takes its own vote as the outcome."""
+    from torch.distributed.pipelining import schedules
+    from torch.distributed.pipelining._utils import InferenceMode
+    from torch.distributed.pipelining.stage import PipelineStage
+
+    original = schedules._PipelineSchedule._warmup_p2p
+
+    @functools.wraps(original)
+    def _warmup_p2p(self, stages, has_backward, p2p_done):
+        if not all(isinstance(stage, PipelineStage) for stage in stages):
+            return original(self, stages, has_backward, p2p_done)
+        for stage in stages:
+            dynamic = InferenceMode.needs_dynamic(stage._user_meta, has_backward)
+            stage._inference_mode = InferenceMode.DYNAMIC if dynamic else InferenceMode.STATIC
+        return None
+
+    patcher.setattr(schedules._PipelineSchedule, "_warmup_p2p", _warmup_p2p)
 
 
 def _collective_users(patcher: Patcher, layout, L) -> None:

@@ -41,12 +41,12 @@ def main() -> None:
     with FakeTensorMode():  # the tracker's own tests make it
         model, optimizer = mod.build(args, dev, mesh)
         tracker = FSDPMemTracker(model, optimizer)
-        x, y = mod.batch(dev)
+        x, y = mod.batch(dev, args.vocab)
         tracker.track_inputs((x, y))
         with tracker:
             for i in range(2):
                 if i:
-                    x, y = mod.batch(dev)
+                    x, y = mod.batch(dev, args.vocab)
                 mod.step(model, optimizer, x, y)
                 if i == 0:
                     tracker.reset_mod_stats()

@@ -1,5 +1,5 @@
 """An FSDP2 (`fully_shard`) training script with a known parameter count, launched as
-`torchrun --nproc_per_node 8 fsdp2_train.py [--no-reshard] [--bf16] [--offload]`.
+`torchrun --nproc_per_node 8 fsdp2_train.py [--no-reshard] [--bf16] [--offload] [--vocab N]`.
 
 The model: an embedding and an output head of 1,003 x 128 (1,003 rows do not split evenly over
 8 ranks, so FSDP pads them) and two pre-norm MLP blocks of width 128 -> 512 -> 128.
@@ -34,11 +34,11 @@ class Block(nn.Module):
 
 
 class Model(nn.Module):
-    def __init__(self):
+    def __init__(self, vocab=VOCAB):
         super().__init__()
-        self.emb = nn.Embedding(VOCAB, HIDDEN)
+        self.emb = nn.Embedding(vocab, HIDDEN)
         self.blocks = nn.ModuleList(Block(HIDDEN) for _ in range(LAYERS))
-        self.head = nn.Linear(HIDDEN, VOCAB, bias=False)
+        self.head = nn.Linear(HIDDEN, vocab, bias=False)
 
     def forward(self, idx):
         x = self.emb(idx)
@@ -52,13 +52,15 @@ def parse(argv=None):
     p.add_argument("--no-reshard", action="store_true", help="reshard_after_forward=False")
     p.add_argument("--bf16", action="store_true", help="MixedPrecisionPolicy(param_dtype=bf16)")
     p.add_argument("--offload", action="store_true", help="CPUOffloadPolicy()")
+    p.add_argument("--vocab", type=int, default=VOCAB, help="rows of the embedding and head")
+    p.add_argument("--fail-on-rank", type=int, default=None, help="raise on this rank")
     p.add_argument("--steps", type=int, default=5)
     return p.parse_args(argv)
 
 
 def build(args, device, mesh):
     with torch.device(device):
-        model = Model()
+        model = Model(args.vocab)
     kw = {"mesh": mesh, "reshard_after_forward": not args.no_reshard}
     if args.bf16:
         kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
@@ -72,9 +74,9 @@ def build(args, device, mesh):
     return model, optimizer
 
 
-def batch(device):
-    x = torch.randint(0, VOCAB, (BATCH, SEQ), device=device)
-    y = torch.randint(0, VOCAB, (BATCH, SEQ), device=device)
+def batch(device, vocab=VOCAB):
+    x = torch.randint(0, vocab, (BATCH, SEQ), device=device)
+    y = torch.randint(0, vocab, (BATCH, SEQ), device=device)
     return x, y
 
 
@@ -95,9 +97,11 @@ def main():
         torch.cuda.set_device(local_rank)
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
     mesh = init_device_mesh(device.type, (dist.get_world_size(),), mesh_dim_names=("dp",))
+    if args.fail_on_rank == dist.get_rank():
+        raise RuntimeError(f"rank {dist.get_rank()} has no data shard")
     model, optimizer = build(args, device, mesh)
     for _ in range(args.steps):
-        x, y = batch(device)
+        x, y = batch(device, args.vocab)
         step(model, optimizer, x, y)
     dist.destroy_process_group()
 
