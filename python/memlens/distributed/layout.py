@@ -116,8 +116,8 @@ class Layout:
         names = list(mesh.mesh_dim_names or [f"dim{i}" for i in range(tensor.ndim)])
         entry = {"shape": list(tensor.shape), "dim_names": names,
                  "coordinate": list(mesh.get_coordinate() or [])}
-        if entry not in self.meshes:
-            self.meshes.append(entry)
+        if entry not in self.meshes and getattr(mesh, "_root_mesh", None) is None:
+            self.meshes.append(entry)  # sub-meshes (mesh["tp"]) are slices of a root mesh
         for dim, name in enumerate(names):
             groups = tensor.movedim(dim, -1).reshape(-1, tensor.shape[dim]).tolist()
             fam = self._family(name, sorted(groups))
