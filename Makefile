@@ -5,7 +5,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test setup setup-system setup-python test-python test-cuda-build bench clean
+.PHONY: demo test setup setup-system setup-python setup-web build test-python test-webview test-cuda-build bench bench-webview clean
 
 setup-python:
 	@scripts/setup-python.sh
@@ -13,18 +13,33 @@ setup-python:
 setup-system:
 	@scripts/setup-system.sh
 
-setup: setup-system setup-python
+setup-web:
+	@scripts/setup-web.sh
+
+setup: setup-system setup-python setup-web
+
+# The extension and the panel bundle (dist/, and the copy the Python package ships for
+# `memlens show --html`).
+build: setup-web
+	npm run build
 
 demo: setup
 	$(PY) -m memlens run --device cpu -- examples/gpt/train.py --batch-size 8
 
-test: setup test-python
+test: setup test-python test-webview
 
-test-python: setup-system setup-python
+test-python: setup-system setup-python build
 	$(PY) -m pytest python/tests -q
+
+# The panel: unit tests of its data modules and browser tests of the standalone report.
+test-webview: setup build
+	MEMLENS_PYTHON=$(abspath $(PY)) npm run test:webview
 
 bench: setup
 	$(PY) bench/run.py
+
+bench-webview: setup build
+	MEMLENS_PYTHON=$(abspath $(PY)) node bench/webview_render.mjs
 
 clean:
 	rm -rf .memlens dist out test/e2e/artifacts

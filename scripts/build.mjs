@@ -3,6 +3,7 @@
 // Flags: --watch rebuilds on change; --minify for release builds.
 import { existsSync } from 'node:fs';
 import * as esbuild from 'esbuild';
+import { buildWebview } from './build-webview.mjs';
 
 const watch = process.argv.includes('--watch');
 const minify = process.argv.includes('--minify');
@@ -18,19 +19,13 @@ const targets = [
     external: ['vscode'],
   },
 ];
-if (existsSync('webview/main.ts')) {
-  targets.push({
-    entryPoints: ['webview/main.ts'],
-    outfile: 'dist/webview.js',
-    platform: 'browser',
-    format: 'iife',
-    target: 'es2022',
-  });
-}
-
 const common = { bundle: true, sourcemap: true, minify, logLevel: 'info' };
+// The webview has its own configuration (always minified: it is also inlined into the
+// standalone HTML report, and the Python package ships a copy).
+const webview = existsSync('webview/main.ts') ? buildWebview({ watch }) : Promise.resolve();
 if (watch) {
   for (const t of targets) await (await esbuild.context({ ...common, ...t })).watch();
+  await webview;
 } else {
-  await Promise.all(targets.map((t) => esbuild.build({ ...common, ...t })));
+  await Promise.all([...targets.map((t) => esbuild.build({ ...common, ...t })), webview]);
 }

@@ -2,6 +2,7 @@
 // decoration with a hover, a status bar item) for the e2e harness to assert against.
 // The real extension replaces this file.
 import * as vscode from 'vscode';
+import { registerMemoryPanel } from './panel/register';
 
 export function activate(context: vscode.ExtensionContext): void {
   const annotation = vscode.window.createTextEditorDecorationType({
@@ -29,6 +30,7 @@ export function activate(context: vscode.ExtensionContext): void {
   });
 
   context.subscriptions.push(annotation, status, hello);
+  registerMemoryPanel(context);
 }
 
 export function deactivate(): void {}

@@ -87,6 +87,8 @@ class Accountant(TorchDispatchMode):
         workspace = self.tracer.workspaces(func, args, kwargs, out)
         if workspace:
             self._transient(func, workspace, out)
+        for item in self.tracer.workspaces.persistent(func, args, kwargs, out):
+            self._persistent(item)
         return out
 
     # -- booking ---------------------------------------------------------------------------
@@ -160,6 +162,14 @@ class Accountant(TorchDispatchMode):
                 for n in sizes]
         for rid in rids:
             self.ledger.free(rid)
+
+    def _persistent(self, item) -> None:
+        """A library's memory taken on first use and kept for good (a cuBLAS workspace): it
+        belongs to no module and is never freed."""
+        _, _, stack, backward = self._context()
+        self.ledger.alloc(item.nbytes, self.tracer.device_key(item.device), "uint8",
+                          (item.nbytes,), C.OTHER, -1, self.tracer.phases.index,
+                          self.ledger.op_id(item.label), stack, backward=backward)
 
     def _context(self) -> tuple[int, int, int, bool]:
         """(module, initial category, stack, in backward) for an allocation made now."""

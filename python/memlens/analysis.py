@@ -26,6 +26,11 @@ class PhaseStats:
     categories_before: list[int]
     categories_after: list[int]
     categories_at_peak: list[int]
+    # The allocator model's reserved bytes (0 on a device without one).
+    reserved_before: int = 0
+    reserved_after: int = 0
+    reserved_peak: int = 0
+    reserved_peak_seq: int = -1
 
 
 @dataclass
@@ -45,6 +50,14 @@ class DeviceStats:
     phases: list[PhaseStats] = field(default_factory=list)
     timeline: list[list[int]] = field(default_factory=list)  # [seq, total, *per category]
     current_after: list[int] = field(default_factory=list)  # bytes on this device after each event
+    # The caching allocator model (CUDA devices only): reserved memory at its peak, and the
+    # model's allocated bytes and segments at that moment.
+    has_allocator: bool = False
+    reserved_peak: int = 0
+    reserved_peak_seq: int = -1
+    allocated_at_reserved_peak: int = 0
+    segments_at_reserved_peak: int = 0
+    reserved_final: int = 0
 
 
 def replay(ledger: Ledger, device: str, phase_starts: list[tuple[str, int]], end_seq: int
@@ -58,6 +71,10 @@ def replay(ledger: Ledger, device: str, phase_starts: list[tuple[str, int]], end
     bounds = [s for _, s in phase_starts[1:]] + [n_events]
     steady_from = phase_starts[1][1] if len(phase_starts) > 1 else 0
     phase_i, phase_peak, phase_peak_seq, phase_before = 0, 0, -1, 0
+    changes = ledger.reserved.get(device, [])
+    stats.has_allocator = device in ledger.allocators and ledger.allocators[device] is not None
+    change_i, reserved = 0, 0
+    res_before, res_peak, res_peak_seq = 0, 0, -1
     cats_before, cats_at_peak = [0] * N_CAT, [0] * N_CAT
     stride = max(1, n_events // TIMELINE_POINTS)
     best: list[int] | None = None
@@ -67,7 +84,8 @@ def replay(ledger: Ledger, device: str, phase_starts: list[tuple[str, int]], end
         at_peak = cats_at_peak if phase_peak_seq >= 0 else cats_before
         stats.phases.append(PhaseStats(name, device, phase_starts[phase_i][1], end, phase_before,
                                        cur, max(phase_peak, phase_before), phase_peak_seq,
-                                       cats_before, list(cat_cur), list(at_peak)))
+                                       cats_before, list(cat_cur), list(at_peak), res_before,
+                                       reserved, max(res_peak, res_before), res_peak_seq))
 
     for seq in range(n_events):
         while phase_i < len(phase_starts) - 1 and seq >= bounds[phase_i]:
@@ -75,6 +93,7 @@ def replay(ledger: Ledger, device: str, phase_starts: list[tuple[str, int]], end
             phase_i += 1
             phase_before, phase_peak, phase_peak_seq = cur, cur, -1
             cats_before = list(cat_cur)
+            res_before, res_peak, res_peak_seq = reserved, reserved, -1
         ev = events[seq]
         rid = ev if ev >= 0 else ~ev
         rec = records[rid]
@@ -92,6 +111,15 @@ def replay(ledger: Ledger, device: str, phase_starts: list[tuple[str, int]], end
             else:
                 cur -= rec.size
                 cat_cur[rec.category] -= rec.size
+        while change_i < len(changes) and changes[change_i][0] <= seq:
+            _, reserved, allocated, segments = changes[change_i]
+            change_i += 1
+            if reserved > stats.reserved_peak:
+                stats.reserved_peak, stats.reserved_peak_seq = reserved, seq
+                stats.allocated_at_reserved_peak = allocated
+                stats.segments_at_reserved_peak = segments
+            if reserved > res_peak:
+                res_peak, res_peak_seq = reserved, seq
         stats.current_after.append(cur)
         for c in range(N_CAT):
             if cat_cur[c] > stats.category_peaks[c]:
@@ -112,7 +140,9 @@ def replay(ledger: Ledger, device: str, phase_starts: list[tuple[str, int]], end
         phase_i += 1
         phase_before, phase_peak, phase_peak_seq = cur, cur, -1
         cats_before = list(cat_cur)
+        res_before, res_peak, res_peak_seq = reserved, reserved, -1
     stats.final = cur
+    stats.reserved_final = reserved
     return stats
 
 

@@ -6,7 +6,8 @@
     memlens run --launch .vscode/launch.json:"Train 8B" [--ranks all]
     memlens run --from-script scripts/train_llama.sh[:LINE] [--ranks all]
     memlens trace path/to/file.py:ClassOrFactory [--device NAME] [...]
-    memlens show SNAPSHOT [--json]
+    memlens show SNAPSHOT [--json] [--html REPORT.html [--compare OTHER]]
+    memlens export SNAPSHOT --memory-viz out.pickle
     memlens devices
 
 torch is imported only once the command needs it: a CUDA target on a CPU-only torch build must
@@ -70,6 +71,16 @@ def _parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="print the tables of a saved snapshot")
     show.add_argument("snapshot")
     show.add_argument("--json", action="store_true", help="print the JSON summary")
+    show.add_argument("--html", metavar="PATH", default=None,
+                      help="also write a self-contained HTML report (the panel's views, offline)")
+    show.add_argument("--compare", metavar="OTHER", default=None,
+                      help="with --html: a second snapshot for the report's Compare tab")
+
+    export = sub.add_parser("export", help="convert a snapshot for other tools")
+    export.add_argument("snapshot")
+    export.add_argument("--memory-viz", required=True, metavar="OUT.pickle",
+                        help="write PyTorch's memory snapshot pickle (open it at "
+                        "pytorch.org/memory_viz or with python -m torch.cuda._memory_viz)")
 
     sub.add_parser("devices", help="list the target devices")
     return p
@@ -103,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
             return _devices(Console())
         if args.command == "show":
             return _show(args, Console(stderr=args.json))
+        if args.command == "export":
+            return _export(args, err)
         return _trace(args, Console(stderr=args.json or args.progress == "json"), err)
     except MemlensError as e:
         _print_error(e, err, args)
@@ -153,10 +166,29 @@ def _show(args, console) -> int:
     from .report import print_report, summary_json
     from .snapshot import read_snapshot
 
+    if args.compare and not args.html:
+        raise MemlensError("--compare goes with --html (it fills the report's Compare tab)")
     snap = read_snapshot(args.snapshot)
     print_report(snap, console, args.snapshot)
+    if args.html:
+        from .html_report import write_html_report
+
+        other = read_snapshot(args.compare) if args.compare else None
+        path = write_html_report(snap, args.html, source=Path(args.snapshot).name, compare=other,
+                                 compare_source=Path(args.compare).name if args.compare else None)
+        console.print(f"HTML report: {path}", highlight=False)
     if args.json:
         print(json.dumps(summary_json(snap, args.snapshot)))
+    return 0
+
+
+def _export(args, console) -> int:
+    from .export_memory_viz import export_memory_viz
+    from .snapshot import read_snapshot
+
+    path = export_memory_viz(read_snapshot(args.snapshot), args.memory_viz)
+    console.print(f"wrote {path} (PyTorch memory snapshot: open it at "
+                  "https://pytorch.org/memory_viz)", highlight=False)
     return 0
 
 

@@ -55,6 +55,9 @@ class Ledger:
         self._allocator_for = allocator_for
         self.allocators: dict[str, Any] = {}
         self.ooms: list[tuple[int, Any]] = []  # (record id, OomInfo) of refused allocations
+        # device -> [(seq, reserved, allocated, segments)]: the model's state after each event
+        # that changed its reserved bytes (a new segment, or a cache release before an OOM).
+        self.reserved: dict[str, list[tuple[int, int, int, int]]] = {}
         self._refused: set[int] = set()
         self.records: list[Record] = []
         self.events: list[int] = []  # rid for an alloc, ~rid for a free
@@ -94,6 +97,10 @@ class Ledger:
         self.records.append(Record(nbytes, size, device, dtype, shape, category, module, phase,
                                    op, stack, len(self.events), stream, backward))
         self.events.append(rid)
+        if model is not None:
+            changes = self.reserved.get(device)
+            if model.reserved_bytes != (changes[-1][1] if changes else 0):
+                self._note_reserved(device, model)
         cur = self.current.get(device, 0) + size
         self.current[device] = cur
         if cur > self.peak.get(device, -1):
@@ -110,7 +117,19 @@ class Ledger:
         self.current[rec.device] -= rec.size
         model = self.allocators.get(rec.device)
         if model is not None and rid not in self._refused:
-            model.free(rid)
+            model.free(rid)  # a free only caches the block: reserved memory stays
+
+    def empty_cache(self, device: str) -> None:
+        """torch.cuda.empty_cache(): the model releases its unused cached segments."""
+        model = self.allocators.get(device)
+        if model is not None:
+            model.empty_cache()
+            self._note_reserved(device, model)
+
+    def _note_reserved(self, device: str, model) -> None:
+        self.reserved.setdefault(device, []).append(
+            (len(self.events) - 1, model.reserved_bytes, model.allocated_bytes,
+             model.segment_count()))
 
     def recategorize(self, rid: int, category: int, module: int | None = None) -> None:
         rec = self.records[rid]

@@ -30,15 +30,24 @@ def summary_json(snap: dict[str, Any], snapshot_path: str | None) -> dict[str, A
         "categories_at_peak": summary["categories_at_peak"],
         "category_peaks": summary["category_peaks"],
         "phases": [{k: p[k] for k in ("name", "device", "current_before_bytes",
-                                       "current_after_bytes", "peak_bytes")}
+                                       "current_after_bytes", "peak_bytes",
+                                       "reserved_peak_bytes") if k in p}
                    for p in snap["phases"]],
         "modules": [{"fqn": m["fqn"], "class": m["class"],
                      **{k: m[k] for k in ("parameter_bytes", "buffer_bytes", "gradient_bytes",
                                           "optimizer_state_bytes", "activation_bytes")}}
                     for m in snap["modules"]],
         "placeholders": summary.get("placeholders", []),
+        # Reserved memory and the verdict (null where the snapshot predates them or, for
+        # reserved and outside, on a CPU target).
+        **{k: summary.get(k) for k in VERDICT_FIELDS},
         "snapshot": snapshot_path,
     }
+
+
+VERDICT_FIELDS = ("reserved_peak_bytes", "reserved_peak_phase", "fragmentation_bytes",
+                  "segments_at_reserved_peak", "outside_allocator", "outside_allocator_bytes",
+                  "fits", "headroom_bytes", "oom")
 
 
 _GROUP_FIELDS = ("parameter_bytes", "gradient_bytes", "optimizer_state_bytes", "activation_bytes")
@@ -90,15 +99,7 @@ def print_report(snap: dict[str, Any], console: Console, snapshot_path: str | No
                   f"[bold]{device['name']}[/] ({device.get('display_name', '')}, "
                   f"{format_bytes(total)}), {meta['iterations']} iterations")
 
-    phases = Table(title="Phases", box=box.SIMPLE_HEAVY, title_justify="left")
-    for col in ("phase", "device", "before", "peak", "after"):
-        phases.add_column(col, justify="left" if col in ("phase", "device") else "right")
-    for p in snap["phases"]:
-        style = "bold red" if p["device"] == key and p["name"] == summary["peak_phase"] else None
-        phases.add_row(p["name"], p["device"], format_bytes(p["current_before_bytes"]),
-                       format_bytes(p["peak_bytes"]), format_bytes(p["current_after_bytes"]),
-                       style=style)
-    console.print(phases)
+    console.print(_phase_table(snap))
 
     cats = Table(title=f"At the peak: {format_bytes(peak)} in {summary['peak_phase']}",
                  box=box.SIMPLE_HEAVY, title_justify="left")
@@ -142,11 +143,102 @@ def print_report(snap: dict[str, Any], console: Console, snapshot_path: str | No
     for ph in summary.get("placeholders", [])[:5]:
         console.print(f"[yellow]note:[/] {ph['file']}:{ph['line']} read a tensor value "
                       f"({ph['op']}); the trace answered {ph['value']!r}")
-    verdict = "fits" if peak <= total else "does NOT fit"
-    color = "green" if peak <= total else "red"
-    console.print(f"Peak [bold]{format_bytes(peak)}[/] of {format_bytes(total)} on {device['name']}: "
-                  f"[{color}]{verdict}[/]" + (f", {format_bytes(total - peak)} headroom"
-                                               if peak <= total else
-                                               f", over by {format_bytes(peak - total)}"))
+    if summary.get("reserved_peak_bytes") is not None:
+        print_device_memory(snap, console)
+    else:
+        verdict = "fits" if peak <= total else "does NOT fit"
+        color = "green" if peak <= total else "red"
+        console.print(f"Peak [bold]{format_bytes(peak)}[/] of {format_bytes(total)} on "
+                      f"{device['name']}: [{color}]{verdict}[/]"
+                      + (f", {format_bytes(total - peak)} headroom" if peak <= total else
+                         f", over by {format_bytes(peak - total)}"))
     if snapshot_path:
         console.print(f"Snapshot: {_short(snapshot_path)}")
+
+
+def _phase_table(snap: dict[str, Any]) -> Table:
+    """Allocated before / peak / after per phase, and the reserved peak where a caching
+    allocator was modelled."""
+    key, peak_phase = snap["meta"]["device_key"], snap["summary"]["peak_phase"]
+    reserved = any("reserved_peak_bytes" in p for p in snap["phases"])
+    table = Table(title="Phases (allocated" + ("; reserved: the caching allocator's peak)"
+                                               if reserved else ")"),
+                  box=box.SIMPLE_HEAVY, title_justify="left", padding=(0, 1), pad_edge=False)
+    columns = ("phase", "device", "before", "peak", "after") + (("reserved",)
+                                                                  if reserved else ())
+    longest = max((len(p["name"]) for p in snap["phases"]), default=5)
+    for col in columns:
+        table.add_column(col, justify="left" if col in ("phase", "device") else "right",
+                         min_width=longest if col == "phase" else None)
+    for p in snap["phases"]:
+        style = "bold red" if p["device"] == key and p["name"] == peak_phase else None
+        row = [p["name"], p["device"], format_bytes(p["current_before_bytes"]),
+               format_bytes(p["peak_bytes"]), format_bytes(p["current_after_bytes"])]
+        if reserved:
+            row.append(format_bytes(p["reserved_peak_bytes"]) if "reserved_peak_bytes" in p
+                       else "-")
+        table.add_row(*row, style=style)
+    return table
+
+
+def print_device_memory(snap: dict[str, Any], console: Console) -> None:
+    """Per device: allocated and reserved peaks, fragmentation, segments; the line items
+    outside the allocator; then the verdict."""
+    summary, device = snap["summary"], snap["meta"]["device"]
+    total = format_bytes(device["total_memory_bytes"])
+    table = Table(title=f"Device memory ({device['name']}, {total})", box=box.SIMPLE_HEAVY,
+                  title_justify="left")
+    for col in ("device", "allocated peak", "reserved peak", "fragmentation", "segments"):
+        table.add_column(col, justify="left" if col == "device" else "right")
+    for name, d in summary.get("devices", {}).items():
+        if "reserved_peak_bytes" in d:
+            table.add_row(name, format_bytes(d["peak_bytes"]),
+                          format_bytes(d["reserved_peak_bytes"]),
+                          format_bytes(d["fragmentation_bytes"]),
+                          str(d["segments_at_reserved_peak"]))
+    console.print(table)
+    items = summary.get("outside_allocator") or []
+    if items:
+        table = Table(title="Next to the allocator's memory", box=box.SIMPLE_HEAVY,
+                      title_justify="left", padding=(0, 1), pad_edge=False)
+        for col in ("item", "bytes", "counted", "basis"):
+            table.add_column(col, justify="right" if col == "bytes" else "left")
+        for item in items:
+            table.add_row(item["label"], format_bytes(item["bytes"]),
+                          "in reserved" if item["counted_by_allocator"] else "outside",
+                          item.get("short_basis") or item["basis"])
+        console.print(table)
+    console.print(verdict_line(snap), highlight=False)
+    oom = summary.get("oom")
+    if oom:
+        console.print(f"  PyTorch would raise: {oom['message']}", style="red", markup=False,
+                      highlight=False)
+
+
+def verdict_line(snap: dict[str, Any]) -> str:
+    """'Fits: ...' or 'OUT OF MEMORY at op X in phase Y, file:line (...)' (rich markup)."""
+    summary = snap["summary"]
+    total = snap["meta"]["device"]["total_memory_bytes"]
+    reserved, outside = summary["reserved_peak_bytes"], summary["outside_allocator_bytes"]
+    if summary.get("oom"):
+        return _oom_line(summary["oom"], outside, total)
+    used = reserved + outside
+    text = (f"peak reserved {format_bytes(reserved)} + outside {format_bytes(outside)} = "
+            f"{format_bytes(used)} of {format_bytes(total)}")
+    if summary.get("fits"):
+        return f"[bold green]Fits:[/] {text} ({format_bytes(total - used)} headroom)"
+    return f"[bold red]DOES NOT FIT:[/] {text} (over by {format_bytes(used - total)})"
+
+
+def _oom_line(oom: dict[str, Any], outside: int, total: int) -> str:
+    where = f", {os.path.basename(oom['file'])}:{oom['line']}" if oom.get("file") else ""
+    tried = oom.get("tried_to_allocate_bytes", oom["requested_bytes"])
+    state = (f"{format_bytes(oom.get('allocated_bytes', 0))} allocated and "
+             f"{format_bytes(oom.get('reserved_bytes', 0))} reserved by PyTorch, "
+             f"{format_bytes(oom.get('free_bytes', 0))} free on {oom['device']}")
+    needed = oom.get("reserved_needed_bytes")
+    need = (f" The step needs {format_bytes(needed)} reserved + {format_bytes(outside)} "
+            f"outside = {format_bytes(needed + outside)} of {format_bytes(total)}."
+            if needed is not None else "")
+    return (f"[bold red]OUT OF MEMORY at op {oom['op']} in phase {oom['phase']}{where}[/] "
+            f"(tried to allocate {format_bytes(tried)}; {state}).{need}")

@@ -1,7 +1,7 @@
 """Interned call stacks: which user code allocated each tensor.
 
 A "user frame" is any Python frame outside torch, memlens and the standard library (so a
-model's own file, a training script and libraries such as transformers all count). Stacks are
+model's own file, a training script and third-party libraries such as transformers all count). Stacks are
 tuples of frame ids, innermost first, and are interned: each distinct stack is stored once.
 """
 
@@ -15,33 +15,54 @@ from types import CodeType, FrameType
 _MAX_DEPTH = 48
 
 
-def _library_roots() -> tuple[str, ...]:
-    roots = {os.path.dirname(os.path.abspath(__file__))}
-    for key in ("stdlib", "platstdlib"):
-        path = sysconfig.get_paths().get(key)
-        if path:
-            roots.add(os.path.abspath(path))
+def _prefix(path: str) -> str:
+    return os.path.join(os.path.abspath(path), "")
+
+
+def _own_roots() -> tuple[str, ...]:
     import torch  # torch is always importable where stacks are captured
 
-    roots.add(os.path.dirname(os.path.abspath(torch.__file__)))
-    return tuple(sorted(roots))
+    return (_prefix(os.path.dirname(__file__)), _prefix(os.path.dirname(torch.__file__)))
+
+
+def _site_packages() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    return tuple({_prefix(paths[k]) for k in ("purelib", "platlib") if paths.get(k)})
+
+
+def _stdlib() -> tuple[str, ...]:
+    # Only the base interpreter's library: in a virtual environment `platstdlib` is the venv's
+    # lib/pythonX.Y, which holds site-packages.
+    path = sysconfig.get_paths().get("stdlib")
+    return (_prefix(path),) if path else ()
 
 
 class StackTable:
     def __init__(self) -> None:
-        self._roots = _library_roots()
+        self._own = _own_roots()  # torch and memlens
+        self._site = _site_packages()  # third-party libraries: user code for us
+        self._stdlib = _stdlib()
         self._is_user: dict[CodeType, bool] = {}
         self.frames: list[tuple[str, int, str]] = []  # (file, line, function)
         self._frame_ids: dict[tuple[CodeType, int], int] = {}
         self.stacks: list[tuple[int, ...]] = [()]  # stack 0 is "no user frame"
         self._stack_ids: dict[tuple[int, ...], int] = {(): 0}
 
+    def is_user_path(self, path: str) -> bool:
+        if path.startswith("<"):  # <frozen runpy>, <string>
+            return False
+        full = os.path.abspath(path)
+        if full.startswith(self._own):
+            return False
+        return full.startswith(self._site) or not full.startswith(self._stdlib)
+
+    def is_site_package(self, path: str) -> bool:
+        return os.path.abspath(path).startswith(self._site)
+
     def is_user_code(self, code: CodeType) -> bool:
         known = self._is_user.get(code)
         if known is None:
-            path = code.co_filename
-            known = not (path.startswith("<") or os.path.abspath(path).startswith(self._roots))
-            self._is_user[code] = known
+            known = self._is_user[code] = self.is_user_path(code.co_filename)
         return known
 
     def capture(self, frame: FrameType | None = None) -> int:

@@ -50,11 +50,12 @@ class Tracer:
         self.modules = ModuleTracker(self.stacks, self._on_top_level_forward)
         self.classifier = Classifier(self.ledger, self.modules)
         self.accountant = Accountant(self)
-        self.workspaces = WorkspaceModel(device.type)
+        self.workspaces = WorkspaceModel(device.type, device)
         self.fake_mode: FakeTensorMode | None = None
         self._patcher = Patcher()
         self._step_hooks: list = []
         self.end_seq = -1
+        self.allocator_settings: dict | None = None  # set when a CUDA allocator starts
         self.started = self.finished = 0.0
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -164,21 +165,36 @@ class Tracer:
         it from the traced script's environment when it first allocates on the device."""
         if self.device.type != "cuda" or not device_key.startswith("cuda"):
             return None
-        from .allocator import AllocatorConfigError, CachingAllocatorModel, parse_alloc_conf
+        from .allocator import CachingAllocatorModel
+
+        config, settings = self._allocator_config()
+        return CachingAllocatorModel(config, device_total_bytes=settings["limit_bytes"],
+                                     capacity_bytes=settings["capacity_bytes"],
+                                     device_index=int(device_key.partition(":")[2] or 0))
+
+    def _allocator_config(self):
+        """(AllocatorConfig, settings for the snapshot), read from the environment once: the
+        first CUDA allocation, as in PyTorch (a script may set the variable before it)."""
+        from .allocator import AllocatorConfigError, parse_alloc_conf
         from .allocator.outside import cuda_context_items
         from .errors import MemlensError
 
         name = "PYTORCH_ALLOC_CONF" if "PYTORCH_ALLOC_CONF" in os.environ \
             else "PYTORCH_CUDA_ALLOC_CONF"
+        text = self.allocator_settings["config"] if self.allocator_settings \
+            else os.environ.get(name, "")
         try:
-            config = parse_alloc_conf(os.environ.get(name))
+            config = parse_alloc_conf(text)
         except AllocatorConfigError as e:
             raise MemlensError(f"{name}: {e}") from None
-        total = self.device.total_memory_bytes
-        context = sum(item.bytes for item in cuda_context_items(self.device.name))
-        index = int(device_key.partition(":")[2] or 0)
-        return CachingAllocatorModel(config, device_total_bytes=total - context,
-                                     capacity_bytes=total, device_index=index)
+        if self.allocator_settings is None:
+            total = self.device.total_memory_bytes
+            context = sum(item.bytes for item in cuda_context_items(self.device.name))
+            self.allocator_settings = {
+                "config_variable": name, "config": text,
+                "expandable_segments": config.expandable_segments,
+                "capacity_bytes": total, "limit_bytes": total - context}
+        return config, self.allocator_settings
 
     def _external_tensor(self, t: torch.Tensor, op: str) -> None:
         """A real tensor created without any op (e.g. an RNG state) that still takes memory."""

@@ -263,12 +263,18 @@ async def _start_slow_trace(client: MemlensClient, workspace, msg_id=None):
 
 
 async def test_cancel_request_ends_the_worker_and_its_children(client: MemlensClient, workspace):
+    n = len(client.received("memlens/traceFinished"))
     future, worker, child = await _start_slow_trace(client, workspace, msg_id="slow-1")
     client.protocol.notify(lsp.CANCEL_REQUEST, lsp.CancelParams(id="slow-1"))
     with pytest.raises(JsonRpcException, match="cancel"):
         await asyncio.wait_for(asyncio.wrap_future(future), 30)
     await client.wait_until(lambda: not pid_alive(worker) and not pid_alive(child), 30,
                             "the worker and its child to end")
+    # The request was answered "cancelled" at once; the server still says how the trace ended.
+    finished = await client.wait_until(lambda: client.received("memlens/traceFinished")[n:], 30,
+                                       "memlens/traceFinished")
+    assert finished[0]["targetId"] == "script:slow_train.py"
+    assert finished[0]["status"] == "cancelled"
     info = await client.protocol.send_request_async("memlens/serverInfo", {})
     assert info["tracing"] == []
 

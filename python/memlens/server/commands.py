@@ -79,10 +79,12 @@ class TraceCommands:
         if params.get("targetId"):
             tid = str(params["targetId"])
             t = self.find_target(tid)
-            if t is None:  # the workspace scan may be under way, or the file new
+            if t is None:  # the workspace scan may be under way (wait for it) ...
                 await self.scan()
-                t = self.find_target(tid) or (await self.scan(force=True), self.find_target(
-                    tid))[1]
+                t = self.find_target(tid)
+            if t is None:  # ... or the file is new since the last one
+                await self.scan(force=True)
+                t = self.find_target(tid)
         elif isinstance(params.get("target"), dict):
             t = self.target_from_json(params["target"])
         if t is None:
@@ -135,7 +137,11 @@ class TraceCommands:
         if result is None:
             out["status"] = run.cancelled_before_start or "cancelled"
         elif result.status == "ok":
-            await self.refresh_index()
+            try:
+                await self.refresh_index()
+            except Exception as exc:  # noqa: BLE001 - reported as the trace's failure below
+                self.log(f"reading snapshots failed: {type(exc).__name__}: {exc}",
+                         lsp.MessageType.Error)
             e = self.index.by_path(snapshot)
             if e is not None and e.digest is not None:
                 out["status"] = "ok"
@@ -172,7 +178,7 @@ class TraceCommands:
             return
         for t in self.all_targets():
             e = self.entry_for(t)
-            related = t.path == path and e is not None or (e is not None and path in e.files)
+            related = e is not None and (t.path == path or path in e.files)
             if related and t.id not in self.runner.running:
                 req = self.last_requests.get(t.id) or TraceRequest(t, self.settings.device,
                                                                    self.settings.iterations)

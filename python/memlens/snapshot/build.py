@@ -15,6 +15,7 @@ from typing import Any
 from .. import __version__
 from .. import categories as C
 from ..analysis import DeviceStats, group_key, live_at, replay
+from ..device_memory import device_memory
 from ..ledger import Ledger
 
 FORMAT = "memlens.snapshot"
@@ -209,16 +210,31 @@ def build_snapshot(tracer, meta: dict[str, Any],
     phases_out = []
     for d in devices:
         for ph in stats[d].phases:
-            phases_out.append({"name": ph.name, "device": d, "start_seq": ph.start_seq,
-                               "end_seq": ph.end_seq, "current_before_bytes": ph.current_before,
-                               "current_after_bytes": ph.current_after, "peak_bytes": ph.peak,
-                               "peak_seq": ph.peak_seq,
-                               "categories_before": _cat_dict(ph.categories_before),
-                               "categories_after": _cat_dict(ph.categories_after),
-                               "categories_at_peak": _cat_dict(ph.categories_at_peak)})
+            row = {"name": ph.name, "device": d, "start_seq": ph.start_seq,
+                   "end_seq": ph.end_seq, "current_before_bytes": ph.current_before,
+                   "current_after_bytes": ph.current_after, "peak_bytes": ph.peak,
+                   "peak_seq": ph.peak_seq,
+                   "categories_before": _cat_dict(ph.categories_before),
+                   "categories_after": _cat_dict(ph.categories_after),
+                   "categories_at_peak": _cat_dict(ph.categories_at_peak)}
+            if stats[d].has_allocator:
+                row.update(reserved_before_bytes=ph.reserved_before,
+                           reserved_after_bytes=ph.reserved_after,
+                           reserved_peak_bytes=ph.reserved_peak,
+                           reserved_peak_seq=ph.reserved_peak_seq)
+            phases_out.append(row)
     peak_phase = next((p["name"] for p in phases_out
                        if p["device"] == target and p["start_seq"] <= peak_seq < p["end_seq"]),
                       None)
+
+    n_events = len(ledger.events) if tracer.end_seq < 0 else \
+        min(len(ledger.events), tracer.end_seq + 1)
+    memory, per_device = device_memory(tracer, stats, target, meta.get("world_size", 1),
+                                       n_events)
+    if memory.get("reserved_peak_seq") is not None:
+        memory["reserved_peak_phase"] = next(
+            (p["name"] for p in phases_out if p["device"] == target
+             and p["start_seq"] <= memory["reserved_peak_seq"] < p["end_seq"]), None)
 
     return {
         "format": FORMAT,
@@ -229,6 +245,7 @@ def build_snapshot(tracer, meta: dict[str, Any],
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "device": tracer.device.to_json(), "device_key": target,
             **tracer.parallel_meta(),
+            "allocator": tracer.allocator_settings,
             "iterations": tracer.iterations, "duration_s": round(tracer.finished - tracer.started, 3),
             **meta,
         },
@@ -239,8 +256,10 @@ def build_snapshot(tracer, meta: dict[str, Any],
             "category_peaks": _cat_dict(t.category_peaks),
             "final_bytes": t.final, "total_allocated_bytes": t.total_allocated,
             "allocation_count": t.allocations,
-            "devices": {d: {"peak_bytes": s.peak, "final_bytes": s.final} for d, s in stats.items()},
+            "devices": {d: {"peak_bytes": s.peak, "final_bytes": s.final, **per_device.get(d, {})}
+                        for d, s in stats.items()},
             "placeholders": [_placeholder(stacks, p) for p in tracer.accountant.placeholders],
+            **memory,
         },
         "phases": phases_out,
         "modules": modules_out,

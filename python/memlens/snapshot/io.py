@@ -87,6 +87,9 @@ def _check_references(doc: dict[str, Any], name: str) -> None:
     peak_tensor = doc["summary"]["peak_tensor"]
     if peak_tensor >= len(doc["tensors"]):
         raise SnapshotError(f"{name}: invalid snapshot at summary/peak_tensor: index out of range")
+    oom = doc["summary"].get("oom")
+    if oom and oom.get("stack", 0) >= n_stacks:
+        raise SnapshotError(f"{name}: invalid snapshot at summary/oom/stack: index out of range")
     alloc = doc.get("allocations")
     if alloc:
         n = len(alloc["bytes"])

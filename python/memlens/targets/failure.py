@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import traceback
 
 from ..errors import Location, MemlensError, ScriptError
@@ -15,7 +14,7 @@ def _is_user_file(path: str) -> bool:
     global _stacks
     if _stacks is None:
         _stacks = StackTable()
-    return not (path.startswith("<") or os.path.abspath(path).startswith(_stacks._roots))
+    return _stacks.is_user_path(path)
 
 
 def user_frames(exc: BaseException) -> list[traceback.FrameSummary]:
@@ -27,7 +26,9 @@ def script_error(exc: BaseException, what: str) -> MemlensError:
     if isinstance(exc, MemlensError):
         return exc
     frames = user_frames(exc)
-    loc = Location(frames[-1].filename, frames[-1].lineno or 0, frames[-1].name) if frames else None
+    # Point at the user's own code (their script or model) before a third-party library's.
+    own = [f for f in frames if not _stacks.is_site_package(f.filename)] or frames
+    loc = Location(own[-1].filename, own[-1].lineno or 0, own[-1].name) if own else None
     text = "".join(traceback.format_list(frames)) + "".join(
         traceback.format_exception_only(type(exc), exc))
     message = f"{what} raised {type(exc).__name__}: {exc}".strip()

@@ -1,0 +1,2 @@
+// esbuild collects imported CSS into dist/webview.css.
+declare module '*.css';

@@ -1,0 +1,113 @@
+// The summary above the tabs: what was traced, the peak against the device's memory (a bar
+// split by category), the category legend every chart uses, and the active phase filter.
+import { CATEGORY_LABELS } from '../data/categories';
+import { categoryVariable } from '../data/colors';
+import { formatBytes, formatShare } from '../data/format';
+import { CATEGORIES } from '../data/snapshot';
+import type { Context } from '../context';
+import { el, replace, swatch } from '../dom';
+
+export function renderHeader(root: HTMLElement, ctx: Context): void {
+  const s = ctx.snapshot;
+  const { meta, summary } = s;
+  const device = meta.device;
+  const budget = device.total_memory_bytes;
+  const peak = summary.peak_bytes;
+  const target = meta.target;
+  const fits = peak <= budget;
+
+  const title = el(
+    'div',
+    { class: 'title-row' },
+    el('span', { class: 'product' }, 'Torch Memory Lens'),
+    el('span', { class: 'target', title: target?.path ?? '' }, target?.name ?? '(unnamed)'),
+    target ? el('span', { class: 'muted' }, `${target.kind}${target.args?.length ? ` · ${target.args.join(' ')}` : ''}`) : null,
+  );
+
+  const bar = el('div', { class: 'budget-bar', role: 'img', 'aria-label': `peak ${formatBytes(peak)} of ${formatBytes(budget)}` });
+  const scale = Math.max(budget, peak) || 1;
+  for (const c of CATEGORIES) {
+    const b = summary.categories_at_peak[c];
+    if (!b) continue;
+    const seg = el('div', { class: 'segment', title: `${CATEGORY_LABELS[c]}: ${formatBytes(b)}` });
+    seg.style.setProperty('width', `${(100 * b) / scale}%`);
+    seg.style.setProperty('background', `var(${categoryVariable(c)})`);
+    bar.appendChild(seg);
+  }
+  if (!fits) {
+    const mark = el('div', { class: 'budget-mark', title: `device memory ${formatBytes(budget)}` });
+    mark.style.setProperty('left', `${(100 * budget) / scale}%`);
+    bar.appendChild(mark);
+  }
+
+  const peakRow = el(
+    'div',
+    { class: 'peak-row' },
+    el(
+      'div',
+      { class: 'peak' },
+      el('span', { class: 'label' }, 'Peak'),
+      el('span', { class: 'big', id: 'summary-peak', 'data-bytes': peak }, formatBytes(peak)),
+      el('span', { class: 'muted' }, `of ${formatBytes(budget)} on ${device.display_name || device.name}`),
+    ),
+    bar,
+    el(
+      'span',
+      { class: fits ? 'verdict ok' : 'verdict over' },
+      fits
+        ? `${formatShare(peak, budget)} · fits, ${formatBytes(budget - peak)} headroom`
+        : `${formatShare(peak, budget)} · does not fit, over by ${formatBytes(peak - budget)}`,
+    ),
+  );
+
+  const facts = [
+    summary.peak_phase ? `peak in ${summary.peak_phase}` : null,
+    `event ${summary.peak_seq}`,
+    `${meta.device_key}`,
+    meta.world_size > 1 ? `rank ${meta.rank} of ${meta.world_size}` : 'single process',
+    `${meta.iterations} iteration${meta.iterations === 1 ? '' : 's'}`,
+    meta.precision ? meta.precision : null,
+    `torch ${meta.torch_version}`,
+    meta.created.replace('T', ' ').replace(/\+00:00$/, ' UTC'),
+  ].filter((x): x is string => !!x);
+
+  const legend = el('div', { class: 'legend', id: 'category-legend' });
+  for (const c of CATEGORIES) {
+    const b = summary.categories_at_peak[c];
+    const item = el(
+      'span',
+      { class: b ? 'legend-item' : 'legend-item zero', 'data-category': c, 'data-bytes': b, title: `own peak ${formatBytes(summary.category_peaks[c])}` },
+      swatch(categoryVariable(c)),
+      el('span', null, CATEGORY_LABELS[c]),
+      el('span', { class: 'num' }, formatBytes(b)),
+    );
+    legend.appendChild(item);
+  }
+
+  const notes: HTMLElement[] = [];
+  const placeholders = summary.placeholders ?? [];
+  if (placeholders.length) {
+    const first = placeholders[0]!;
+    const where = first.file ? `${first.file}:${first.line ?? '?'}` : 'the script';
+    notes.push(
+      el(
+        'div',
+        { class: 'note' },
+        `The script read ${placeholders.length === 1 ? 'a tensor value' : `${placeholders.length} tensor values`} (${where}, ${first.op}); the trace answered ${JSON.stringify(first.value)}.`,
+      ),
+    );
+  }
+  for (const n of meta.notes ?? []) notes.push(el('div', { class: 'note' }, n));
+
+  const filters = el('div', { class: 'filters' });
+  const phase = ctx.state.phase !== null ? s.phases[ctx.state.phase] : undefined;
+  if (phase) {
+    const chip = el('span', { class: 'chip', id: 'phase-filter' }, el('span', { class: 'muted' }, 'Phase'), el('span', null, phase.name));
+    const x = el('button', { class: 'chip-clear', title: 'Show all phases', 'aria-label': 'Clear the phase filter' }, '×');
+    x.addEventListener('click', () => ctx.setPhase(null));
+    chip.appendChild(x);
+    filters.appendChild(chip);
+  }
+
+  replace(root, title, peakRow, el('div', { class: 'facts muted' }, facts.join(' · ')), legend, ...notes, filters);
+}
