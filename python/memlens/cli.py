@@ -205,7 +205,9 @@ def _trace(args, console, err) -> int:
     if getattr(args, "ranks", None) == "all":
         return _trace_all_ranks(args, spec, target, command, console, err)
 
-    from .session import trace_target
+    from .session import prepare_process, trace_target
+
+    prepare_process(device, spec.local_world_size if spec else 1)
 
     progress_mode = args.progress
     if progress_mode == "auto":

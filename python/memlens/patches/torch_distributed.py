@@ -268,6 +268,9 @@ def _wrapper_users(patcher: Patcher, layout, L, is_gradient) -> None:
     import torch.distributed as dist
 
     patcher.setattr(dist.Reducer, "_rebuild_buckets", lambda self: False)
+    # DDP's C++ logger times the first iterations with a CUDA timer, which a build without
+    # CUDA does not have (it asserts): these are statistics, with no memory of their own.
+    patcher.setattr(dist.Logger, "set_runtime_stats_and_log", lambda self: None)
 
     def fsdp1(m) -> None:
         for group in (getattr(m, "process_group", None),
