@@ -57,10 +57,11 @@ STEP_BYTES = 4 * len(shapes(1003)) if DEVICE == "cpu" else 0
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fsdp")
-    names = ["r0", "r7", "r0-noreshard", "r0-zero3"]
+    names = ["r0", "r7", "r0-noreshard", "r0-zero3", "r0-offload", "fsdp1-r3"]
     snaps = trace_all(tmp, [(SCRIPT, WORLD, 0), (SCRIPT, WORLD, 7),
                             (SCRIPT, WORLD, 0, "--no-reshard"),
-                            (SCRIPT, WORLD, 0, "--bf16", "--vocab", "1024")])
+                            (SCRIPT, WORLD, 0, "--bf16", "--vocab", "1024"),
+                            (SCRIPT, WORLD, 0, "--offload"), ("fsdp1_train.py", WORLD, 3)])
     return dict(zip(names, snaps))
 
 
@@ -155,3 +156,32 @@ def _env():
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS.parent), env.get("PYTHONPATH"))
                                         if p)
     return env
+
+
+@pytest.mark.skipif(DEVICE == "cpu", reason="offloading is from a GPU to the host")
+def test_cpu_offload_keeps_the_sharded_states_on_the_host(runs):
+    """CPUOffloadPolicy: sharded parameters (pinned), gradients and Adam's states live in host
+    memory; the GPU holds only what is gathered for compute."""
+    snap = runs["r0-offload"]
+    padded = sum(padded_shard(s, WORLD) for s in shapes(1003))
+    local = sum(local_shard(s, WORLD, 0) for s in shapes(1003))
+    assert model_state_bytes(snap) == {"parameter": 0, "gradient": 0, "optimizer_state": 0}
+    host = model_state_bytes(snap, device="cpu")
+    assert host["parameter"] == 4 * padded
+    assert host["gradient"] == 4 * padded
+    assert host["optimizer_state"] == 2 * 4 * local + 4 * len(shapes(1003))  # + CPU steps
+    assert snap["summary"]["devices"]["cpu"]["peak_bytes"] > 4 * 4 * padded
+    assert snap["summary"]["peak_bytes"] < runs["r0"]["summary"]["peak_bytes"]
+
+
+def test_fsdp1_flat_parameters_are_padded_to_equal_shards(runs):
+    """FSDP1 flattens each wrapped module's parameters into one FlatParameter, padded to a
+    multiple of the world size: here the root's (embedding and head, 256,768) and each block's
+    (131,968) split evenly, 65,088 elements per rank = 520,704 / 8, on every rank."""
+    snap = runs["fsdp1-r3"]
+    per_rank = (2 * 1003 * HIDDEN + LAYERS * 131_968) // WORLD
+    assert per_rank == 65_088 == 520_704 // WORLD
+    states = model_state_bytes(snap)
+    assert states == {"parameter": 4 * per_rank, "gradient": 4 * per_rank,
+                      "optimizer_state": 2 * 4 * per_rank + STEP_BYTES // 14 * 3}
+    assert snap["meta"]["parallel"]["role"] == "dp 3/8"

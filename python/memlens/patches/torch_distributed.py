@@ -280,6 +280,14 @@ def _wrapper_users(patcher: Patcher, layout, L, is_gradient) -> None:
 
     _after_init(patcher, DistributedDataParallel, ddp)
     _after_init(patcher, FullyShardedDataParallel, fsdp1)
+    # FSDP1 records its buffers' streams with dispatch turned off, straight into the CUDA
+    # kernel, which a build without CUDA lacks: a lifetime hint, no memory.
+    import torch.distributed.fsdp._common_utils as fsdp_common
+    import torch.distributed.fsdp._flat_param as flat_param
+    import torch.distributed.fsdp._runtime_utils as fsdp_runtime
+
+    for owner in (fsdp_common, flat_param, fsdp_runtime):
+        patcher.setattr(owner, "_no_dispatch_record_stream", _noop)
 
     import torch.distributed.tensor.parallel as tp
     import torch.distributed.tensor.parallel.api as tp_api

@@ -60,9 +60,10 @@ def live_requested(snap: dict, seq: int, device: str | None = None) -> dict[str,
     return out
 
 
-def model_state_bytes(snap: dict, phase: str = "optimizer_step_iter_1") -> dict[str, int]:
+def model_state_bytes(snap: dict, phase: str = "optimizer_step_iter_1",
+                      device: str | None = None) -> dict[str, int]:
     """Parameters, gradients and optimizer states alive when `phase` begins."""
-    live = live_requested(snap, phase_start(snap, phase))
+    live = live_requested(snap, phase_start(snap, phase), device)
     return {k: live[k] for k in ("parameter", "gradient", "optimizer_state")}
 
 
