@@ -339,6 +339,11 @@ def _trace_all_ranks(args, spec, target, command, console, err) -> int:
                             Outputs(snapshot), mode, err if args.json else console, command,
                             group=args.ranks == "all")
     if args.json:
+        failed = next((r for r in index["ranks"] if r["status"] != "ok"), None)
+        if failed is not None:  # one error, as a single trace prints it, for programs
+            error = dict(failed["error"])
+            error["message"] = f"rank {failed['rank']}: {error.get('message', '')}"
+            index = {**index, "error": error}
         print(json.dumps(index))
     return status
 
