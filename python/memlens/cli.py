@@ -204,7 +204,7 @@ def _trace(args, console, err) -> int:
         raise MemlensError("--iterations must be at least 1")
 
     if getattr(args, "ranks", None):
-        return _trace_all_ranks(args, spec, target, command, console, err)
+        return _trace_all_ranks(args, spec, target, device, command, console, err)
 
     from .session import prepare_process, trace_target
 
@@ -321,7 +321,7 @@ def _rank_spec(args, job):
     return RankSpec(world, args.rank or 0, nproc)
 
 
-def _trace_all_ranks(args, spec, target, command, console, err) -> int:
+def _trace_all_ranks(args, spec, target, device, command, console, err) -> int:
     from .distributed.parallel_runs import Outputs, run_all
 
     if spec is None:
@@ -337,7 +337,7 @@ def _trace_all_ranks(args, spec, target, command, console, err) -> int:
         mode = "rich" if err.is_terminal else "lines"
     index, status = run_all(spec, lambda rank, path: _worker_argv(args, spec, rank, path), jobs,
                             Outputs(snapshot), mode, err if args.json else console, command,
-                            group=args.ranks == "all")
+                            device, group=args.ranks == "all")
     if args.json:
         failed = next((r for r in index["ranks"] if r["status"] != "ok"), None)
         if failed is not None:  # one error, as a single trace prints it, for programs

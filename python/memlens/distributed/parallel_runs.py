@@ -46,9 +46,11 @@ class Outputs:
 
 
 def run_all(spec: RankSpec, worker_argv, jobs: int, outputs: Outputs, progress_mode: str,
-            console, command: list[str], group: bool = True) -> tuple[dict[str, Any], int]:
+            console, command: list[str], device, group: bool = True
+            ) -> tuple[dict[str, Any], int]:
     """Trace the job's distinct ranks (every rank with `group=False`). `worker_argv(rank,
-    snapshot_path)` gives a worker's arguments. Returns the index document and exit status."""
+    snapshot_path)` gives a worker's arguments; `device` is the target's DeviceSpec. Returns
+    the index document and the exit status."""
     if outputs.directory:
         outputs.directory.mkdir(parents=True, exist_ok=True)
     with RanksProgress(progress_mode, console) as progress:
@@ -70,10 +72,9 @@ def run_all(spec: RankSpec, worker_argv, jobs: int, outputs: Outputs, progress_m
                 groups, rest = [RankGroup(0, [0])], []
     results = {r.rank: r for r in [first, *rest]}
     rows = [_row(g, results[g.representative], outputs) for g in groups]
-    index = _index(spec, rows, outputs, command, first)
+    index = _index(spec, rows, outputs, command, first, device)
     _write(index, outputs)
-    device = (first.summary or {}).get("device", "?")
-    console.print(rank_table(rows, spec.world_size, device))
+    console.print(rank_table(rows, spec.world_size, device.name))
     _print_failures(rows, console, first.ok or not group, spec.world_size)
     return index, 0 if all(r["status"] == "ok" for r in rows) else 1
 
@@ -99,14 +100,14 @@ def _row(group: RankGroup, res: RankResult, outputs: Outputs) -> dict[str, Any]:
             "snapshot": snap.name if snap else None}
 
 
-def _index(spec: RankSpec, rows, outputs: Outputs, command, first: RankResult) -> dict:
+def _index(spec: RankSpec, rows, outputs: Outputs, command, first: RankResult, device) -> dict:
     s = first.summary or {}
     worst = worst_rank(rows)
     return {"format": INDEX_FORMAT, "version": INDEX_VERSION,
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "command": command, "world_size": spec.world_size,
             "nproc_per_node": spec.local_world_size,
-            "device": s.get("device"), "device_total_bytes": s.get("device_total_bytes"),
+            "device": device.name, "device_total_bytes": device.total_memory_bytes,
             "parallel": s.get("parallel") or {},
             "worst_rank": worst,
             "snapshot": str(outputs.snapshot) if outputs.snapshot and worst is not None else None,
