@@ -57,12 +57,13 @@ STEP_BYTES = 4 * len(shapes(1003)) if DEVICE == "cpu" else 0
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fsdp")
-    names = ["r0", "r7", "r0-noreshard", "r0-zero3", "r0-offload", "fsdp1-r3"]
-    snaps = trace_all(tmp, [(SCRIPT, WORLD, 0), (SCRIPT, WORLD, 7),
-                            (SCRIPT, WORLD, 0, "--no-reshard"),
-                            (SCRIPT, WORLD, 0, "--bf16", "--vocab", "1024"),
-                            (SCRIPT, WORLD, 0, "--offload"), ("fsdp1_train.py", WORLD, 3)])
-    return dict(zip(names, snaps))
+    plan = {"r0": (SCRIPT, WORLD, 0), "r7": (SCRIPT, WORLD, 7),
+            "r0-noreshard": (SCRIPT, WORLD, 0, "--no-reshard"),
+            "r0-zero3": (SCRIPT, WORLD, 0, "--bf16", "--vocab", "1024")}
+    if DEVICE != "cpu":  # offloading is from a GPU; FSDP1 refuses to run without one
+        plan.update({"r0-offload": (SCRIPT, WORLD, 0, "--offload"),
+                     "fsdp1-r3": ("fsdp1_train.py", WORLD, 3)})
+    return dict(zip(plan, trace_all(tmp, list(plan.values()))))
 
 
 def test_each_rank_holds_its_own_shards_with_fsdp_padding(runs):
@@ -174,6 +175,7 @@ def test_cpu_offload_keeps_the_sharded_states_on_the_host(runs):
     assert snap["summary"]["peak_bytes"] < runs["r0"]["summary"]["peak_bytes"]
 
 
+@pytest.mark.skipif(DEVICE == "cpu", reason="FSDP1 needs an accelerator device")
 def test_fsdp1_flat_parameters_are_padded_to_equal_shards(runs):
     """FSDP1 flattens each wrapped module's parameters into one FlatParameter, padded to a
     multiple of the world size: here the root's (embedding and head, 256,768) and each block's
@@ -183,5 +185,5 @@ def test_fsdp1_flat_parameters_are_padded_to_equal_shards(runs):
     assert per_rank == 65_088 == 520_704 // WORLD
     states = model_state_bytes(snap)
     assert states == {"parameter": 4 * per_rank, "gradient": 4 * per_rank,
-                      "optimizer_state": 2 * 4 * per_rank + STEP_BYTES // 14 * 3}
+                      "optimizer_state": 2 * 4 * per_rank}
     assert snap["meta"]["parallel"]["role"] == "dp 3/8"
