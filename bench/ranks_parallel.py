@@ -23,6 +23,7 @@ import datetime as dt
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import tempfile
@@ -31,6 +32,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_SCRIPT = REPO / "bench" / "gpt2_medium_fsdp.py"
+
+
+def cpu_seconds() -> float:
+    """User + system time of every finished child process and theirs (the rank workers)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def memlens(*args: str, cwd: Path) -> tuple[float, subprocess.CompletedProcess]:
@@ -91,16 +98,22 @@ def main() -> None:
     load = os.getloadavg()[0]
     print(f"{args.world_size}-rank job {Path(args.script).name}, {cores} cores, "
           f"--jobs {args.jobs}, load average {load:.1f}", flush=True)
+    cpu = {}
     with tempfile.TemporaryDirectory() as tmp:
         cwd = Path(tmp)
+        before = cpu_seconds()
         seq_wall, seq = sequential(common, args.world_size, cwd)
+        cpu["sequential"], before = cpu_seconds() - before, cpu_seconds()
         all_wall, all_index = parallel("all", common, args.jobs, cwd)
+        cpu["all"], before = cpu_seconds() - before, cpu_seconds()
         every_wall, every_index = parallel("every", common, args.jobs, cwd)
+        cpu["every"] = cpu_seconds() - before
+    load_after = os.getloadavg()[0]
     problems = check(seq, all_index, "all") + check(seq, every_index, "every")
     traced = len(all_index["ranks"])
     result = {
         "date": dt.date.today().isoformat(), "machine": platform.machine(), "cores": cores,
-        "load_average": round(load, 1), "jobs": args.jobs, "script": Path(args.script).name,
+        "load_average": [round(load, 1), round(load_after, 1)], "jobs": args.jobs, "script": Path(args.script).name,
         "world_size": args.world_size, "device": args.device,
         "sequential_s": round(seq_wall, 1), "ranks_all_s": round(all_wall, 1),
         "ranks_every_s": round(every_wall, 1), "ranks_traced_by_all": traced,
@@ -112,6 +125,12 @@ def main() -> None:
         "parallel_efficiency_every": round(seq_wall / every_wall / min(args.jobs, cores), 2),
         "core_s_per_rank_sequential": round(seq_wall / args.world_size, 1),
         "core_s_per_rank_every": round(every_wall * min(args.jobs, cores) / args.world_size, 1),
+        # CPU time actually spent (all processes), which other jobs on the machine do not
+        # inflate: per traced rank, and in total for each way.
+        "cpu_s": {k: round(v, 1) for k, v in cpu.items()},
+        "cpu_s_per_traced_rank": {"sequential": round(cpu["sequential"] / args.world_size, 1),
+                                  "all": round(cpu["all"] / traced, 1),
+                                  "every": round(cpu["every"] / args.world_size, 1)},
         "peaks": {r: v["peak_bytes"] for r, v in seq.items()},
         "problems": problems,
     }
