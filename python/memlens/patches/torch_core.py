@@ -9,6 +9,9 @@
   one parameter's old copy longer than a real run keeps it.
 - `torch.get_rng_state` (and `torch.random.get_rng_state`): activation checkpointing saves the
   CPU generator state, a real tensor made without any op, so the accountant would not see it.
+- `torch.UntypedStorage.resize_`: resizing a storage directly is no op a dispatch mode sees, and
+  FSDP frees and re-allocates unsharded parameters that way (`resize_(0)`, `resize_(n)`; FSDP1
+  through `TypedStorage._resize_`, which calls it).
 - the foreach "supported types" lists of torch.optim and torch.utils: optimizers and
   clip_grad_norm_ take their multi-tensor (foreach) path only for exact Tensor/Parameter types,
   so fake parameters would silently take the per-tensor path a real run does not take.
@@ -34,7 +37,7 @@ def _set_data(t1: torch.Tensor, t2: torch.Tensor) -> None:
         t1.fake_device = t2.fake_device
 
 
-def apply(patcher: Patcher, on_external_tensor) -> None:
+def apply(patcher: Patcher, on_external_tensor, on_storage_resized) -> None:
     check_version("torch", torch.__version__, TESTED)
     original_swap = torch.utils.swap_tensors
 
@@ -64,6 +67,15 @@ def apply(patcher: Patcher, on_external_tensor) -> None:
 
     patcher.setattr(torch, "get_rng_state", get_rng_state)
     patcher.setattr(torch.random, "get_rng_state", get_rng_state)
+
+    original_resize = torch.UntypedStorage.resize_
+
+    def resize_(storage, size):
+        out = original_resize(storage, size)
+        on_storage_resized(storage)
+        return out
+
+    patcher.setattr(torch.UntypedStorage, "resize_", resize_)
 
     from torch._subclasses.fake_tensor import FakeTensor
     from torch.optim import optimizer
