@@ -1,0 +1,319 @@
+"""``simulate_cuda``: inside it, ``torch.cuda`` and ``torch.accelerator`` answer as the target GPU.
+
+Every patch the simulation makes lives in this module and is undone on exit. Nothing here
+initialises real CUDA: while simulating, ``torch.cuda._lazy_init`` is a no-op inside
+FakeTensorMode and refuses outside it, and FakeTensorMode keeps avoiding device init (it asks
+``torch.cuda.is_available()``, which we make True). The shim from build.py must have been
+loaded before ``import torch`` (on a CUDA build without a GPU too: see shim.cpp).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sys
+import threading
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from . import build, streams
+from .device_state import SimulatedDevices
+from .rng import FakeCudaRNG
+from .spec_types import DeviceSpec
+
+# torch versions whose torch.cuda / FakeTensorMode internals these patches were checked on.
+TESTED_TORCH = ((2, 13), (2, 14))
+
+
+class MemorySource(Protocol):
+    """Where ``torch.cuda.memory_*`` answers come from (the ledger), per device index."""
+
+    def allocated(self, device_index: int) -> int: ...
+    def max_allocated(self, device_index: int) -> int: ...
+    def reset_peak(self, device_index: int) -> None: ...
+    def reserved(self, device_index: int) -> int: ...
+    def max_reserved(self, device_index: int) -> int: ...
+
+
+@dataclass(frozen=True)
+class FakeDeviceProperties:
+    """What ``torch.cuda.get_device_properties`` returns during a simulation."""
+
+    name: str
+    total_memory: int
+    major: int
+    minor: int
+    multi_processor_count: int
+    is_integrated: bool = False
+    is_multi_gpu_board: bool = False
+    warp_size: int = 32
+
+    def __repr__(self) -> str:
+        return (f"_CudaDeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, "
+                f"total_memory={self.total_memory // 2**20}MB, "
+                f"multi_processor_count={self.multi_processor_count}) [simulated]")
+
+
+class _Patches:
+    """Records each attribute it replaces so that ``undo`` restores exactly what was there."""
+
+    _MISSING = object()
+
+    def __init__(self) -> None:
+        self._undo: list[tuple[Any, str, Any]] = []
+
+    def set(self, owner: Any, name: str, value: Any) -> None:
+        self._undo.append((owner, name, vars(owner).get(name, self._MISSING)))
+        setattr(owner, name, value)
+
+    def set_everywhere(self, modules: list[Any], name: str, value: Any) -> None:
+        """Replace ``name`` in modules[0] and wherever another module bound the same object."""
+        original = vars(modules[0]).get(name, self._MISSING)
+        for mod in modules:
+            if mod is modules[0] or (original is not self._MISSING and vars(mod).get(name) is original):
+                self.set(mod, name, value)
+
+    def undo(self) -> None:
+        while self._undo:
+            owner, name, original = self._undo.pop()
+            if original is self._MISSING:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, original)
+
+
+def _memory_api(dev: SimulatedDevices, spec: DeviceSpec, source: MemorySource) -> dict[str, Any]:
+    def allocated(device: Any = None) -> int:
+        return int(source.allocated(dev.check(device)))
+
+    def max_allocated(device: Any = None) -> int:
+        return int(source.max_allocated(dev.check(device)))
+
+    def reserved(device: Any = None) -> int:
+        return int(source.reserved(dev.check(device)))
+
+    def max_reserved(device: Any = None) -> int:
+        return int(source.max_reserved(dev.check(device)))
+
+    def reset_peak(device: Any = None) -> None:
+        source.reset_peak(dev.check(device))
+
+    def stats(device: Any = None) -> dict[str, int]:
+        i = dev.check(device)
+        a, r = source.allocated(i), source.reserved(i)
+        ma, mr = source.max_allocated(i), source.max_reserved(i)
+        out = {"num_alloc_retries": 0, "num_ooms": 0}
+        for key, cur, peak in (("allocated_bytes", a, ma), ("active_bytes", a, ma), ("reserved_bytes", r, mr)):
+            out[f"{key}.all.current"], out[f"{key}.all.peak"] = int(cur), int(peak)
+        return dict(sorted(out.items()))
+
+    def mem_get_info(device: Any = None) -> tuple[int, int]:
+        return (spec.total_memory_bytes - reserved(device), spec.total_memory_bytes)
+
+    def summary(device: Any = None, abbreviated: bool = False) -> str:
+        s = stats(device)
+        rows = [f"{k:<28} {v:>20,}" for k, v in s.items()]
+        return f"memlens simulated {spec.display_name} (cuda:{dev.check(device)})\n" + "\n".join(rows)
+
+    def noop(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    return {
+        "memory_allocated": allocated, "max_memory_allocated": max_allocated,
+        "memory_reserved": reserved, "max_memory_reserved": max_reserved,
+        "memory_cached": reserved, "max_memory_cached": max_reserved,
+        "reset_peak_memory_stats": reset_peak, "reset_max_memory_allocated": reset_peak,
+        "reset_max_memory_cached": reset_peak, "reset_accumulated_memory_stats": noop,
+        "memory_stats": stats, "mem_get_info": mem_get_info, "memory_summary": summary,
+        "empty_cache": noop,
+    }
+
+
+def _cuda_api(dev: SimulatedDevices, spec: DeviceSpec, rng: FakeCudaRNG) -> dict[str, Any]:
+    props = FakeDeviceProperties(spec.display_name, spec.total_memory_bytes, spec.major,
+                                 spec.minor, spec.sm_count)
+
+    def set_device(device: Any) -> None:
+        i = dev.index(device)
+        if i >= 0:  # negative is a no-op, as in torch
+            dev.set(i)
+
+    def exchange_device(index: int) -> int:  # behind torch.cuda.device(...)
+        if index < 0:
+            return -1
+        prev = dev.current()
+        dev.set(index)
+        return prev
+
+    def get_device_properties(device: Any = None) -> FakeDeviceProperties:
+        dev.check(device)
+        return props
+
+    def get_device_name(device: Any = None) -> str:
+        return get_device_properties(device).name
+
+    def get_device_capability(device: Any = None) -> tuple[int, int]:
+        dev.check(device)
+        return (spec.major, spec.minor)
+
+    def is_bf16_supported(including_emulation: bool = True) -> bool:
+        return spec.major >= 8 or including_emulation  # pre-Ampere emulates bf16
+
+    def synchronize(device: Any = None) -> None:
+        dev.check(device)
+
+    def noop(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    def lazy_init() -> None:
+        # Inside FakeTensorMode torch's C++ never asks for it and Python callers get a no-op;
+        # otherwise a real CUDA tensor is being made, and there is no GPU. Raising also keeps
+        # C++ from marking CUDA initialised for the rest of the process.
+        if torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is None:
+            raise RuntimeError(
+                "memlens simulate_cuda: a real CUDA tensor was requested, outside FakeTensorMode "
+                "or by its fallback for an op without a fake kernel (e.g. aten::record_stream); "
+                "the simulated GPU only holds fake tensors")
+
+    def get_rng_state(device: Any = "cuda") -> torch.Tensor:
+        return rng.get_state(dev.check(device))
+
+    def set_rng_state(new_state: torch.Tensor, device: Any = "cuda") -> None:
+        rng.set_state(new_state, dev.check(device))
+
+    def set_rng_state_all(new_states: Any) -> None:
+        for i, state in enumerate(new_states):
+            rng.set_state(state, i)
+
+    return {
+        "is_available": lambda: True,
+        "is_initialized": lambda: True,
+        "_lazy_init": lazy_init,  # never a real cudaGetDeviceCount-dependent init
+        "init": noop,
+        "device_count": lambda: dev.count,
+        "current_device": dev.current,
+        "set_device": set_device,
+        "_exchange_device": exchange_device,
+        "_maybe_exchange_device": exchange_device,
+        "get_device_properties": get_device_properties,
+        "get_device_name": get_device_name,
+        "get_device_capability": get_device_capability,
+        "is_bf16_supported": is_bf16_supported,
+        "is_tf32_supported": lambda: spec.major >= 8,
+        "synchronize": synchronize,
+        "ipc_collect": noop,
+        "Stream": streams.FakeStream,
+        "Event": streams.FakeEvent,
+        "StreamContext": streams.StreamContext,
+        "stream": streams.stream,
+        "current_stream": streams.STREAMS.current,
+        "default_stream": streams.STREAMS.default,
+        "set_stream": streams.STREAMS.set,
+        "manual_seed": lambda seed: rng.manual_seed(seed, dev.current()),
+        "manual_seed_all": rng.manual_seed_all,
+        "seed": lambda: rng.seed(dev.current()),
+        "seed_all": rng.seed_all,
+        "initial_seed": lambda: rng.initial_seed(dev.current()),
+        "get_rng_state": get_rng_state,
+        "set_rng_state": set_rng_state,
+        "get_rng_state_all": lambda: [rng.get_state(i) for i in range(dev.count)],
+        "set_rng_state_all": set_rng_state_all,
+    }
+
+
+def _accelerator_api(dev: SimulatedDevices, memory: dict[str, Any]) -> dict[str, Any]:
+    def set_index(device: Any) -> None:
+        i = dev.index(device)
+        if i >= 0:
+            dev.set(i)
+
+    def synchronize(device: Any = None) -> None:
+        dev.check(device)
+
+    api = {
+        "device_count": lambda: dev.count,
+        "current_device_index": dev.current, "current_device_idx": dev.current,
+        "set_device_index": set_index, "set_device_idx": set_index,
+        "current_stream": streams.STREAMS.current, "set_stream": streams.STREAMS.set,
+        "synchronize": synchronize,
+        "get_memory_info": memory["mem_get_info"],
+        "empty_host_cache": memory["empty_cache"],
+    }
+    for name in ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+                 "reset_peak_memory_stats", "reset_accumulated_memory_stats", "memory_stats", "empty_cache"):
+        api[name] = memory[name]
+    return api
+
+
+def _modules(prefix: str) -> list[Any]:
+    root = sys.modules[prefix]
+    others = [m for n, m in list(sys.modules.items()) if n.startswith(prefix + ".") and m is not None]
+    return [root, *others]
+
+
+def _check_torch() -> None:
+    m = re.match(r"(\d+)\.(\d+)", torch.__version__)
+    version = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+    if not TESTED_TORCH[0] <= version <= TESTED_TORCH[-1]:
+        warnings.warn(f"memlens simulate_cuda was tested with torch {TESTED_TORCH[0]}..{TESTED_TORCH[-1]}; "
+                      f"this is {torch.__version__}: some torch.cuda answers may be wrong", stacklevel=3)
+    if not torch.cuda._is_compiled() and torch._C._accelerator_getAccelerator() is None:
+        raise RuntimeError("fake CUDA on this CPU-only torch build needs the memlens shim: call "
+                           "memlens.cuda.build.ensure_fake_cuda_support() before `import torch`")
+    if torch.cuda._is_compiled() and build.loaded_shim() is None and build._driver_gpu_count() == 0:
+        warnings.warn("torch has CUDA but no GPU is visible and the memlens shim is not loaded: "
+                      "backward on fake cuda tensors will fail (hasPrimaryContext); call "
+                      "memlens.cuda.build.ensure_fake_cuda_support() before `import torch`", stacklevel=3)
+
+
+_active = threading.Lock()
+
+
+@contextlib.contextmanager
+def simulate_cuda(spec: DeviceSpec, memory_source: MemorySource, *, device_count: int = 1,
+                  device: int = 0) -> Iterator[None]:
+    """Make user code see ``device_count`` GPUs of ``spec`` (current device ``device``).
+
+    Use it together with FakeTensorMode: tensors stay fake; this only answers the questions
+    user code asks ``torch.cuda`` / ``torch.accelerator``. Enter it first: unsimulated,
+    FakeTensorMode's ``__enter__`` calls ``torch.cuda.is_available()``, which on a CUDA build
+    calls cudaGetDeviceCount. Not reentrant.
+    """
+    _check_torch()
+    if not 0 <= device < device_count:
+        raise ValueError(f"device {device} is outside 0..{device_count - 1}")
+    dev = SimulatedDevices(device_count, build.loaded_shim())
+    from torch._subclasses import fake_tensor
+
+    if not _active.acquire(blocking=False):
+        raise RuntimeError("simulate_cuda is already active in this process")
+    memory = _memory_api(dev, spec, memory_source)
+    patches = _Patches()
+    entered = False
+    try:
+        cuda_mods = _modules("torch.cuda")
+        for name, value in {**_cuda_api(dev, spec, FakeCudaRNG(device_count)), **memory}.items():
+            patches.set_everywhere(cuda_mods, name, value)
+        patches.set(torch.cuda, "_initialized", True)  # checkpoint reads it to save CUDA RNG state
+        accel_mods = _modules("torch.accelerator")
+        for name, value in _accelerator_api(dev, memory).items():
+            patches.set_everywhere(accel_mods, name, value)
+        # FakeTensorMode decides from torch.cuda.is_available() whether to avoid device init;
+        # there is no device, so it must keep avoiding it, and must not create a real
+        # tensor to "initialise the GPU context" when it meets a cuda device.
+        patches.set(fake_tensor.FakeTensorMode, "avoid_device_init", property(lambda self: True))
+        patches.set(fake_tensor, "init_gpu_context", lambda device: None)
+        dev.enter(device)  # our guard becomes torch's CUDA guard (CUDA build), device selected
+        entered = True
+        streams.STREAMS.bind(dev)
+        yield
+    finally:
+        streams.STREAMS.bind(None)
+        if entered:
+            dev.exit()
+        patches.undo()
+        _active.release()

@@ -1,0 +1,189 @@
+"""Streams and events of the simulated GPU: bookkeeping only, no CUDA calls, nothing to wait for.
+
+``FakeStream`` is a real ``torch.Stream`` value (device type cuda) so that aten ops taking a
+``Stream`` accept it; the methods that would reach the device are no-ops. simulate.py
+installs these as ``torch.cuda.Stream`` / ``Event`` / ``stream`` and friends.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from .device_state import SimulatedDevices
+
+_CUDA = 1  # c10::DeviceType::CUDA; stream id 0 is each device's default stream
+
+
+class FakeStream(torch.Stream):
+    """Stand-in for ``torch.cuda.Stream``."""
+
+    def __new__(cls, device: Any = None, priority: int = 0, **kwargs: Any) -> "FakeStream":
+        if "stream_id" in kwargs:  # torch rebuilds streams from (id, index, type)
+            return super().__new__(
+                cls,
+                stream_id=kwargs["stream_id"],
+                device_index=kwargs["device_index"],
+                device_type=kwargs.get("device_type", _CUDA),
+            )
+        devices = STREAMS.devices()
+        return super().__new__(cls, stream_id=devices.new_stream(),
+                               device_index=devices.check(device), device_type=_CUDA)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._priority = int(kwargs.get("priority", args[1] if len(args) > 1 else 0))
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        pass
+
+    def wait_event(self, event: Any) -> None:
+        pass
+
+    def wait_stream(self, stream: Any) -> None:
+        pass
+
+    def record_event(self, event: "FakeEvent | None" = None) -> "FakeEvent":
+        event = event if event is not None else FakeEvent()
+        event.record(self)
+        return event
+
+    def is_capturing(self) -> bool:
+        return False
+
+    @property
+    def priority(self) -> int:
+        return getattr(self, "_priority", 0)
+
+    @staticmethod
+    def priority_range() -> tuple[int, int]:
+        return (0, -5)  # (least, greatest) as recent GPUs report
+
+    @property
+    def cuda_stream(self) -> int:
+        return int(self.stream_id)  # an opaque handle; nothing may dereference it
+
+    @property
+    def native_handle(self) -> int:
+        return int(self.stream_id)
+
+    def __enter__(self) -> "FakeStream":
+        self._ctx = StreamContext(self)
+        self._ctx.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._ctx.__exit__(*exc)
+
+    def __repr__(self) -> str:
+        return f"<torch.cuda.Stream (simulated) device=cuda:{self.device_index} id={self.stream_id}>"
+
+
+class FakeEvent:
+    """Stand-in for ``torch.cuda.Event``: always complete, zero elapsed time."""
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False,
+                 interprocess: bool = False, external: bool = False) -> None:
+        self.enable_timing = enable_timing
+        self.blocking = blocking
+        self.interprocess = interprocess
+        self.device: torch.device | None = None
+        self.recorded = False
+
+    def record(self, stream: FakeStream | None = None) -> None:
+        stream = stream if stream is not None else STREAMS.current(None)
+        self.device = stream.device
+        self.recorded = True
+
+    def wait(self, stream: FakeStream | None = None) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        pass
+
+    def elapsed_time(self, end_event: "FakeEvent") -> float:
+        if not (self.enable_timing and end_event.enable_timing):
+            raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
+        if not (self.recorded and end_event.recorded):
+            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+        return 0.0  # a memory simulation has no clock
+
+    def ipc_handle(self) -> bytes:
+        raise RuntimeError("memlens: a simulated GPU has no IPC event handles")
+
+    @classmethod
+    def from_ipc_handle(cls, device: Any, handle: bytes) -> "FakeEvent":
+        raise RuntimeError("memlens: a simulated GPU has no IPC event handles")
+
+    @property
+    def cuda_event(self) -> int:
+        return id(self)
+
+    def __repr__(self) -> str:
+        return f"<torch.cuda.Event (simulated) recorded={self.recorded}>"
+
+
+class StreamTable:
+    """torch.cuda's current/default stream functions over the bound simulated devices."""
+
+    def __init__(self) -> None:
+        self._devices: SimulatedDevices | None = None
+
+    def bind(self, devices: SimulatedDevices | None) -> None:
+        self._devices = devices
+
+    def devices(self) -> SimulatedDevices:
+        if self._devices is None:
+            raise RuntimeError("memlens: simulated CUDA streams used outside simulate_cuda")
+        return self._devices
+
+    def default(self, device: Any = None) -> FakeStream:
+        return FakeStream(stream_id=0, device_index=self.devices().check(device), device_type=_CUDA)
+
+    def current(self, device: Any = None) -> FakeStream:
+        devices = self.devices()
+        i = devices.check(device)
+        return FakeStream(stream_id=devices.current_stream(i), device_index=i, device_type=_CUDA)
+
+    def set(self, stream: torch.Stream | None) -> None:
+        if stream is None:
+            return
+        # Like torch.cuda.set_stream: the stream's device becomes current too.
+        devices = self.devices()
+        devices.set(stream.device_index)
+        devices.set_stream(stream.device_index, stream.stream_id)
+
+
+STREAMS = StreamTable()
+
+
+class StreamContext:
+    """``torch.cuda.stream(s)``: select ``s`` (and its device) until exit; None is a no-op."""
+
+    def __init__(self, stream: torch.Stream | None) -> None:
+        self.stream = stream
+        self._saved: list[FakeStream] = []
+
+    def __enter__(self) -> None:
+        if self.stream is None:
+            return
+        self._saved = [STREAMS.current(None)]  # restoring it restores the device
+        if self.stream.device_index != self._saved[0].device_index:
+            self._saved.insert(0, STREAMS.current(self.stream.device_index))
+        STREAMS.set(self.stream)
+
+    def __exit__(self, *exc: Any) -> None:
+        for stream in self._saved:
+            STREAMS.set(stream)
+        self._saved = []
+
+
+def stream(stream: torch.Stream | None) -> StreamContext:
+    return StreamContext(stream)
