@@ -24,6 +24,22 @@ _PASSTHROUGH = {torch.ops.prim.device.default, aten.sym_size.default, aten.sym_s
                 aten.unsqueeze.default, aten.squeeze.dim, aten.slice.Tensor, aten.select.int,
                 aten.as_strided.default, aten.alias.default}
 _current_node = torch._C._current_autograd_node
+_WAIT_TENSOR = getattr(getattr(torch.ops, "_c10d_functional", None), "wait_tensor", None)
+_WAIT_TENSOR = _WAIT_TENSOR.default if _WAIT_TENSOR is not None else None
+
+
+_PLAIN_TYPES = (torch.Tensor, torch._subclasses.FakeTensor, torch.nn.Parameter)
+
+
+def _plain(types) -> bool:
+    return all(t in _PLAIN_TYPES or issubclass(t, torch._subclasses.FakeTensor) for t in types)
+
+
+def _numel(shape: tuple) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -48,6 +64,15 @@ class Accountant(TorchDispatchMode):
             raise self.tracer.stop()
         if func is _local_scalar_dense:
             return self._read_value(args[0])
+        if func is _WAIT_TENSOR:
+            # Eager wait_tensor hands back its input; the fake kernel makes a new tensor that
+            # would be booked as a second copy of every functional collective's output.
+            return args[0]
+        if not _plain(types):
+            # A tensor subclass (DTensor, FSDP's wrappers): its outer tensor is a shell with no
+            # memory of its own. Let the subclass run; the ops it runs on its inner tensors
+            # (the local shards, which hold the bytes) come back here and are booked.
+            return NotImplemented
         try:
             out = func(*args, **kwargs)
         except Exception as e:
@@ -87,9 +112,23 @@ class Accountant(TorchDispatchMode):
             if mutable is None:
                 mutable = self._mutable[func] = func._schema.is_mutable
             if mutable and st.nbytes() != ledger.records[rid].nbytes:
-                self._resized(func, t, st, rid)
+                self._resized(self._op(func), tuple(t.shape), st, rid)
             return
         self._new(func, t, st)
+
+    def storage_resized(self, st) -> None:
+        """`UntypedStorage.resize_` called directly (FSDP frees unsharded parameters with
+        `resize_(0)` and re-allocates them with `resize_(n)`): no op the dispatch mode sees."""
+        rid = self.ledger.storage_rid(st)
+        if rid is None:
+            return
+        rec = self.ledger.records[rid]
+        if rec.free_seq >= 0 and st.nbytes() == 0:
+            return
+        if rec.free_seq >= 0 or st.nbytes() != rec.nbytes:
+            itemsize = rec.nbytes // max(1, _numel(rec.shape)) if rec.nbytes else 1
+            self._resized(self.ledger.op_id("resize_"), (st.nbytes() // max(1, itemsize),), st,
+                          rid)
 
     def _new(self, func, t, st) -> int:
         ledger = self.ledger
@@ -100,15 +139,16 @@ class Accountant(TorchDispatchMode):
         ledger.track_storage(st, rid)
         return rid
 
-    def _resized(self, func, t, st, old_rid) -> None:
-        """A mutating op changed a storage's size (resize_, set_, out= into a smaller tensor)."""
+    def _resized(self, op: int, shape: tuple, st, old_rid) -> None:
+        """A storage changed size (resize_, set_, out= into a smaller tensor): the old block is
+        freed and a new one of the new size, of the same kind, is allocated."""
         old = self.ledger.records[old_rid]
         self.ledger.free(old_rid)
         if st.nbytes() > 0:
             module, _, stack, backward = self._context()
-            rid = self.ledger.alloc(st.nbytes(), old.device, old.dtype, tuple(t.shape),
-                                    old.category, module, self.tracer.phases.index,
-                                    self._op(func), stack, backward=backward)
+            rid = self.ledger.alloc(st.nbytes(), old.device, old.dtype, shape, old.category,
+                                    module, self.tracer.phases.index, op, stack,
+                                    backward=backward)
             self.ledger.retarget_storage(st, rid)
 
     def _transient(self, func, sizes: list[int], out) -> None:

@@ -15,15 +15,24 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from . import categories as C
 
 
-def _storage_of(t: torch.Tensor):
+def _storages_of(t: torch.Tensor):
+    """The storages that hold a tensor's bytes: its own, or for a wrapper subclass (DTensor,
+    whose storage is a shell of the global size) those of its inner tensors (the local shard)."""
+    if is_traceable_wrapper_subclass(t):
+        for attr in t.__tensor_flatten__()[0]:
+            inner = getattr(t, attr)
+            if isinstance(inner, torch.Tensor):  # DTensor also lists its DeviceMesh
+                yield from _storages_of(inner)
+        return
     try:
-        return t.untyped_storage()
+        yield t.untyped_storage()
     except (RuntimeError, NotImplementedError):  # sparse and other storage-less layouts
-        return None
+        return
 
 
 class Classifier:
@@ -44,6 +53,7 @@ class Classifier:
             m.register_module_buffer_registration_hook(self._buffer_registered),
             o.register_optimizer_step_pre_hook(self._before_step),
             o.register_optimizer_step_post_hook(self._after_step),
+            m.register_module_forward_hook(self._module_returned),
         ]
         self._saved_hooks.__enter__()
 
@@ -58,15 +68,13 @@ class Classifier:
              only_from: tuple[int, ...] | None = None) -> None:
         if not isinstance(t, torch.Tensor):
             return
-        st = _storage_of(t)
-        if st is None:
-            return
-        rid = self.ledger.storage_rid(st)
-        if rid is None:
-            return
-        if only_from is not None and self.ledger.records[rid].category not in only_from:
-            return
-        self.ledger.recategorize(rid, category, module)
+        for st in _storages_of(t):
+            rid = self.ledger.storage_rid(st)
+            if rid is None:
+                continue
+            if only_from is not None and self.ledger.records[rid].category not in only_from:
+                continue
+            self.ledger.recategorize(rid, category, module)
 
     def _hook_gradient(self, p: nn.Parameter) -> None:
         if id(p) in self._grad_hooked or not p.requires_grad:
@@ -103,6 +111,23 @@ class Classifier:
             for b in mod._buffers.values():
                 if b is not None:
                     self.mark(b, C.BUFFER, idx)
+
+    def _module_returned(self, module: nn.Module, args, output) -> None:
+        """What a module holds as its parameters while it runs is a parameter, even when it
+        was put there without registration: FSDP swaps in unsharded parameters (views of its
+        all-gather outputs) with a plain assignment to `_parameters` before forward and frees
+        them after (global hooks run before FSDP's own, so they are still there)."""
+        idx = -1
+        for p in module._parameters.values():
+            if p is None:
+                continue
+            if idx < 0:
+                idx = self.modules.index_of(module)
+            # Saved for backward by the layer before its hook ran: a parameter all the same.
+            self.mark(p, C.PARAMETER, self.modules.param_owner.setdefault(id(p), idx),
+                      only_from=(C.TEMPORARY, C.ACTIVATION))
+            self._hook_gradient(p)
+        return None
 
     def _grad_accumulated(self, p: torch.Tensor) -> None:
         self.mark(p.grad, C.GRADIENT, self.modules.param_owner.get(id(p)))

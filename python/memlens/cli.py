@@ -1,6 +1,10 @@
 """The `memlens` command line.
 
     memlens run [--device NAME] [--iterations K] [--snapshot PATH] [--json] -- script.py [ARGS...]
+    memlens run --world-size 64 --rank 0 -- train.py ARGS        # one simulated rank
+    memlens run --world-size 64 --ranks all -- train.py ARGS     # every distinct rank
+    memlens run --launch .vscode/launch.json:"Train 8B" [--ranks all]
+    memlens run --from-script scripts/train_llama.sh[:LINE] [--ranks all]
     memlens trace path/to/file.py:ClassOrFactory [--device NAME] [...]
     memlens show SNAPSHOT [--json] [--html REPORT.html [--compare OTHER]]
     memlens export SNAPSHOT --memory-viz out.pickle
@@ -49,6 +53,7 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="trace an unmodified training script")
     trace_options(run)
+    _distributed_options(run)
     run.add_argument("script", nargs=argparse.REMAINDER,
                      help="-- script.py [ARGS...] (or -m module [ARGS...])")
 
@@ -79,6 +84,24 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("devices", help="list the target devices")
     return p
+
+
+def _distributed_options(run: argparse.ArgumentParser) -> None:
+    g = run.add_argument_group("distributed jobs (each rank is simulated in one process)")
+    g.add_argument("--world-size", type=int, default=None,
+                   help="processes in the job (default: what the launch line says)")
+    g.add_argument("--nproc-per-node", type=int, default=None,
+                   help="processes per node (default: the launch line's, else 8 per node)")
+    rank = g.add_mutually_exclusive_group()
+    rank.add_argument("--rank", type=int, default=None, help="the rank to trace (default 0)")
+    rank.add_argument("--ranks", choices=("all",), default=None,
+                      help="trace every rank whose role differs, in parallel")
+    g.add_argument("--jobs", type=int, default=None,
+                   help="parallel workers for --ranks all (default: the number of cores)")
+    g.add_argument("--launch", default=None, metavar="FILE:NAME",
+                   help="a configuration of .vscode/launch.json, e.g. .vscode/launch.json:Train")
+    g.add_argument("--from-script", default=None, metavar="FILE[:LINE]",
+                   help="a shell script's torchrun (or python -m torch.distributed.run) line")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -173,11 +196,14 @@ def _trace(args, console, err) -> int:
     from .devices import DEFAULT_DEVICE, get_device
 
     command = ["memlens", *(sys.argv[1:] if sys.argv else [])]
-    target, recipe = _target(args)
+    target, recipe, spec = _target(args)
     device = get_device(args.device or (recipe.device if recipe else None) or DEFAULT_DEVICE)
     iterations = args.iterations or (recipe.iterations if recipe else None) or 2
     if iterations < 1:
         raise MemlensError("--iterations must be at least 1")
+
+    if getattr(args, "ranks", None) == "all":
+        return _trace_all_ranks(args, spec, target, command, console, err)
 
     from .session import trace_target
 
@@ -188,7 +214,8 @@ def _trace(args, console, err) -> int:
     quiet = _stdout_to_stderr() if args.json else contextlib.nullcontext()
     with quiet:
         snap = trace_target(target, device, iterations, progress_mode=progress_mode,
-                            console=err, command=command, max_allocations=args.max_allocations)
+                            console=err, command=command, max_allocations=args.max_allocations,
+                            rank=spec)
     path = None
     if not args.no_snapshot:
         path = args.snapshot or default_snapshot_path(target.name)
@@ -220,20 +247,13 @@ def _stdout_to_stderr():
 
 
 def _target(args):
+    """(target, recipe or None, RankSpec or None)."""
     if args.command == "run":
-        script = list(args.script)
-        if script and script[0] == "--":
-            script = script[1:]
-        if not script:
-            raise MemlensError("nothing to run: give a script after `--`, e.g. "
-                               "memlens run -- train.py --lr 3e-4")
-        from .targets.script import ScriptTarget
-
-        if script[0] == "-m":
-            if len(script) < 2:
-                raise MemlensError("-m needs a module name")
-            return ScriptTarget(path="", module=script[1], args=script[2:]), None
-        return ScriptTarget(path=script[0], args=script[1:]), None
+        job = _job(args)
+        spec = _rank_spec(args, job)
+        if spec is not None and args.ranks is None:
+            job.target.env.update(spec.env())  # torchrun's variables win over the launch's
+        return job.target, None, spec
 
     from .recipe import load_recipe
     from .targets.model import ModelTarget, parse_target
@@ -252,7 +272,90 @@ def _target(args):
         raise MemlensError(f"unknown precision {recipe.precision!r}; one of {', '.join(PRECISIONS)}")
     if str(recipe.optimizer).lower() not in OPTIMIZERS:
         raise MemlensError(f"unknown optimizer {recipe.optimizer!r}; one of {', '.join(OPTIMIZERS)}")
-    return ModelTarget(str(file), symbol, recipe), recipe
+    return ModelTarget(str(file), symbol, recipe), recipe, None
+
+
+def _job(args):
+    """The script to run: after `--`, from --launch or from --from-script."""
+    from .distributed.launchers import Job, from_launch, from_script
+    from .targets.script import ScriptTarget
+
+    script = list(args.script)
+    if script and script[0] == "--":
+        script = script[1:]
+    if args.launch and args.from_script:
+        raise MemlensError("give --launch or --from-script, not both")
+    if (args.launch or args.from_script) and script:
+        raise MemlensError("--launch and --from-script name the script; remove what follows "
+                           "`--`")
+    if args.launch:
+        return from_launch(args.launch)
+    if args.from_script:
+        return from_script(args.from_script)
+    if not script:
+        raise MemlensError("nothing to run: give a script after `--`, e.g. "
+                           "memlens run -- train.py --lr 3e-4")
+    if script[0] == "-m":
+        if len(script) < 2:
+            raise MemlensError("-m needs a module name")
+        return Job(ScriptTarget(path="", module=script[1], args=script[2:]))
+    return Job(ScriptTarget(path=script[0], args=script[1:]))
+
+
+def _rank_spec(args, job):
+    """The simulated rank, or None for a single-process run."""
+    from .distributed.env import RankSpec, default_nproc_per_node
+
+    world = args.world_size or job.world_size
+    if world is None and job.world_size_problem:
+        raise MemlensError(f"{job.world_size_problem}: give --world-size", job.location)
+    if world is None:
+        if args.rank is not None or args.ranks or args.nproc_per_node:
+            raise MemlensError("--rank, --ranks and --nproc-per-node need --world-size (or a "
+                               "launch line that says how many processes)")
+        return None
+    nproc = args.nproc_per_node or job.nproc_per_node or default_nproc_per_node(world)
+    return RankSpec(world, args.rank or 0, nproc)
+
+
+def _trace_all_ranks(args, spec, target, command, console, err) -> int:
+    from .distributed.parallel_runs import Outputs, run_all
+
+    if spec is None:
+        raise MemlensError("--ranks all needs --world-size (or a launch line that says how "
+                           "many processes)")
+    jobs = args.jobs or os.cpu_count() or 1
+    if jobs < 1:
+        raise MemlensError("--jobs must be at least 1")
+    snapshot = None if args.no_snapshot else Path(args.snapshot or
+                                                  default_snapshot_path(target.name))
+    mode = args.progress
+    if mode == "auto":
+        mode = "rich" if err.is_terminal else "lines"
+    index, status = run_all(spec, lambda rank, path: _worker_argv(args, spec, rank, path), jobs,
+                            Outputs(snapshot), mode, err if args.json else console, command)
+    if args.json:
+        print(json.dumps(index))
+    return status
+
+
+def _worker_argv(args, spec, rank: int, snapshot: Path | None) -> list[str]:
+    """`memlens run` arguments that trace one rank of the same job."""
+    argv = ["run", "--world-size", str(spec.world_size), "--nproc-per-node",
+            str(spec.local_world_size), "--rank", str(rank), "--json", "--progress", "json"]
+    for flag, value in (("--device", args.device), ("--iterations", args.iterations),
+                        ("--max-allocations", args.max_allocations)):
+        if value is not None:
+            argv += [flag, str(value)]
+    argv += ["--snapshot", str(snapshot)] if snapshot else ["--no-snapshot"]
+    if args.debug:
+        argv.insert(0, "--debug")
+    if args.launch:
+        return argv + ["--launch", args.launch]
+    if args.from_script:
+        return argv + ["--from-script", args.from_script]
+    script = list(args.script)
+    return argv + (script if script[:1] == ["--"] else ["--", *script])
 
 
 def default_snapshot_path(name: str) -> Path:

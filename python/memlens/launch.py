@@ -53,6 +53,8 @@ class TorchrunCommand:
     nnodes: int | None = None
     env: dict[str, str] = field(default_factory=dict)  # VAR=value prefixes on the line
     text: str = ""  # the command as written (continuations joined)
+    nproc_text: str | None = None  # --nproc_per_node as written (variables expanded)
+    nnodes_text: str | None = None
 
     @property
     def world_size(self) -> int | None:
@@ -102,7 +104,7 @@ def _int(value: str) -> int | None:
 
 def _parse_torchrun_args(words: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {"script": None, "module": None, "args": [], "nproc": None,
-                           "nnodes": None}
+                           "nnodes": None, "nproc_text": None, "nnodes_text": None}
     i, module_flag = 0, False
     while i < len(words):
         w = words[i]
@@ -121,9 +123,9 @@ def _parse_torchrun_args(words: list[str]) -> dict[str, Any]:
                 value = words[i + 1] if i + 1 < len(words) else ""
                 i += 1
             if name in ("nproc_per_node", "nproc-per-node"):
-                out["nproc"] = _int(value)
+                out["nproc"], out["nproc_text"] = _int(value), value
             elif name == "nnodes":
-                out["nnodes"] = _int(value)
+                out["nnodes"], out["nnodes_text"] = _int(value), value
         i += 1  # a flag without a value (--standalone, --no-python) or the option just read
     rest = words[i:]
     if rest:
@@ -147,10 +149,14 @@ def _torchrun_start(words: list[str]) -> int | None:
     return None
 
 
-def torchrun_commands(text: str) -> list[TorchrunCommand]:
+def torchrun_commands(text: str, problems: list[tuple[int, str]] | None = None
+                      ) -> list[TorchrunCommand]:
     """Every torchrun command in a shell script. Simple `NAME=value` assignments earlier in the
-    script are substituted (`--nproc_per_node=$GPUS`); what cannot be resolved stays as written."""
+    script are substituted (`--nproc_per_node=$GPUS`); what cannot be resolved stays as written.
+    `problems`, if given, receives (line, why) for each line that names torchrun but could not
+    be read as a torchrun command."""
     variables: dict[str, str] = {}
+    problems = problems if problems is not None else []
     out: list[TorchrunCommand] = []
     for first, last, line in _logical_lines(text):
         stripped = line.strip()
@@ -158,7 +164,10 @@ def torchrun_commands(text: str) -> list[TorchrunCommand]:
             continue
         try:
             words = shlex.split(stripped, comments=True)
-        except ValueError:  # an unbalanced quote: not something we can read
+        except ValueError as e:  # an unbalanced quote: not something we can read
+            if _names_torchrun(stripped):
+                problems.append((first, f"cannot split the command into words ({e}): an "
+                                        "unbalanced quote?"))
             continue
         if not words:
             continue
@@ -183,11 +192,17 @@ def torchrun_commands(text: str) -> list[TorchrunCommand]:
                 env[name] = value
         parsed = _parse_torchrun_args(words[start:])
         if parsed["script"] is None and parsed["module"] is None:
+            problems.append((first, "torchrun is given no training script (or -m module)"))
             continue
         out.append(TorchrunCommand(first, last, parsed["script"], parsed["module"],
                                    parsed["args"], parsed["nproc"], parsed["nnodes"], env,
-                                   stripped))
+                                   stripped, parsed["nproc_text"], parsed["nnodes_text"]))
     return out
+
+
+def _names_torchrun(line: str) -> bool:
+    return bool(re.search(r"(^|[\s/])torchrun(\s|$)", line)) or any(
+        m in line for m in _TORCHRUN_MODULES)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -212,6 +227,8 @@ class LaunchConfig:
     nproc_per_node: int | None = None  # when the configuration runs torchrun
     nnodes: int | None = None
     unresolved: list[str] = field(default_factory=list)  # ${...} we could not resolve
+    env_file: str | None = None  # `envFile`, resolved (read it with read_env_file)
+    nproc_text: str | None = None  # torchrun's --nproc_per_node as written
 
     @property
     def world_size(self) -> int | None:
@@ -279,7 +296,8 @@ def launch_configs(doc: Any, workspace_folder: str | None, name: str = "launch.j
             args=args, env=env,
             cwd=resolve(entry["cwd"]) if entry.get("cwd") else workspace_folder,
             python=resolve(entry["python"]) if entry.get("python") else None,
-            unresolved=unresolved)
+            unresolved=unresolved,
+            env_file=resolve(entry["envFile"]) if entry.get("envFile") else None)
         # A configuration that runs torchrun: the training script is the first argument.
         runs_torchrun = cfg.module in _TORCHRUN_MODULES or (
             cfg.program is not None and os.path.basename(cfg.program) == "torchrun")
@@ -288,6 +306,7 @@ def launch_configs(doc: Any, workspace_folder: str | None, name: str = "launch.j
             cfg.program, cfg.module = parsed["script"], parsed["module"]
             cfg.args = parsed["args"]
             cfg.nproc_per_node, cfg.nnodes = parsed["nproc"], parsed["nnodes"]
+            cfg.nproc_text = parsed["nproc_text"]
         if cfg.program is None and cfg.module is None:
             continue
         out.append(cfg)
@@ -317,3 +336,35 @@ def find_launch_config(path: str | os.PathLike, name: str,
     names = ", ".join(repr(c.name) for c in configs) or "none"
     raise MemlensError(f"no Python launch configuration named {name!r} in {path}; "
                        f"configurations there: {names}")
+
+
+_ENV_LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_.]*)\s*=\s*(.*?)\s*$")
+
+
+def read_env_file(path: str | os.PathLike, base: dict[str, str] | None = None,
+                  config: LaunchConfig | None = None) -> dict[str, str]:
+    """The variables of a launch configuration's `envFile` (dotenv: `NAME=value` lines,
+    `export` prefixes, `#` comments, quoted values, `${NAME}` from earlier lines or `base`).
+    A line that is none of these is an error naming that line."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        where = f" (envFile of {config.name!r}, launch.json line {config.line})" if config else ""
+        raise MemlensError(f"cannot read {path}{where}: {e}") from None
+    out: dict[str, str] = {}
+    known = dict(base or {})
+    for n, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip() or raw.lstrip().startswith("#"):
+            continue
+        m = _ENV_LINE.match(raw)
+        if not m:
+            raise MemlensError("expected NAME=value", Location(str(path), n))
+        value = m.group(2)
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            quote, value = value[0], value[1:-1]
+        else:
+            quote, value = "", value.split(" #", 1)[0].rstrip()
+        if quote != "'":
+            value = _expand(value, {**known, **out})
+        out[m.group(1)] = value
+    return out

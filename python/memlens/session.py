@@ -9,7 +9,9 @@ from .devices import DeviceSpec
 
 def trace_target(target, device: DeviceSpec, iterations: int, progress_mode: str = "none",
                  console=None, command: list[str] | None = None,
-                 max_allocations: int | None = None) -> dict[str, Any]:
+                 max_allocations: int | None = None, rank=None) -> dict[str, Any]:
+    """`rank`: a RankSpec to simulate that rank of a distributed job (the script target must
+    already carry the rank's environment)."""
     from .progress import Progress
     from .snapshot import build_snapshot
     from .snapshot.build import DEFAULT_MAX_ALLOCATIONS
@@ -17,8 +19,8 @@ def trace_target(target, device: DeviceSpec, iterations: int, progress_mode: str
     from .targets.script import run_script
     from .tracer import Tracer
 
-    tracer = Tracer(device, iterations=iterations)
-    with Progress(progress_mode, console) as progress:
+    tracer = Tracer(device, iterations=iterations, rank=rank)
+    with Progress(progress_mode, console, rank.rank if rank else None) as progress:
         tracer.phases.on_phase = progress.update
         if isinstance(target, ModelTarget):
             stopped = run_model(target, tracer, "cpu" if device.type == "cpu" else "cuda")

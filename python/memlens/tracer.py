@@ -19,6 +19,8 @@ from . import categories as C
 from .accountant import Accountant
 from .classifier import Classifier
 from .devices import DeviceSpec
+from .distributed.env import RankSpec
+from .distributed.layout import Layout
 from .errors import StopTracing
 from .ledger import Ledger
 from .modules import ModuleTracker
@@ -30,13 +32,18 @@ from .workspaces import WorkspaceModel
 
 
 class Tracer:
-    def __init__(self, device: DeviceSpec | str = "h100-80gb", iterations: int = 2):
+    def __init__(self, device: DeviceSpec | str = "h100-80gb", iterations: int = 2,
+                 rank: RankSpec | None = None):
+        """`rank`: simulate that rank of a distributed job (fake process groups; see
+        patches/torch_distributed.py). The caller gives the script the rank's environment."""
         if isinstance(device, str):
             from .devices import get_device
 
             device = get_device(device)
         self.device = device
         self.iterations = iterations
+        self.rank = rank
+        self.layout = Layout(rank.world_size, rank.rank) if rank else None
         self.ledger = Ledger(device.round_size, allocator_for=self._allocator_for)
         self.stacks = StackTable()
         self.phases = PhaseTracker(self.ledger, iterations, stop=self.stop)
@@ -56,7 +63,12 @@ class Tracer:
         from torch.optim import optimizer as o
 
         self.started = time.time()
-        torch_core.apply(self._patcher, self._external_tensor)
+        torch_core.apply(self._patcher, self._external_tensor, self.accountant.storage_resized)
+        if self.rank is not None:
+            from .patches import torch_distributed
+
+            torch_distributed.apply(self._patcher, self.rank, self.layout,
+                                    lambda t: self.classifier.mark(t, C.GRADIENT))
         self.modules.install()
         self.classifier.install()
         self._step_hooks = [
@@ -77,6 +89,10 @@ class Tracer:
             h.remove()
         self.classifier.uninstall()
         self.modules.uninstall()
+        if self.rank is not None:
+            from .patches import torch_distributed
+
+            torch_distributed.destroy_if_initialized()
         self._patcher.undo()
         self.finished = time.time()
         # Tracing stopped the workload after the requested iterations: a normal end.
@@ -111,7 +127,28 @@ class Tracer:
 
     @property
     def target_key(self) -> str:
-        return "cpu" if self.device.type == "cpu" else "cuda:0"
+        """The device whose memory the trace reports. A simulated rank's device is its local
+        GPU, `cuda:{LOCAL_RANK}` (what torchrun scripts select with `set_device`). A script
+        that never selects a device puts every rank's tensors on cuda:0, as it would on a real
+        node: then the CUDA device that held the most is reported instead."""
+        if self.device.type == "cpu":
+            return "cpu"
+        if self.rank is None:
+            return "cuda:0"
+        local = f"cuda:{self.rank.local_rank}"
+        peaks = {d: p for d, p in self.ledger.peak.items() if d.startswith("cuda")}
+        if local in peaks or not peaks:
+            return local
+        return max(peaks, key=lambda d: (peaks[d], d == "cuda:0"))
+
+    def parallel_meta(self) -> dict:
+        """The snapshot's `world_size`, `rank` and `parallel` fields."""
+        if self.rank is None:
+            return {"world_size": 1, "rank": 0, "parallel": {}}
+        return {"world_size": self.rank.world_size, "rank": self.rank.rank,
+                "parallel": {"local_rank": self.rank.local_rank,
+                             "local_world_size": self.rank.local_world_size,
+                             **self.layout.to_json()}}
 
     # -- callbacks -------------------------------------------------------------------------
     def stop(self) -> StopTracing:

@@ -5,6 +5,9 @@
   mode keeps some). Falling back to assigning `.data` has the same effect for a module.
 - `torch.get_rng_state` (and `torch.random.get_rng_state`): activation checkpointing saves the
   CPU generator state, a real tensor made without any op, so the accountant would not see it.
+- `torch.UntypedStorage.resize_`: resizing a storage directly is no op a dispatch mode sees, and
+  FSDP frees and re-allocates unsharded parameters that way (`resize_(0)`, `resize_(n)`; FSDP1
+  through `TypedStorage._resize_`, which calls it).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from .patcher import Patcher, check_version
 TESTED = ("2.9.0", "2.16.0")
 
 
-def apply(patcher: Patcher, on_external_tensor) -> None:
+def apply(patcher: Patcher, on_external_tensor, on_storage_resized) -> None:
     check_version("torch", torch.__version__, TESTED)
     original_swap = torch.utils.swap_tensors
 
@@ -42,3 +45,12 @@ def apply(patcher: Patcher, on_external_tensor) -> None:
 
     patcher.setattr(torch, "get_rng_state", get_rng_state)
     patcher.setattr(torch.random, "get_rng_state", get_rng_state)
+
+    original_resize = torch.UntypedStorage.resize_
+
+    def resize_(storage, size):
+        out = original_resize(storage, size)
+        on_storage_resized(storage)
+        return out
+
+    patcher.setattr(torch.UntypedStorage, "resize_", resize_)

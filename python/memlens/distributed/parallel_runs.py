@@ -1,0 +1,138 @@
+"""`memlens run --ranks all`: trace every rank whose role differs, in parallel worker processes.
+
+1. Rank 0 is traced first: what it builds (meshes, groups, who used them) decides which ranks
+   are alike (roles.py).
+2. One rank of every other group is traced, `--jobs` workers at a time.
+3. A per-rank table is printed; each traced rank's snapshot is written to `<stamp>.ranks/
+   rank-R.json` with `index.json` naming them, and the worst rank's snapshot is also put at the
+   snapshot path itself (`<stamp>.json`), where a reader that expects one snapshot finds it.
+
+The index file (`"format": "memlens.ranks"`) is described in docs/snapshot-format.md.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .env import RankSpec
+from .rank_table import RanksProgress, rank_table, worst_rank
+from .roles import RankGroup, group_ranks
+from .workers import RankResult, run_pool
+
+INDEX_FORMAT, INDEX_VERSION = "memlens.ranks", 1
+
+
+@dataclass
+class Outputs:
+    snapshot: Path | None  # the worst rank's snapshot; None with --no-snapshot
+
+    @property
+    def directory(self) -> Path | None:
+        if self.snapshot is None:
+            return None
+        return self.snapshot.with_name(self.snapshot.stem + ".ranks")
+
+    def rank_snapshot(self, rank: int) -> Path | None:
+        return self.directory / f"rank-{rank}.json" if self.directory else None
+
+    def rank_log(self, rank: int) -> Path | None:
+        return self.directory / f"rank-{rank}.log" if self.directory else None
+
+
+def run_all(spec: RankSpec, worker_argv, jobs: int, outputs: Outputs, progress_mode: str,
+            console, command: list[str]) -> tuple[dict[str, Any], int]:
+    """Trace the job's distinct ranks. `worker_argv(rank, snapshot_path)` gives a worker's
+    arguments. Returns the index document and the exit status."""
+    if outputs.directory:
+        outputs.directory.mkdir(parents=True, exist_ok=True)
+    with RanksProgress(progress_mode, console) as progress:
+        def launch(ranks: list[int], workers: int) -> list[RankResult]:
+            items = [(r, worker_argv(r, outputs.rank_snapshot(r)), outputs.rank_log(r))
+                     for r in ranks]
+            return run_pool(items, workers, progress.update,
+                            lambda res: progress.done(res.rank, res.ok, _done_text(res)))
+
+        first = launch([0], 1)[0]
+        if first.ok:
+            groups = group_ranks(first.summary.get("parallel") or {}, spec.world_size)
+            rest = launch([g.representative for g in groups if g.representative != 0], jobs)
+        else:  # without rank 0's layout there is no grouping: report its failure
+            groups, rest = [RankGroup(0, [0])], []
+    results = {r.rank: r for r in [first, *rest]}
+    rows = [_row(g, results[g.representative], outputs) for g in groups]
+    index = _index(spec, rows, outputs, command, first)
+    _write(index, outputs)
+    device = (first.summary or {}).get("device", "?")
+    console.print(rank_table(rows, spec.world_size, device))
+    _print_failures(rows, console, first.ok, spec.world_size)
+    return index, 0 if all(r["status"] == "ok" for r in rows) and first.ok else 1
+
+
+def _done_text(res: RankResult) -> str:
+    from ..units import format_bytes
+
+    if res.ok:
+        return f"peak {format_bytes(res.summary['peak_bytes'])} ({res.duration_s:.1f} s)"
+    return f"failed: {res.error.get('message', '').splitlines()[0][:120]}"
+
+
+def _row(group: RankGroup, res: RankResult, outputs: Outputs) -> dict[str, Any]:
+    row: dict[str, Any] = {"rank": res.rank, "alike": group.ranks, "duration_s": res.duration_s}
+    if not res.ok:
+        return {**row, "status": "failed", "role": None, "error": res.error, "snapshot": None}
+    s = res.summary
+    snap = outputs.rank_snapshot(res.rank)
+    return {**row, "status": "ok", "role": (s.get("parallel") or {}).get("role"),
+            "peak_bytes": s["peak_bytes"], "peak_phase": s["peak_phase"],
+            "device_key": s.get("device_key"),
+            "headroom_bytes": s["device_total_bytes"] - s["peak_bytes"],
+            "snapshot": snap.name if snap else None}
+
+
+def _index(spec: RankSpec, rows, outputs: Outputs, command, first: RankResult) -> dict:
+    s = first.summary or {}
+    worst = worst_rank(rows)
+    return {"format": INDEX_FORMAT, "version": INDEX_VERSION,
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "command": command, "world_size": spec.world_size,
+            "nproc_per_node": spec.local_world_size,
+            "device": s.get("device"), "device_total_bytes": s.get("device_total_bytes"),
+            "parallel": s.get("parallel") or {},
+            "worst_rank": worst,
+            "snapshot": str(outputs.snapshot) if outputs.snapshot and worst is not None else None,
+            "ranks": rows}
+
+
+def _write(index: dict, outputs: Outputs) -> None:
+    if outputs.directory is None:
+        return
+    (outputs.directory / "index.json").write_text(json.dumps(index, indent=1) + "\n")
+    worst = index["worst_rank"]
+    if worst is None:
+        return
+    source = outputs.rank_snapshot(worst)
+    if outputs.snapshot.exists():
+        outputs.snapshot.unlink()
+    try:  # the same file twice, without twice the disk
+        os.link(source, outputs.snapshot)
+    except OSError:
+        shutil.copyfile(source, outputs.snapshot)
+
+
+def _print_failures(rows, console, first_ok: bool, world_size: int) -> None:
+    for row in rows:
+        if row["status"] == "ok":
+            continue
+        e = row["error"]
+        where = f"{e['file']}:{e['line']}: " if e.get("file") else ""
+        console.print(f"[bold red]rank {row['rank']} failed:[/] {where}{e.get('message', '')}",
+                      highlight=False)
+    if not first_ok and world_size > 1:
+        console.print("[yellow]the other ranks were not traced: which of them are alike is "
+                      "learnt from rank 0's trace[/]")

@@ -1,0 +1,477 @@
+"""Patches of torch.distributed that let one process be rank R of a job of W processes.
+
+Applied by the Tracer only when a world size is given, undone when the trace ends.
+
+- Every process group is a fake one (`torch.testing._internal.distributed.fake_pg`): whatever
+  backend the script asks for (`nccl`, `gloo`, "cpu:gloo,cuda:nccl"), `init_process_group`
+  makes a fake default group of the simulated world size and rank, with no rendezvous (no
+  MASTER_ADDR connection), and `new_group`/DeviceMesh sub-groups are fake too. Collectives then
+  run their fake kernels: outputs are allocated (the ledger books them as any op output) and no
+  data moves.
+- DeviceMesh is bookkeeping built from small integer CPU tensors (`arange(world)`, reshaped and
+  read back with `.tolist()`): under FakeTensorMode those would be fake and unreadable. Its
+  methods run with every dispatch mode suspended, so they are real CPU tensors, as in a real
+  job, and never part of device memory.
+- Object collectives (`broadcast_object_list`, `all_gather_object`, ...) pickle objects into
+  byte tensors and read them back: under fake mode there are no bytes. They answer as if every
+  rank held this rank's objects.
+- What the rank builds (meshes, groups, FSDP/DDP/TP/pipeline users of each group) is reported
+  to the `layout` recorder (memlens/distributed/layout.py) for the snapshot and rank grouping.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from typing import Any, Callable
+
+import torch
+
+from .patcher import Patcher, check_version
+
+TESTED = ("2.9.0", "2.16.0")
+
+
+def _noop(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+def _real(fn: Callable) -> Callable:
+    """`fn` run with every dispatch mode (FakeTensorMode, the accountant) suspended."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with _disable_current_modes():
+            return fn(*args, **kwargs)
+
+    wrapper.__memlens_real__ = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+def apply(patcher: Patcher, spec, layout, is_gradient: Callable[[torch.Tensor], None]) -> None:
+    """`spec`: the simulated RankSpec; `layout`: the recorder of what the rank builds;
+    `is_gradient(t)`: t's storage holds gradients (DDP's buckets)."""
+    import torch.distributed as dist
+
+    check_version("torch", torch.__version__, TESTED)
+    if not dist.is_available():
+        from ..errors import MemlensError
+
+        raise MemlensError("this torch build has no torch.distributed; cannot simulate a rank")
+    _process_groups(patcher, spec, layout)
+    _device_mesh(patcher, layout)
+    _object_collectives(patcher, spec)
+    _cross_rank_checks(patcher)
+    _dtensor(patcher)
+    _users(patcher, layout, is_gradient)
+
+
+# -- process groups --------------------------------------------------------------------------
+def _process_groups(patcher: Patcher, spec, layout) -> None:
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    original_init = c10d.init_process_group
+    original_helper = c10d._new_process_group_helper
+
+    @functools.wraps(original_init)
+    def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1,
+                           store=None, group_name="", pg_options=None, device_id=None, **kw):
+        layout.requested_backend = str(backend) if backend is not None else None
+        # No rendezvous: the simulated rank and world size, whatever the script passes.
+        return original_init("fake", timeout=timeout, world_size=spec.world_size,
+                             rank=spec.rank, store=FakeStore(), group_name=group_name,
+                             device_id=device_id, **kw)
+
+    def new_process_group_helper(group_size, group_rank, global_ranks_in_group, backend, store,
+                                 group_name, backend_options=None, *args, **kwargs):
+        pg = original_helper(group_size, group_rank, global_ranks_in_group, "fake", store,
+                             group_name, None, *args, **kwargs)
+        ranks = list(global_ranks_in_group) or list(range(spec.world_size))
+        layout.group_created(pg[0] if isinstance(pg, tuple) else pg, ranks)
+        return pg
+
+    patcher.setattr(c10d, "init_process_group", init_process_group)
+    patcher.setattr(dist, "init_process_group", init_process_group)
+    patcher.setattr(c10d, "_new_process_group_helper", new_process_group_helper)
+    # Scripts check these before choosing a backend.
+    patcher.setattr(dist, "is_nccl_available", lambda: True)
+    patcher.setattr(c10d, "is_nccl_available", lambda: True)
+    patcher.setattr(dist, "is_torchelastic_launched", lambda: True)
+    patcher.setattr(c10d, "is_torchelastic_launched", lambda: True)
+
+
+def destroy_if_initialized() -> None:
+    """The script left its process group alive: destroy it, as process exit would."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+# -- DeviceMesh ------------------------------------------------------------------------------
+def _device_mesh(patcher: Patcher, layout) -> None:
+    import torch.distributed.device_mesh as dm
+
+    cls = dm.DeviceMesh
+    for name, value in list(vars(cls).items()):
+        if isinstance(value, property):
+            patcher.setattr(cls, name, property(_real(value.fget)))
+        elif isinstance(value, staticmethod):
+            patcher.setattr(cls, name, staticmethod(_real(value.__func__)))
+        elif isinstance(value, classmethod):
+            patcher.setattr(cls, name, classmethod(_real(value.__func__)))
+        elif callable(value) and not isinstance(value, type) and name != "__init__":
+            patcher.setattr(cls, name, _real(value))
+    original_init = cls.__init__
+
+    @functools.wraps(original_init)
+    def __init__(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        layout.mesh_created(self)
+
+    patcher.setattr(cls, "__init__", _real(__init__))
+    patcher.setattr(dm, "init_device_mesh", _real(dm.init_device_mesh))
+    import torch.distributed as dist
+
+    if getattr(dist, "init_device_mesh", None) is not None:
+        patcher.setattr(dist, "init_device_mesh", dm.init_device_mesh)
+
+
+# -- checks across ranks ---------------------------------------------------------------------
+def _cross_rank_checks(patcher: Patcher) -> None:
+    """DDP compares parameter shapes across ranks in C++, reading the values of a tensor it
+    builds from them: with one simulated rank there is nothing to compare against."""
+    import torch.distributed.utils as du
+    import torch.nn.parallel.distributed as ddp
+
+    patcher.setattr(du, "_verify_param_shape_across_processes", _noop)
+    if hasattr(ddp, "_verify_param_shape_across_processes"):
+        patcher.setattr(ddp, "_verify_param_shape_across_processes", _noop)
+
+
+# -- DTensor ---------------------------------------------------------------------------------
+def _dtensor(patcher: Patcher) -> None:
+    """DTensor derives an op's output metadata by running the op on fake tensors of the
+    *global* shape, inside the fake mode it detects — ours, where the accountant would book
+    global-sized phantoms. In a real job no fake mode is found and the probe costs no memory:
+    run it with our modes suspended, so a fresh FakeTensorMode of its own does the same."""
+    from torch.distributed.tensor._sharding_prop import ShardingPropagator
+
+    patcher.setattr(ShardingPropagator, "_propagate_tensor_meta_non_cached",
+                    _real(ShardingPropagator._propagate_tensor_meta_non_cached))
+    # Strided shards (FSDP over TP) find their chunk sizes and offsets by splitting an arange
+    # of indices and reading it back: bookkeeping on small CPU tensors, real in a real job.
+    from torch.distributed.tensor import placement_types as pt
+
+    strided = getattr(pt, "_StridedShard", None)
+    if strided is not None and "local_shard_size_and_offset" in vars(strided):
+        patcher.setattr(strided, "local_shard_size_and_offset",
+                        _real(vars(strided)["local_shard_size_and_offset"]))
+
+
+# -- object collectives ----------------------------------------------------------------------
+def _object_collectives(patcher: Patcher, spec) -> None:
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    def group_size(group) -> int:
+        return dist.get_world_size(group)
+
+    def broadcast_object_list(object_list, src=None, group=None, device=None, group_src=None):
+        return None  # every rank keeps what it has: this rank's objects
+
+    def all_gather_object(object_list, obj, group=None):
+        for i in range(group_size(group)):
+            object_list[i] = copy.deepcopy(obj) if i else obj
+
+    def gather_object(obj, object_gather_list=None, dst=None, group=None, group_dst=None):
+        if object_gather_list is not None:
+            for i in range(len(object_gather_list)):
+                object_gather_list[i] = obj
+
+    def scatter_object_list(scatter_object_output_list, scatter_object_input_list=None,
+                            src=None, group=None, group_src=None):
+        if scatter_object_input_list:
+            scatter_object_output_list[0] = scatter_object_input_list[0]
+
+    for name, fn in (("broadcast_object_list", broadcast_object_list),
+                     ("all_gather_object", all_gather_object), ("gather_object", gather_object),
+                     ("scatter_object_list", scatter_object_list)):
+        patcher.setattr(c10d, name, fn)
+        patcher.setattr(dist, name, fn)
+
+
+# -- who uses which group --------------------------------------------------------------------
+def _users(patcher: Patcher, layout, is_gradient) -> None:
+    """Report the parallelisms a rank applies, with the groups or meshes they use."""
+    from ..distributed import layout as L
+
+    _fsdp2_user(patcher, layout, L)
+    _wrapper_users(patcher, layout, L, is_gradient)
+    _pipeline_user(patcher, layout, L)
+    _collective_users(patcher, layout, L)
+
+
+def _after_init(patcher: Patcher, cls, record: Callable) -> None:
+    original = cls.__init__
+
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        record(self)
+
+    patcher.setattr(cls, "__init__", __init__)
+
+
+def _fsdp2_user(patcher: Patcher, layout, L) -> None:
+    """fully_shard: each parameter is chunked along one dim over the shard group (the chunk
+    lengths are what can differ between ranks); HSDP also replicates over a second group."""
+    from torch.distributed.fsdp._fully_shard._fsdp_param import FSDPParam
+
+    original = FSDPParam._init_sharded_param
+
+    @functools.wraps(original)
+    def _init_sharded_param(self, param, device, shard_placement_fn, mesh_info):
+        original(self, param, device, shard_placement_fn, mesh_info)
+        local = getattr(param, "_local_tensor", param)  # a TP-sharded parameter: its TP shard
+        info = self.mesh_info
+        shard_group = getattr(info, "shard_process_group", None)
+        if shard_group is not None:
+            layout.use(shard_group, L.DATA_PARALLEL, [int(local.size(self.fsdp_placement.dim))])
+        replicate_group = getattr(info, "replicate_process_group", None)
+        if replicate_group is not None:
+            layout.use(replicate_group, L.DATA_PARALLEL)
+
+    patcher.setattr(FSDPParam, "_init_sharded_param", _init_sharded_param)
+
+
+def _wrapper_users(patcher: Patcher, layout, L, is_gradient) -> None:
+    """DDP and FSDP1 (whose flat parameters are padded to equal shards on every rank), and
+    tensor parallelism by parallelize_module."""
+    from torch.distributed.fsdp import FullyShardedDataParallel
+    from torch.nn.parallel import DistributedDataParallel
+
+    def ddp(m) -> None:
+        if getattr(m, "device_mesh", None) is not None:
+            layout.use_mesh(m.device_mesh, L.DATA_PARALLEL)
+        else:
+            layout.use(m.process_group, L.DATA_PARALLEL)
+        _ddp_comm_hook(m, is_gradient)
+
+    patcher.setattr(DistributedDataParallel, "register_comm_hook", _ddp_register_comm_hook)
+    # After the first backward DDP rebuilds its buckets in the order gradients became ready,
+    # agreeing on that order across ranks by reading a broadcast tensor of indices. Skipped:
+    # the buckets keep their first order, and every gradient is in one bucket either way.
+    import torch.distributed as dist
+
+    patcher.setattr(dist.Reducer, "_rebuild_buckets", lambda self: False)
+
+    def fsdp1(m) -> None:
+        for group in (getattr(m, "process_group", None),
+                      getattr(m, "_inter_node_pg", None)):
+            if group is not None:
+                layout.use(group, L.DATA_PARALLEL)
+
+    _after_init(patcher, DistributedDataParallel, ddp)
+    _after_init(patcher, FullyShardedDataParallel, fsdp1)
+
+    import torch.distributed.tensor.parallel as tp
+    import torch.distributed.tensor.parallel.api as tp_api
+
+    original = tp_api.parallelize_module
+
+    @functools.wraps(original)
+    def parallelize_module(module, device_mesh=None, parallelize_plan=None, **kwargs):
+        out = original(module, device_mesh, parallelize_plan, **kwargs)
+        if device_mesh is not None:
+            layout.use_mesh(device_mesh, L.TENSOR_PARALLEL)
+        return out
+
+    patcher.setattr(tp_api, "parallelize_module", parallelize_module)
+    patcher.setattr(tp, "parallelize_module", parallelize_module)
+
+
+class _HookSlot:
+    """The communication hook DDP's C++ reducer calls: the fake group's work carries no result
+    and the reducer's built-in all-reduce hook refuses it. This stands in for it (divide and
+    all-reduce the bucket in place, as the built-in does) until the script registers its own
+    hook, which the C++ reducer would accept only once."""
+
+    def __init__(self, group, is_gradient) -> None:
+        self.group = group
+        self.is_gradient = is_gradient  # a bucket holds gradients, whatever made it
+        self.hook = self.state = None
+
+
+def _ddp_comm_hook(ddp, is_gradient) -> None:
+    import torch.distributed as dist
+
+    ddp._memlens_hook = slot = _HookSlot(ddp.process_group, is_gradient)
+    dist._register_comm_hook(ddp.reducer, slot, _run_ddp_hook)
+
+
+def _run_ddp_hook(slot: _HookSlot, bucket):
+    import torch.distributed as dist
+
+    buffer = bucket.buffer()
+    slot.is_gradient(buffer)
+    if slot.hook is not None:
+        return slot.hook(slot.state, bucket)
+    buffer.div_(slot.group.size())
+    dist.all_reduce(buffer, group=slot.group)
+    fut = torch.futures.Future()
+    fut.set_result(buffer)
+    return fut
+
+
+def _ddp_register_comm_hook(self, state, hook) -> None:
+    self._check_comm_hook(hook)
+    self._comm_hooks.append((hook, state))
+    self._memlens_hook.hook, self._memlens_hook.state = hook, state
+
+
+def _pipeline_user(patcher: Patcher, layout, L) -> None:
+    """torch.distributed.pipelining: the stage a rank holds follows its pipeline coordinate.
+    Shape inference between stages (no `input_args`) would need the other ranks' outputs:
+    object point-to-point (send/recv_object_list) refuses with a message saying so."""
+    from torch.distributed.pipelining.stage import _PipelineStageBase
+
+    def stage(s) -> None:
+        layout.stages.append(int(s.stage_index))
+        layout.use(s.group, L.PIPELINE)
+
+    _after_init(patcher, _PipelineStageBase, stage)
+    _pipeline_vote(patcher)
+
+
+def _pipeline_vote(patcher: Patcher) -> None:
+    """Before the first step the stages vote, over point-to-point messages, whether all of them
+    know their input and output shapes (static) or must infer them at run time, and each stage
+    reads the product of the votes back out of a tensor. Every rank runs the same script, so
+    each simulated stage takes its own vote as the outcome."""
+    from torch.distributed.pipelining import schedules
+    from torch.distributed.pipelining._utils import InferenceMode
+    from torch.distributed.pipelining.stage import PipelineStage
+
+    original = schedules._PipelineSchedule._warmup_p2p
+
+    @functools.wraps(original)
+    def _warmup_p2p(self, stages, has_backward, p2p_done):
+        if not all(isinstance(stage, PipelineStage) for stage in stages):
+            return original(self, stages, has_backward, p2p_done)
+        for stage in stages:
+            dynamic = InferenceMode.needs_dynamic(stage._user_meta, has_backward)
+            stage._inference_mode = InferenceMode.DYNAMIC if dynamic else InferenceMode.STATIC
+        return None
+
+    patcher.setattr(schedules._PipelineSchedule, "_warmup_p2p", _warmup_p2p)
+
+
+def _collective_users(patcher: Patcher, layout, L) -> None:
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as fc
+    import torch.distributed.distributed_c10d as c10d
+
+    def wrap(owners, name, what, group_of):
+        original = getattr(owners[0], name)
+
+        @functools.wraps(original)
+        def wrapper(*args, **kwargs):
+            layout.use(group_of(args, kwargs), what)
+            return original(*args, **kwargs)
+
+        for owner in owners:
+            if getattr(owner, name, None) is original:
+                patcher.setattr(owner, name, wrapper)
+
+    def group_at(i):
+        return lambda args, kwargs: kwargs.get("group", args[i] if len(args) > i else None)
+
+    for name, i in (("all_to_all_single", 4), ("all_to_all", 2)):
+        wrap((c10d, dist), name, L.ALL_TO_ALL, group_at(i))
+    for name, i in (("send", 2), ("recv", 2), ("isend", 2), ("irecv", 2)):
+        wrap((c10d, dist), name, L.P2P, group_at(i))
+
+    def p2p_group(args, kwargs):
+        ops = args[0] if args else kwargs.get("p2p_op_list", [])
+        return ops[0].group if ops else None
+
+    wrap((c10d, dist), "batch_isend_irecv", L.P2P, p2p_group)
+
+    def functional_group(args, kwargs):
+        group = kwargs.get("group", args[3] if len(args) > 3 else None)
+        return _as_process_group(group)
+
+    for name in ("all_to_all_single", "all_to_all_single_autograd"):
+        wrap((fc,), name, L.ALL_TO_ALL, functional_group)
+
+    def no_objects(*args, **kwargs):
+        from ..errors import MemlensError
+
+        raise MemlensError("send_object_list/recv_object_list: a simulated rank cannot receive "
+                           "what another rank sends (for pipeline stages, pass input_args and "
+                           "output_args to PipelineStage instead of inferring shapes)")
+
+    original_all_reduce = c10d.all_reduce
+
+    @functools.wraps(original_all_reduce)
+    def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        work = original_all_reduce(tensor, op, group, async_op)
+        return _DoneWork([tensor]) if async_op and work is not None else work
+
+    patcher.setattr(c10d, "all_reduce", all_reduce)
+    patcher.setattr(dist, "all_reduce", all_reduce)
+
+    for name in ("send_object_list", "recv_object_list"):
+        patcher.setattr(c10d, name, no_objects)
+        patcher.setattr(dist, name, no_objects)
+
+
+def _as_process_group(group):
+    """Functional collectives take a group, a mesh, (mesh, dim) or a group name."""
+    import torch.distributed.distributed_c10d as c10d
+
+    if isinstance(group, tuple) and len(group) == 2:
+        return group[0].get_group(group[1])
+    if hasattr(group, "get_group"):
+        return group.get_group() if group.ndim == 1 else None
+    if isinstance(group, str):
+        return c10d._resolve_process_group(group)
+    return group
+
+
+def _done_work_class():
+    import torch.distributed as dist
+
+    class DoneWork(dist.Work):
+        """Work of a fake collective whose future holds the output tensors, as NCCL's does
+        (DDP's compression hooks chain `get_future().then(...)` on an all-reduce)."""
+
+        def __init__(self, tensors) -> None:
+            super().__init__()
+            self._future = torch.futures.Future()
+            self._future.set_result(tensors)
+
+        def wait(self, timeout=None) -> bool:
+            return True
+
+        def is_completed(self) -> bool:
+            return True
+
+        def get_future(self):
+            return self._future
+
+    return DoneWork
+
+
+def _DoneWork(tensors):
+    global _DONE_WORK
+    if _DONE_WORK is None:
+        _DONE_WORK = _done_work_class()
+    return _DONE_WORK(tensors)
+
+
+_DONE_WORK = None

@@ -1,0 +1,61 @@
+"""PyTorch's own FSDPMemTracker on the same FSDP2 step that memlens traces: the peer estimate
+of test 1 (tests/test_distributed_fsdp.py).
+
+    python fsdp_mem_tracker.py WORLD_SIZE RANK DEVICE SCRIPT [SCRIPT ARGS...]  -> JSON on stdout
+
+SCRIPT must define `parse(argv)`, `build(args, device, mesh)`, `batch(device)` and
+`step(model, optimizer, x, y)` (tests/scripts/dist/fsdp2_train.py). Everything runs under
+FakeTensorMode with a fake process group, as torch's own tests of the tracker do: the model and
+optimizer are built before the tracker starts (it then takes stock of their parameters and
+states), two iterations run inside it, and its module statistics are reset after the first,
+as it requires.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+
+
+def main() -> None:
+    world, rank, device, script, *script_args = sys.argv[1:]
+    if device.startswith("cuda"):
+        from memlens.cuda.build import ensure_fake_cuda_support  # before torch
+
+        ensure_fake_cuda_support()
+    import torch
+    import torch.distributed as dist
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    spec = importlib.util.spec_from_file_location("train_script", script)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    args = mod.parse(script_args)
+    dist.init_process_group("fake", store=FakeStore(), rank=int(rank), world_size=int(world))
+    dev = torch.device(device)
+    mesh = init_device_mesh(dev.type, (int(world),), mesh_dim_names=("dp",))  # real, as
+    with FakeTensorMode():  # the tracker's own tests make it
+        model, optimizer = mod.build(args, dev, mesh)
+        tracker = FSDPMemTracker(model, optimizer)
+        x, y = mod.batch(dev, args.vocab)
+        tracker.track_inputs((x, y))
+        with tracker:
+            for i in range(2):
+                if i:
+                    x, y = mod.batch(dev, args.vocab)
+                mod.step(model, optimizer, x, y)
+                if i == 0:
+                    tracker.reset_mod_stats()
+        peak = tracker.get_tracker_snapshot("peak")
+    dev_key = next(k for k in peak if torch.device(k).type == dev.type)
+    print(json.dumps({"peak_bytes": peak[dev_key]["Total"],
+                      "at_peak": {str(k): v for k, v in peak[dev_key].items() if k != "Total"}}))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""`memlens run --ranks all`: ranks grouped by role, traced in parallel workers, a per-rank
+table, one snapshot per traced rank and an index naming them."""
+
+import json
+from pathlib import Path
+
+from conftest import run_memlens
+from memlens.distributed.roles import chunk_length, compact, group_ranks
+from support.ranks import DEVICE, SCRIPTS
+
+
+def _all(tmp_path, world, script, *args, jobs="2"):
+    snap = tmp_path / "job.json"
+    out = run_memlens("run", "--device", DEVICE, "--world-size", str(world), "--ranks", "all",
+                      "--jobs", jobs, "--snapshot", str(snap), "--", str(SCRIPTS / script),
+                      *args, cwd=tmp_path)
+    index_path = tmp_path / "job.ranks" / "index.json"
+    index = json.loads(index_path.read_text()) if index_path.exists() else None
+    return out, index
+
+
+def test_fsdp_job_groups_ranks_prints_the_table_and_indexes_snapshots(tmp_path):
+    out, index = _all(tmp_path, 8, "fsdp2_train.py")
+    assert out.returncode == 0, out.stderr[-3000:]
+    # 1,003 rows over 8 ranks: ranks 0-6 hold 126 of them, rank 7 holds 121: two roles.
+    rows = {r["rank"]: r for r in index["ranks"]}
+    assert sorted(rows) == [0, 7]
+    assert rows[0]["alike"] == [0, 1, 2, 3, 4, 5, 6] and rows[7]["alike"] == [7]
+    assert (rows[0]["role"], rows[7]["role"]) == ("dp 0/8", "dp 7/8")
+    assert index["world_size"] == 8 and index["worst_rank"] == 0
+    assert rows[0]["peak_bytes"] > rows[7]["peak_bytes"]  # more optimizer state on rank 0
+    for r in rows.values():
+        snap = json.loads((tmp_path / "job.ranks" / r["snapshot"]).read_text())
+        assert (snap["meta"]["rank"], snap["summary"]["peak_bytes"]) == (r["rank"],
+                                                                          r["peak_bytes"])
+        assert r["headroom_bytes"] == snap["meta"]["device"]["total_memory_bytes"] - \
+            r["peak_bytes"]
+    # The worst rank's snapshot is also the job's snapshot, where one-snapshot readers look.
+    assert json.loads((tmp_path / "job.json").read_text())["meta"]["rank"] == 0
+    table = out.stdout
+    assert "Ranks of a 8-process job" in table and "◀ worst" in table
+    assert "0-6" in table and "dp 7/8" in table
+
+
+def test_evenly_split_fsdp_job_is_one_group(tmp_path):
+    out, index = _all(tmp_path, 8, "fsdp2_train.py", "--vocab", "1024")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert [(r["rank"], r["alike"]) for r in index["ranks"]] == [(0, list(range(8)))]
+
+
+def test_a_failing_rank_is_reported_with_its_message(tmp_path):
+    out, index = _all(tmp_path, 8, "fsdp2_train.py", "--fail-on-rank", "7")
+    assert out.returncode == 1
+    rows = {r["rank"]: r for r in index["ranks"]}
+    assert rows[0]["status"] == "ok" and rows[7]["status"] == "failed"
+    assert "rank 7 has no data shard" in rows[7]["error"]["message"]
+    assert rows[7]["error"]["line"] > 0 and rows[7]["error"]["file"].endswith("fsdp2_train.py")
+    assert "rank 7 failed:" in out.stdout and "rank 7 has no data shard" in out.stdout
+
+
+def test_pipeline_job_traces_every_stage(tmp_path):
+    out, index = _all(tmp_path, 4, "pp_train.py")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert [(r["rank"], r["role"]) for r in index["ranks"]] == [
+        (s, f"pp {s}/4 · stage {s}") for s in range(4)]
+    assert index["worst_rank"] == 3  # the last stage also holds the head
+
+
+# -- the grouping rule on layouts rank 0 could report ---------------------------------------------
+def _family(name, groups, uses, shards=()):
+    return {"name": name, "groups": groups, "uses": uses, "shards": list(shards)}
+
+
+def test_grouping_rule():
+    mesh_dp = [[0, 2, 4, 6], [1, 3, 5, 7]]  # mesh (dp=4, tp=2): dp groups vary the first dim
+    mesh_tp = [[0, 1], [2, 3], [4, 5], [6, 7]]
+    fsdp_tp = {"families": [_family("dp", mesh_dp, ["data_parallel"], [128, 512]),
+                            _family("tp", mesh_tp, ["tensor_parallel"])]}
+    assert [(g.representative, g.ranks) for g in group_ranks(fsdp_tp, 8)] == [
+        (0, [0, 2, 4, 6]), (1, [1, 3, 5, 7])]
+    uneven = {"families": [_family("world", [list(range(8))], ["data_parallel"], [1003])]}
+    assert [g.ranks for g in group_ranks(uneven, 8)] == [list(range(7)), [7]]
+    unused = {"families": [_family("dp", [list(range(8))], [])]}
+    assert [g.ranks for g in group_ranks(unused, 8)] == [list(range(8))]
+    partial = {"families": [_family("groups of 2", [[0, 1]], ["all_to_all"])]}
+    assert [g.ranks for g in group_ranks(partial, 4)] == [[0], [1], [2, 3]]
+    assert [chunk_length(10, 4, i) for i in range(4)] == [3, 3, 3, 1]
+    assert [chunk_length(2, 4, i) for i in range(4)] == [1, 1, 0, 0]
+    assert compact([0, 1, 2, 3, 5, 7, 8]) == "0-3,5,7-8"
