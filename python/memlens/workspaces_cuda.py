@@ -79,7 +79,9 @@ class CudaRules:
                            nbytes, t.device)]
 
     def _collective(self, args, kwargs, out) -> list[Persistent]:
-        t = _first_tensor(out) or _first_tensor(args)
+        t = _first_tensor(out)
+        if t is None:  # (never `or`: a tensor has no truth value)
+            t = _first_tensor(args)
         if t is not None and t.device.type == "cuda":
             self.collective_devices.add(device_key(t.device))
         return []
