@@ -33,6 +33,11 @@ def apply(patcher: Patcher, on_external_tensor, on_storage_resized) -> None:
                 old = t1.detach()
                 t1.data = t2.detach()
                 t2.data = old
+            # A fake tensor keeps its device in Python: `.data` does not move it (`.cuda()`
+            # of a module built on the CPU would leave its first parameters there).
+            d1, d2 = getattr(t1, "fake_device", None), getattr(t2, "fake_device", None)
+            if d1 is not None and d2 is not None:
+                t1.fake_device, t2.fake_device = d2, d1
 
     patcher.setattr(torch.utils, "swap_tensors", swap_tensors)
 
