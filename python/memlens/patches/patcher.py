@@ -20,10 +20,17 @@ class Patcher:
         setattr(owner, name, value)
         return getattr(owner, name) if original is _MISSING else original
 
+    def defer(self, undo) -> None:
+        """Call `undo()` when undoing, in reverse order with the attribute patches (for changes
+        that are not attributes, such as operator registrations)."""
+        self._undo.append((None, undo, None))
+
     def undo(self) -> None:
         while self._undo:
             owner, name, original = self._undo.pop()
-            if original is _MISSING:
+            if owner is None:
+                name()
+            elif original is _MISSING:
                 delattr(owner, name)
             else:
                 setattr(owner, name, original)
