@@ -205,6 +205,10 @@ def _trace(args, console, err) -> int:
     if getattr(args, "ranks", None) == "all":
         return _trace_all_ranks(args, spec, target, command, console, err)
 
+    from . import cuda_session
+
+    cuda_session.prepare(device.type, spec.local_world_size if spec else 1)
+
     from .session import trace_target
 
     progress_mode = args.progress

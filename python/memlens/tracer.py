@@ -16,6 +16,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from . import categories as C
+from . import cuda_session
 from .accountant import Accountant
 from .classifier import Classifier
 from .devices import DeviceSpec
@@ -27,6 +28,7 @@ from .modules import ModuleTracker
 from .patches import Patcher
 from .patches import torch_core
 from .phases import PhaseTracker
+from .plugins import PluginHost
 from .stacks import StackTable
 from .workspaces import WorkspaceModel
 
@@ -57,6 +59,9 @@ class Tracer:
         self.end_seq = -1
         self.allocator_settings: dict | None = None  # set when a CUDA allocator starts
         self.started = self.finished = 0.0
+        self.notes: list[str] = []  # what plugins changed about the run (snapshot meta.notes)
+        self.plugins = PluginHost(self)
+        self._cuda = contextlib.nullcontext()
 
     # -- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> "Tracer":
@@ -71,10 +76,14 @@ class Tracer:
                                     lambda t: self.classifier.mark(t, C.GRADIENT))
         self.modules.install()
         self.classifier.install()
+        self.plugins.install()
         self._step_hooks = [
             o.register_optimizer_step_pre_hook(lambda *a: self.phases.on_step_begin()),
             o.register_optimizer_step_post_hook(lambda *a: self.phases.on_step_end()),
         ]
+        # Before the fake mode: on a CUDA build it must not find out that there is no GPU.
+        self._cuda = cuda_session.simulate(self)
+        self._cuda.__enter__()
         self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
         self.fake_mode.__enter__()
         self.accountant.__enter__()
@@ -87,12 +96,14 @@ class Tracer:
             self.fake_mode.__exit__(None, None, None)
         for h in self._step_hooks:
             h.remove()
+        self.plugins.uninstall()
         self.classifier.uninstall()
         self.modules.uninstall()
         if self.rank is not None:
             from .patches import torch_distributed
 
             torch_distributed.destroy_if_initialized()
+        self._cuda.__exit__(None, None, None)
         self._patcher.undo()
         self.finished = time.time()
         # Tracing stopped the workload after the requested iterations: a normal end.
