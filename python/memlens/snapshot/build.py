@@ -247,6 +247,7 @@ def build_snapshot(tracer, meta: dict[str, Any],
             **tracer.parallel_meta(),
             "allocator": tracer.allocator_settings,
             "iterations": tracer.iterations, "duration_s": round(tracer.finished - tracer.started, 3),
+            **({"notes": list(tracer.notes)} if getattr(tracer, "notes", None) else {}),
             **meta,
         },
         "summary": {

@@ -1,0 +1,251 @@
+"""Megatron-core (and Megatron-LM's training loop): what a trace needs from them, and nothing else.
+
+Activated when `megatron.core` is imported inside a trace (plugins/__init__.py); every patch is
+applied to a module right after it is imported, version-checked, and undone when the trace
+ends. What the patches change about the run is listed in the snapshot's `meta.notes`.
+
+- Phases follow Megatron's structure: each call of a pipeline schedule (the function
+  `get_forward_backward_func()` returns) is `forward_backward_iter_N`, each
+  `MegatronOptimizer.step()` is `optimizer_step_iter_N` (grad copies, clipping and the
+  parameter all-gather included); before the first schedule call is `setup_model_and_optimizer`.
+- The CUDA RNG tracker keeps its states through `torch.cuda.get_rng_state`/`set_rng_state`
+  (simulated) rather than `torch.cuda.default_generators`, and forks without comparing CPU
+  generator states (values a trace does not have; the comparison only ever logs a warning).
+- Categories: the DDP parameter buffer is parameter memory and the gradient buffer gradient
+  memory (both held by the DDP wrapper: they are shared by all its parameters); the optimizer's
+  fp32 main parameters are optimizer state, as Megatron counts them.
+- MoE routing is drop-and-pad at capacity factor 1.0: every expert receives exactly its share
+  of the tokens (uniform load), so shapes do not depend on router values a trace does not have.
+- Megatron-LM's `megatron.training` (when present) is set up for a trace: see megatron_args.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+from types import ModuleType
+
+from .. import categories as C
+from ..patches.patcher import Patcher, check_version
+
+# megatron-core versions these patches were written and tested against.
+TESTED = ("0.16.0", "0.17.0")
+SCHEDULES = ("forward_backward_no_pipelining", "forward_backward_pipelining_with_interleaving",
+             "forward_backward_pipelining_without_interleaving")
+
+_active: "_Plugin | None" = None
+
+
+def activate(tracer, watcher) -> None:
+    """Called as `megatron.core` starts to be imported: nothing of it exists yet."""
+    global _active
+    _active = _Plugin(tracer)
+    for name, patch in _active.patches().items():
+        watcher.watch(name, patch)
+
+
+def deactivate() -> None:
+    global _active
+    if _active is not None:
+        _active.undo()
+        _active = None
+
+
+class _Plugin:
+    def __init__(self, tracer) -> None:
+        self.tracer = tracer
+        self.patcher = Patcher()
+        self._functions: dict = {}  # replacement function -> original
+
+    def replace(self, module: ModuleType, name: str, new) -> None:
+        """Replace a module-level function; on undo also where other modules bound it with
+        `from module import name` after the replacement."""
+        self._functions[new] = self.patcher.setattr(module, name, new)
+
+    def undo(self) -> None:
+        self.patcher.undo()
+        for mod in [m for n, m in list(sys.modules.items()) if n.startswith("megatron.")]:
+            for attr, value in list(vars(mod).items()):
+                original = self._functions.get(value) if callable(value) else None
+                if original is not None:
+                    setattr(mod, attr, original)
+
+    def note(self, text: str) -> None:
+        if text not in self.tracer.notes:
+            self.tracer.notes.append(text)
+
+    def patches(self) -> dict:
+        """module name -> what to patch in it once it is imported."""
+        return {
+            "megatron.core.package_info": self.check_version,
+            "megatron.core.utils": self.utils,
+            "megatron.core.tensor_parallel.random": self.rng,
+            "megatron.core.pipeline_parallel.schedules": self.schedules,
+            "megatron.core.optimizer.optimizer": self.optimizer,
+            "megatron.core.distributed.distributed_data_parallel": self.buffers,
+            "megatron.core.transformer.transformer_config": self.transformer_config,
+        }
+
+    def check_version(self, mod: ModuleType) -> None:
+        check_version("megatron-core", getattr(mod, "__version__", "0"), TESTED)
+
+    # -- phases ------------------------------------------------------------------------------
+    def schedules(self, mod: ModuleType) -> None:
+        phases = self.tracer.phases
+        for name in SCHEDULES:
+            original = getattr(mod, name, None)
+            if original is None:
+                continue
+
+            @functools.wraps(original)
+            def schedule(*args, __original=original, **kwargs):
+                phases.on_top_level_forward()  # forward_backward_iter_N begins (or stops)
+                return __original(*args, **kwargs)
+
+            self.patcher.setattr(mod, name, schedule)
+
+    def optimizer(self, mod: ModuleType) -> None:
+        phases = self.tracer.phases
+        plugin = self
+
+        def wrap_step(cls) -> None:
+            original = cls.step
+
+            @functools.wraps(original)
+            def step(self, *args, **kwargs):
+                phases.on_step_begin()
+                try:
+                    if not getattr(self, "_memlens_states_marked", False):
+                        plugin.mark_main_params(self)
+                    return original(self, *args, **kwargs)
+                finally:
+                    phases.on_step_end()
+
+            self.patcher.setattr(cls, "step", step)
+
+        for cls in (mod.MegatronOptimizer, *_subclasses(mod.MegatronOptimizer)):
+            if "step" in vars(cls):
+                wrap_step(cls)
+
+    def mark_main_params(self, optimizer) -> None:
+        """The fp32 copies the inner torch optimizer updates are optimizer state (Megatron's
+        12 bytes per parameter: main parameter, exp_avg, exp_avg_sq)."""
+        inner = getattr(optimizer, "optimizer", None)
+        for group in getattr(inner, "param_groups", ()):
+            for p in group["params"]:
+                if p.dtype.is_floating_point and p.element_size() == 4 and \
+                        id(p) not in self.tracer.modules.param_owner:
+                    self.tracer.classifier.pin(p, C.OPTIMIZER_STATE)
+        optimizer._memlens_states_marked = True
+
+    # -- buffers -----------------------------------------------------------------------------
+    def buffers(self, mod: ModuleType) -> None:
+        cls = mod.DistributedDataParallel
+        original = cls.__init__
+        tracer = self.tracer
+
+        @functools.wraps(original)
+        def __init__(self, *args, **kwargs):
+            original(self, *args, **kwargs)
+            owner = tracer.modules.index_of(self)  # the flat buffers belong to no one layer
+            for buffer in [*getattr(self, "buffers", ()),
+                           *getattr(self, "expert_parallel_buffers", ())]:
+                if getattr(buffer, "param_data", None) is not None:
+                    tracer.classifier.pin(buffer.param_data, C.PARAMETER, owner)
+                if getattr(buffer, "grad_data", None) is not None:
+                    tracer.classifier.pin(buffer.grad_data, C.GRADIENT, owner)
+
+        self.patcher.setattr(cls, "__init__", __init__)
+
+    # -- host reads -------------------------------------------------------------------------
+    def utils(self, mod: ModuleType) -> None:
+        """Without apex and Transformer Engine, Megatron's gradient norm builds a host tensor
+        from every per-tensor norm (reading each one's value): the same norms, stacked on the
+        device instead."""
+        import torch
+
+        def local_multi_tensor_l2_norm(chunk_size, noop_flag, tensor_lists, per_tensor, *args):
+            norms = [torch.norm(t) for tensors in tensor_lists for t in tensors]
+            total = torch.norm(torch.stack(norms)) if norms else \
+                torch.zeros((), device="cuda")
+            return total.reshape(1).float(), None
+
+        if hasattr(mod, "local_multi_tensor_l2_norm"):
+            self.replace(mod, "local_multi_tensor_l2_norm", local_multi_tensor_l2_norm)
+
+    # -- RNG ---------------------------------------------------------------------------------
+    def rng(self, mod: ModuleType) -> None:
+        import torch
+
+        def get_state(device=-1, clone=False, graph_safe=False):
+            return torch.cuda.get_rng_state(_cuda_device(device))
+
+        def set_state(new_state, device=-1, graph_safe=False):
+            torch.cuda.set_rng_state(new_state, _cuda_device(device))
+
+        self.replace(mod, "_get_cuda_rng_state", get_state)
+        self.replace(mod, "_set_cuda_rng_state", set_state)
+        self.patcher.setattr(mod.CudaRNGStatesTracker, "fork", _fork)
+
+    # -- MoE ---------------------------------------------------------------------------------
+    def transformer_config(self, mod: ModuleType) -> None:
+        cls = mod.TransformerConfig
+        original = cls.__post_init__
+        plugin = self
+
+        @functools.wraps(original)
+        def __post_init__(self):
+            if getattr(self, "num_moe_experts", None):
+                plugin.drop_and_pad(self)
+            original(self)
+
+        self.patcher.setattr(cls, "__post_init__", __post_init__)
+
+    def drop_and_pad(self, config) -> None:
+        config.moe_expert_capacity_factor = 1.0
+        config.moe_pad_expert_input_to_capacity = True
+        self.note("MoE routing: tokens dropped and padded at capacity factor 1.0 (every expert "
+                  "gets exactly its share of tokens: uniform expert load), whatever the "
+                  "configuration asked; a trace has no router values to route by")
+
+
+def _subclasses(cls) -> list:
+    out = []
+    for sub in cls.__subclasses__():
+        out += [sub, *_subclasses(sub)]
+    return out
+
+
+def _cuda_device(device):
+    import torch
+
+    if device == -1 or device is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    if isinstance(device, int):
+        return torch.device("cuda", device)
+    return torch.device(device)
+
+
+@contextlib.contextmanager
+def _fork(self, name=None):
+    """CudaRNGStatesTracker.fork: switch to the named state, run, keep its new value and switch
+    back (Megatron's own also compares CPU generator states, to log a warning)."""
+    from megatron.core.tensor_parallel import random as r
+
+    name = name or r._MODEL_PARALLEL_RNG_TRACKER_NAME
+    if name not in self.states_:
+        raise Exception(f"cuda rng state {name} is not added")
+    previous, previous_name = r._get_cuda_rng_state(), self._current_state_name
+    if previous_name != "default-rng":
+        self.states_[previous_name] = previous
+    r._set_cuda_rng_state(self.states_[name])
+    self._current_state_name = name
+    try:
+        yield
+    finally:
+        self.states_[name] = r._get_cuda_rng_state()
+        if previous_name != "default-rng":
+            previous = self.states_[previous_name]
+        r._set_cuda_rng_state(previous)
+        self._current_state_name = previous_name
