@@ -205,6 +205,7 @@ def build_snapshot(tracer, meta: dict[str, Any],
             "stream": [r.stream for r in records],
             "alloc_seq": [r.alloc_seq for r in records],
             "free_seq": [r.free_seq for r in records],
+            "backward": [int(r.backward) for r in records],
         }
 
     phases_out = []
