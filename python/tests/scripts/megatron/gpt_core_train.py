@@ -96,15 +96,20 @@ optimizer = get_megatron_optimizer(
 
 
 def batches():
+    # One causal mask for every layer, as Megatron's GPT datasets make it (without one, each
+    # layer would build and keep an s x s mask of its own).
+    causal = torch.triu(torch.ones(args.seq, args.seq, dtype=torch.bool, device="cuda"), 1)
     while True:
         tokens = torch.randint(0, args.vocab, (args.micro_batch, args.seq), device="cuda")
         yield {"tokens": tokens, "labels": torch.roll(tokens, -1, 1),
-               "position_ids": torch.arange(args.seq, device="cuda").expand_as(tokens)}
+               "position_ids": torch.arange(args.seq, device="cuda").expand_as(tokens),
+               "attention_mask": causal.expand(args.micro_batch, 1, args.seq, args.seq)}
 
 
 def forward_step(data_iterator, model):
     batch = next(data_iterator)
-    output = model(batch["tokens"], batch["position_ids"], None, labels=batch["labels"])
+    output = model(batch["tokens"], batch["position_ids"], batch["attention_mask"],
+                   labels=batch["labels"])
 
     def loss_func(output_tensor):
         loss = output_tensor.float().mean()
