@@ -85,6 +85,9 @@ class _Plugin:
             "megatron.core.optimizer.optimizer": self.optimizer,
             "megatron.core.distributed.distributed_data_parallel": self.buffers,
             "megatron.core.transformer.transformer_config": self.transformer_config,
+            "megatron.core.transformer.torch_norm": self.torch_norm,
+            "megatron.core.transformer.moe.moe_utils": self.moe_utils,
+            "megatron.core.transformer.moe.token_dispatcher": self.token_dispatcher,
         }
 
     def check_version(self, mod: ModuleType) -> None:
@@ -131,7 +134,13 @@ class _Plugin:
     def mark_main_params(self, optimizer) -> None:
         """The fp32 copies the inner torch optimizer updates are optimizer state (Megatron's
         12 bytes per parameter: main parameter, exp_avg, exp_avg_sq)."""
-        inner = getattr(optimizer, "optimizer", None)
+        chained = vars(optimizer).get("chained_optimizers")
+        if chained is not None:
+            for sub in chained:
+                self.mark_main_params(sub)
+            optimizer._memlens_states_marked = True
+            return
+        inner = vars(optimizer).get("optimizer")
         for group in getattr(inner, "param_groups", ()):
             for p in group["params"]:
                 if p.dtype.is_floating_point and p.element_size() == 4 and \
@@ -188,6 +197,33 @@ class _Plugin:
         self.replace(mod, "_set_cuda_rng_state", set_state)
         self.patcher.setattr(mod.CudaRNGStatesTracker, "fork", _fork)
 
+    # -- norms -------------------------------------------------------------------------------
+    def torch_norm(self, mod: ModuleType) -> None:
+        """Without apex, Megatron's local layer spec builds torch's LayerNorm/RMSNorm and refuses
+        sequence parallelism, which apex's FusedLayerNorm (same saved tensors: input, mean,
+        rstd) supports by marking its weights for the tensor-parallel gradient all-reduce. Do
+        what apex does."""
+        import copy
+
+        original = mod.WrappedTorchNorm.__new__
+        plugin = self
+
+        @functools.wraps(original)
+        def __new__(cls, config, *args, **kwargs):
+            if not getattr(config, "sequence_parallel", False):
+                return original(cls, config, *args, **kwargs)
+            plain = copy.copy(config)
+            plain.sequence_parallel = False
+            norm = original(cls, plain, *args, **kwargs)
+            for p in norm.parameters():
+                p.sequence_parallel = True
+            plugin.note("sequence parallelism with torch's LayerNorm/RMSNorm (apex is not "
+                        "installed): norm weights marked sequence-parallel, as apex's "
+                        "FusedLayerNorm marks them")
+            return norm
+
+        self.patcher.setattr(mod.WrappedTorchNorm, "__new__", staticmethod(__new__))
+
     # -- MoE ---------------------------------------------------------------------------------
     def transformer_config(self, mod: ModuleType) -> None:
         cls = mod.TransformerConfig
@@ -201,6 +237,35 @@ class _Plugin:
             original(self)
 
         self.patcher.setattr(cls, "__post_init__", __post_init__)
+
+    def moe_utils(self, mod: ModuleType) -> None:
+        """megatron-core 0.16 imports `te_general_gemm` only with Transformer Engine but its
+        router tests `te_general_gemm is not None` either way: a NameError without TE. Define
+        the name as the code means it (absent)."""
+        if not getattr(mod, "HAVE_TE", True) and not hasattr(mod, "te_general_gemm"):
+            self.patcher.setattr(mod, "te_general_gemm", None)
+
+    def token_dispatcher(self, mod: ModuleType) -> None:
+        """At capacity the tokens per local expert are a known constant, which Megatron keeps
+        in a host tensor made with torch.full (and reads back with .tolist()): under the fake
+        mode it would be a fake tensor without values. Make it the real host tensor it is."""
+        cls = mod.MoEAlltoAllTokenDispatcher
+        original = cls.preprocess
+
+        @functools.wraps(original)
+        def preprocess(self, routing_map):
+            out = original(self, routing_map)
+            if getattr(self, "drop_and_pad", False) and out.device.type == "cpu":
+                from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+                with unset_fake_temporarily():
+                    import torch
+
+                    out = torch.full(tuple(out.shape), self.capacity * self.tp_size * self.ep_size,
+                                     dtype=out.dtype)
+            return out
+
+        self.patcher.setattr(cls, "preprocess", preprocess)
 
     def drop_and_pad(self, config) -> None:
         config.moe_expert_capacity_factor = 1.0
