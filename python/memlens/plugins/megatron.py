@@ -34,6 +34,11 @@ TESTED = ("0.16.0", "0.17.0")
 SCHEDULES = ("forward_backward_no_pipelining", "forward_backward_pipelining_with_interleaving",
              "forward_backward_pipelining_without_interleaving")
 
+# (model parameters, their fp32 main copies) group lists of Megatron's mixed-precision
+# optimizers: Float16OptimizerWithFloat16Params, DistributedOptimizer.
+_MAIN_PARAM_GROUPS = (("float16_groups", "fp32_from_float16_groups"),
+                      ("model_float16_groups", "shard_fp32_from_float16_groups"))
+
 _active: "_Plugin | None" = None
 
 
@@ -133,19 +138,20 @@ class _Plugin:
 
     def mark_main_params(self, optimizer) -> None:
         """The fp32 copies the inner torch optimizer updates are optimizer state (Megatron's
-        12 bytes per parameter: main parameter, exp_avg, exp_avg_sq)."""
+        12 bytes per parameter: main parameter, exp_avg, exp_avg_sq), owned by the module of
+        the parameter they copy (so are the Adam moments the classifier finds for them)."""
         chained = vars(optimizer).get("chained_optimizers")
-        if chained is not None:
-            for sub in chained:
-                self.mark_main_params(sub)
-            optimizer._memlens_states_marked = True
-            return
-        inner = vars(optimizer).get("optimizer")
-        for group in getattr(inner, "param_groups", ()):
-            for p in group["params"]:
-                if p.dtype.is_floating_point and p.element_size() == 4 and \
-                        id(p) not in self.tracer.modules.param_owner:
-                    self.tracer.classifier.pin(p, C.OPTIMIZER_STATE)
+        for sub in chained or ():
+            self.mark_main_params(sub)
+        owners = self.tracer.modules.param_owner
+        for model_attr, main_attr in _MAIN_PARAM_GROUPS:
+            for models, mains in zip(vars(optimizer).get(model_attr) or (),
+                                     vars(optimizer).get(main_attr) or ()):
+                for model, main in zip(models, mains):
+                    owner = owners.get(id(model))
+                    if owner is not None:
+                        owners[id(main)] = owner
+                    self.tracer.classifier.pin(main, C.OPTIMIZER_STATE, owner)
         optimizer._memlens_states_marked = True
 
     # -- buffers -----------------------------------------------------------------------------
@@ -157,13 +163,14 @@ class _Plugin:
         @functools.wraps(original)
         def __init__(self, *args, **kwargs):
             original(self, *args, **kwargs)
-            owner = tracer.modules.index_of(self)  # the flat buffers belong to no one layer
+            owner = tracer.modules.index_of(self)  # the buffers' padding belongs to no layer
             for buffer in [*getattr(self, "buffers", ()),
                            *getattr(self, "expert_parallel_buffers", ())]:
-                if getattr(buffer, "param_data", None) is not None:
-                    tracer.classifier.pin(buffer.param_data, C.PARAMETER, owner)
-                if getattr(buffer, "grad_data", None) is not None:
-                    tracer.classifier.pin(buffer.grad_data, C.GRADIENT, owner)
+                for name, category in (("param_data", C.PARAMETER), ("grad_data", C.GRADIENT)):
+                    data = getattr(buffer, name, None)
+                    if data is not None:
+                        tracer.classifier.pin(data, category, owner)
+                        _share_by_parameter(tracer, buffer, data)
 
         self.patcher.setattr(cls, "__init__", __init__)
 
@@ -273,6 +280,23 @@ class _Plugin:
         self.note("MoE routing: tokens dropped and padded at capacity factor 1.0 (every expert "
                   "gets exactly its share of tokens: uniform expert load), whatever the "
                   "configuration asked; a trace has no router values to route by")
+
+
+def _share_by_parameter(tracer, buffer, data) -> None:
+    """A flat buffer holds every parameter's data (or gradient): in the module tables each
+    module gets the slices of its own parameters."""
+    rid = tracer.ledger.storage_rid(data.untyped_storage())
+    index = getattr(buffer, "param_index_map", None)
+    if rid is None or not index:
+        return
+    owners = tracer.modules.param_owner
+    size = data.element_size()
+    parts: dict[int, int] = {}
+    for param, (start, end, _bucket) in index.items():
+        module = owners.get(id(param), -1)
+        if module >= 0:
+            parts[module] = parts.get(module, 0) + (end - start) * size
+    tracer.ledger.share(rid, sorted(parts.items()))
 
 
 def _subclasses(cls) -> list:
