@@ -100,7 +100,7 @@ def test_each_rank_uses_its_own_gpu(snapshots):
 
 def test_sequence_parallel_with_torch_norms_is_noted(snapshots):
     notes = snapshots("tp-sp-distopt", 0)["meta"].get("notes", [])
-    assert any("sequence parallel" in n for n in notes), notes
+    assert any("sequence-parallel" in n for n in notes), notes
 
 
 def test_plugin_is_undone_after_the_trace():

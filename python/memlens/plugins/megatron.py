@@ -39,6 +39,9 @@ SCHEDULES = ("forward_backward_no_pipelining", "forward_backward_pipelining_with
 _MAIN_PARAM_GROUPS = (("float16_groups", "fp32_from_float16_groups"),
                       ("model_float16_groups", "shard_fp32_from_float16_groups"))
 
+# Megatron-LM's entry-point scripts and their helpers, which import Megatron's functions.
+_ENTRY_POINTS = ("__main__", "gpt_builders", "mamba_builders", "model_provider")
+
 _active: "_Plugin | None" = None
 
 
@@ -46,6 +49,9 @@ def activate(tracer, watcher) -> None:
     """Called as `megatron.core` starts to be imported: nothing of it exists yet."""
     global _active
     _active = _Plugin(tracer)
+    from . import megatron_kernels
+
+    _active.kernels = megatron_kernels.install()
     for name, patch in _active.patches().items():
         watcher.watch(name, patch)
 
@@ -62,15 +68,26 @@ class _Plugin:
         self.tracer = tracer
         self.patcher = Patcher()
         self._functions: dict = {}  # replacement function -> original
+        self.kernels: list[str] = []  # stand-in CUDA extensions put in sys.modules
+        # Transformer Engine was asked for but is not installed: attention as TE holds it.
+        self.flash_attention = False
 
     def replace(self, module: ModuleType, name: str, new) -> None:
-        """Replace a module-level function; on undo also where other modules bound it with
-        `from module import name` after the replacement."""
-        self._functions[new] = self.patcher.setattr(module, name, new)
+        """Replace a module-level function, also where other Megatron modules bound it with
+        `from module import name` (before or after the replacement: undone everywhere)."""
+        original = self.patcher.setattr(module, name, new)
+        self._functions[new] = original
+        for mod in _megatron_modules():
+            for attr, value in list(vars(mod).items()):
+                if value is original and mod is not module:
+                    self.patcher.setattr(mod, attr, new)
 
     def undo(self) -> None:
+        from . import megatron_kernels
+
+        megatron_kernels.uninstall(self.kernels)
         self.patcher.undo()
-        for mod in [m for n, m in list(sys.modules.items()) if n.startswith("megatron.")]:
+        for mod in _megatron_modules():
             for attr, value in list(vars(mod).items()):
                 original = self._functions.get(value) if callable(value) else None
                 if original is not None:
@@ -91,8 +108,15 @@ class _Plugin:
             "megatron.core.distributed.distributed_data_parallel": self.buffers,
             "megatron.core.transformer.transformer_config": self.transformer_config,
             "megatron.core.transformer.torch_norm": self.torch_norm,
+            "megatron.core.tensor_parallel.layers": self.tp_layers,
             "megatron.core.transformer.moe.moe_utils": self.moe_utils,
             "megatron.core.transformer.moe.token_dispatcher": self.token_dispatcher,
+            "megatron.core.models.gpt.gpt_layer_specs": self.layer_specs,
+            # Megatron-LM's training package (not in the megatron-core wheel)
+            "megatron.training.arguments": self.arguments,
+            "megatron.training.initialize": self.initialize,
+            "megatron.training.training": self.training,
+            "megatron.training.utils": self.training_utils,
         }
 
     def check_version(self, mod: ModuleType) -> None:
@@ -206,10 +230,10 @@ class _Plugin:
 
     # -- norms -------------------------------------------------------------------------------
     def torch_norm(self, mod: ModuleType) -> None:
-        """Without apex, Megatron's local layer spec builds torch's LayerNorm/RMSNorm and refuses
-        sequence parallelism, which apex's FusedLayerNorm (same saved tensors: input, mean,
-        rstd) supports by marking its weights for the tensor-parallel gradient all-reduce. Do
-        what apex does."""
+        """Without apex, Megatron's local layer spec builds torch's LayerNorm/RMSNorm, which
+        refuses sequence parallelism and apex's persistent kernel. Apex's FusedLayerNorm saves
+        the same tensors (input, mean, rstd): do what it does, marking the weights for the
+        tensor-parallel gradient all-reduce under sequence parallelism."""
         import copy
 
         original = mod.WrappedTorchNorm.__new__
@@ -217,19 +241,137 @@ class _Plugin:
 
         @functools.wraps(original)
         def __new__(cls, config, *args, **kwargs):
-            if not getattr(config, "sequence_parallel", False):
+            sp = getattr(config, "sequence_parallel", False)
+            persist = getattr(config, "persist_layer_norm", False)
+            if not (sp or persist):
                 return original(cls, config, *args, **kwargs)
             plain = copy.copy(config)
-            plain.sequence_parallel = False
+            plain.sequence_parallel = plain.persist_layer_norm = False
             norm = original(cls, plain, *args, **kwargs)
             for p in norm.parameters():
-                p.sequence_parallel = True
-            plugin.note("sequence parallelism with torch's LayerNorm/RMSNorm (apex is not "
-                        "installed): norm weights marked sequence-parallel, as apex's "
-                        "FusedLayerNorm marks them")
+                p.sequence_parallel = sp
+            plugin.note("apex is not installed: torch's LayerNorm/RMSNorm stands in for apex's "
+                        "FusedLayerNorm (the same saved tensors)" +
+                        (", its weights marked sequence-parallel as apex marks them" if sp
+                         else ""))
             return norm
 
         self.patcher.setattr(mod.WrappedTorchNorm, "__new__", staticmethod(__new__))
+
+    def tp_layers(self, mod: ModuleType) -> None:
+        """Gradient accumulation fusion (Megatron-LM's default) needs apex's CUDA extension,
+        whose kernel adds the weight gradient straight into the fp32 gradient buffer and
+        allocates nothing. Stand in for it with a kernel that does the same to memory (no
+        values in a trace), so the run keeps the configured fusion."""
+        if getattr(mod, "_grad_accum_fusion_available", True):
+            return
+        plugin = self
+
+        def wgrad_gemm_accum(total_input, grad_output, main_grad) -> None:
+            plugin.note("apex is not installed: its fused weight-gradient accumulation "
+                        "(--gradient-accumulation-fusion) stood in for by a kernel that, like "
+                        "it, writes into the fp32 gradient buffer and allocates nothing")
+
+        from types import SimpleNamespace
+
+        kernels = SimpleNamespace(wgrad_gemm_accum_fp32=wgrad_gemm_accum,
+                                  wgrad_gemm_accum_fp16=wgrad_gemm_accum)
+        self.patcher.setattr(mod, "fused_weight_gradient_mlp_cuda", kernels)
+        self.patcher.setattr(mod, "_grad_accum_fusion_available", True)
+
+    # -- Transformer Engine absent ----------------------------------------------------------
+    def want_flash_attention(self) -> None:
+        self.flash_attention = True
+        self.note("Transformer Engine is not installed here: layers use Megatron's local "
+                  "modules, with core attention holding what TE's fused (flash) attention "
+                  "holds (q, k, v, output, fp32 log-sum-exp; no s x s scores)")
+
+    def layer_specs(self, mod: ModuleType) -> None:
+        """Layer specs asked for with Transformer Engine where it is absent: the local spec, with
+        attention as TE holds memory; the local spec after that, the same way."""
+        from .megatron_attention import use_flash
+
+        plugin, have_te = self, getattr(mod, "HAVE_TE", True)
+        local, te_spec = mod.get_gpt_layer_local_spec, mod.get_gpt_layer_with_transformer_engine_spec
+        decoder = getattr(mod, "get_gpt_decoder_layer_specs", None)
+
+        @functools.wraps(local)
+        def get_gpt_layer_local_spec(*args, **kwargs):
+            spec = local(*args, **kwargs)
+            if plugin.flash_attention:
+                use_flash(spec)
+            return spec
+
+        @functools.wraps(te_spec)
+        def get_gpt_layer_with_transformer_engine_spec(*args, **kwargs):
+            if have_te:
+                return te_spec(*args, **kwargs)
+            plugin.want_flash_attention()
+            keep = ("num_experts", "moe_grouped_gemm", "qk_layernorm", "multi_latent_attention",
+                    "moe_use_legacy_grouped_gemm", "qk_l2_norm")
+            named = dict(zip(keep, args))
+            named.update({k: v for k, v in kwargs.items() if k in keep})
+            return get_gpt_layer_local_spec(**named)
+
+        self.replace(mod, "get_gpt_layer_local_spec", get_gpt_layer_local_spec)
+        self.replace(mod, "get_gpt_layer_with_transformer_engine_spec",
+                     get_gpt_layer_with_transformer_engine_spec)
+        if decoder is None:
+            return
+
+        @functools.wraps(decoder)
+        def get_gpt_decoder_layer_specs(config, use_transformer_engine, *args, **kwargs):
+            if use_transformer_engine and not have_te:
+                plugin.want_flash_attention()
+                use_transformer_engine = False
+            return decoder(config, use_transformer_engine, *args, **kwargs)
+
+        self.replace(mod, "get_gpt_decoder_layer_specs", get_gpt_decoder_layer_specs)
+
+    # -- Megatron-LM's training loop --------------------------------------------------------
+    def arguments(self, mod: ModuleType) -> None:
+        from . import megatron_args
+
+        original = mod.validate_args
+        tracer, plugin = self.tracer, self
+
+        @functools.wraps(original)
+        def validate_args(args, *rest, **kwargs):
+            te = getattr(args, "transformer_impl", None) == "transformer_engine"
+            for text in megatron_args.set_up(args, tracer.iterations):
+                plugin.note(text)
+            if te and args.transformer_impl == "local":
+                plugin.want_flash_attention()
+            return original(args, *rest, **kwargs)
+
+        self.replace(mod, "validate_args", validate_args)
+
+    def initialize(self, mod: ModuleType) -> None:
+        """No compiling of dataset helpers and fused kernels: the trace runs none of them."""
+        if hasattr(mod, "_compile_dependencies"):
+            self.replace(mod, "_compile_dependencies", lambda *a, **k: None)
+
+    def training(self, mod: ModuleType) -> None:
+        """Mock batches instead of datasets and data loaders."""
+        if not hasattr(mod, "build_train_valid_test_data_iterators"):
+            return
+
+        def build_train_valid_test_data_iterators(*args, **kwargs):
+            from megatron.training import get_args
+
+            margs = get_args()
+            # What Megatron learns from the loaders it builds (and broadcasts from rank 0).
+            margs.do_train, margs.do_valid, margs.do_test = True, False, False
+            return _mock_iterator(mod, margs), None, None
+
+        self.replace(mod, "build_train_valid_test_data_iterators",
+                     build_train_valid_test_data_iterators)
+
+    def training_utils(self, mod: ModuleType) -> None:
+        """Whether every model-parallel rank stepped is read back out of an all-reduced tensor:
+        every rank of the simulated job runs the same step, so it is this rank's answer."""
+        if hasattr(mod, "logical_and_across_model_parallel_group"):
+            self.replace(mod, "logical_and_across_model_parallel_group", lambda value: bool(value))
 
     # -- MoE ---------------------------------------------------------------------------------
     def transformer_config(self, mod: ModuleType) -> None:
@@ -280,6 +422,35 @@ class _Plugin:
         self.note("MoE routing: tokens dropped and padded at capacity factor 1.0 (every expert "
                   "gets exactly its share of tokens: uniform expert load), whatever the "
                   "configuration asked; a trace has no router values to route by")
+
+
+def _mock_iterator(training: ModuleType, args):
+    """Batches as Megatron's GPT datasets give them (on the host: get_batch moves them), of
+    the configured micro-batch and sequence length."""
+    import torch
+
+    def batches():
+        b, s = args.micro_batch_size, args.seq_length
+        vocab = int(getattr(args, "padded_vocab_size", None) or 2)
+        causal = None
+        if getattr(args, "create_attention_mask_in_dataloader", False):
+            causal = torch.tril(torch.ones(s, s, dtype=torch.bool)).logical_not()
+        while True:
+            tokens = torch.randint(0, vocab, (b, s + 1), dtype=torch.int64)
+            batch = {"tokens": tokens[:, :-1].contiguous(), "labels": tokens[:, 1:].contiguous(),
+                     "loss_mask": torch.ones(b, s, dtype=torch.float32),
+                     "position_ids": torch.arange(s, dtype=torch.int64).expand(b, s).contiguous()}
+            if causal is not None:
+                batch["attention_mask"] = causal.expand(b, 1, s, s)
+            yield batch
+
+    wrap = getattr(training, "RerunDataIterator", None)
+    return wrap(batches()) if wrap is not None else batches()
+
+
+def _megatron_modules() -> list[ModuleType]:
+    return [m for n, m in list(sys.modules.items())
+            if isinstance(m, ModuleType) and (n.startswith("megatron.") or n in _ENTRY_POINTS)]
 
 
 def _share_by_parameter(tracer, buffer, data) -> None:
