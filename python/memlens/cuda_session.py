@@ -55,17 +55,50 @@ class LedgerMemory:
         return self.reserved(i)
 
 
+@contextlib.contextmanager
 def simulate(tracer):
     """The context in which the script sees `device_count` simulated GPUs (a no-op for a CPU
     target, or when fake CUDA is not loaded)."""
     if tracer.device.type != "cuda" or not available():
-        return contextlib.nullcontext()
+        yield
+        return
+    from .cuda.build import loaded_shim
     from .cuda.simulate import simulate_cuda
 
     count = tracer.rank.local_world_size if tracer.rank is not None else 1
-    from .cuda.build import loaded_shim
-
     shim = loaded_shim()
     if shim is not None:
         count = min(count, shim.device_count())
-    return simulate_cuda(tracer.device, LedgerMemory(tracer), device_count=count)
+    with simulate_cuda(tracer.device, LedgerMemory(tracer), device_count=count), \
+            _data_on_current_device():
+        yield
+
+
+@contextlib.contextmanager
+def _data_on_current_device():
+    """`torch.tensor(data, device="cuda")` lands on CUDA's current device, as on a GPU (under
+    the fake mode torch's C++ fills in device 0, so rank 4 of a node got tensors on cuda:0)."""
+    import torch
+
+    originals = {name: getattr(torch, name) for name in ("tensor", "as_tensor")}
+
+    def wrap(original):
+        def factory(*args, **kwargs):
+            device = kwargs.get("device")
+            if device is not None:
+                device = torch.device(device) if isinstance(device, str) else device
+                if isinstance(device, torch.device) and device.type == "cuda" and \
+                        device.index is None:
+                    kwargs["device"] = torch.device("cuda", torch.cuda.current_device())
+            return original(*args, **kwargs)
+
+        factory.__doc__, factory.__name__ = original.__doc__, original.__name__
+        return factory
+
+    for name, original in originals.items():
+        setattr(torch, name, wrap(original))
+    try:
+        yield
+    finally:
+        for name, original in originals.items():
+            setattr(torch, name, original)

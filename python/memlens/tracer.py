@@ -61,7 +61,7 @@ class Tracer:
         self.started = self.finished = 0.0
         self.notes: list[str] = []  # what plugins changed about the run (snapshot meta.notes)
         self.plugins = PluginHost(self)
-        self._cuda = contextlib.nullcontext()
+        self._cuda: contextlib.AbstractContextManager = contextlib.nullcontext()
 
     # -- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> "Tracer":

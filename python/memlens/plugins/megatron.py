@@ -102,6 +102,7 @@ class _Plugin:
         return {
             "megatron.core.package_info": self.check_version,
             "megatron.core.utils": self.utils,
+            "megatron.core.parallel_state": self.parallel_state,
             "megatron.core.tensor_parallel.random": self.rng,
             "megatron.core.pipeline_parallel.schedules": self.schedules,
             "megatron.core.optimizer.optimizer": self.optimizer,
@@ -121,6 +122,23 @@ class _Plugin:
 
     def check_version(self, mod: ModuleType) -> None:
         check_version("megatron-core", getattr(mod, "__version__", "0"), TESTED)
+
+    # -- layout ------------------------------------------------------------------------------
+    def parallel_state(self, mod: ModuleType) -> None:
+        """Tell the rank grouping what Megatron built: pipeline stages hold different layers;
+        tensor, context, data and expert parallelism split evenly (Megatron checks that they
+        divide), so their coordinates hold the same sizes."""
+        original = mod.initialize_model_parallel
+        layout = self.tracer.layout
+
+        @functools.wraps(original)
+        def initialize_model_parallel(*args, **kwargs):
+            out = original(*args, **kwargs)
+            if layout is not None:
+                _declare_layout(mod, layout, kwargs.get("order", "tp-cp-ep-dp-pp"))
+            return out
+
+        self.replace(mod, "initialize_model_parallel", initialize_model_parallel)
 
     # -- phases ------------------------------------------------------------------------------
     def schedules(self, mod: ModuleType) -> None:
@@ -372,6 +390,9 @@ class _Plugin:
         every rank of the simulated job runs the same step, so it is this rank's answer."""
         if hasattr(mod, "logical_and_across_model_parallel_group"):
             self.replace(mod, "logical_and_across_model_parallel_group", lambda value: bool(value))
+        if hasattr(mod, "get_batch_on_this_tp_rank"):
+            self.replace(mod, "get_batch_on_this_tp_rank",
+                         _as_first_tp_rank(mod.get_batch_on_this_tp_rank))
 
     # -- MoE ---------------------------------------------------------------------------------
     def transformer_config(self, mod: ModuleType) -> None:
@@ -422,6 +443,45 @@ class _Plugin:
         self.note("MoE routing: tokens dropped and padded at capacity factor 1.0 (every expert "
                   "gets exactly its share of tokens: uniform expert load), whatever the "
                   "configuration asked; a trace has no router values to route by")
+
+
+def _declare_layout(ps: ModuleType, layout, order: str) -> None:
+    from ..distributed import layout as L
+
+    tp = ps.get_tensor_model_parallel_world_size()
+    pp = ps.get_pipeline_model_parallel_world_size()
+    cp = ps.get_context_parallel_world_size()
+    ep = ps.get_expert_model_parallel_world_size()
+    etp = ps.get_expert_tensor_parallel_world_size()
+    world = layout.world_size
+    dense = ps.RankGenerator(tp=tp, ep=1, dp=world // (tp * pp * cp), pp=pp, cp=cp, order=order)
+    expert = ps.RankGenerator(tp=etp, ep=ep, dp=world // (etp * ep * pp), pp=pp, cp=1,
+                              order=order)
+    for name, generator, size in (("pp", dense, pp), ("tp", dense, tp), ("cp", dense, cp),
+                                  ("dp", dense, world // (tp * pp * cp)), ("ep", expert, ep)):
+        if size > 1:
+            layout.declare(name, generator.get_ranks(name),
+                           L.PIPELINE if name == "pp" else L.SYMMETRIC)
+
+
+def _as_first_tp_rank(get_batch):
+    """Tensor-parallel ranks other than the first receive the batch by broadcast, after reading
+    its sizes out of broadcast tensors (values a trace does not have). They hold the same
+    tensors as the first rank: let them read the mock batch as it does."""
+    @functools.wraps(get_batch)
+    def wrapper(data_iterator, *args, **kwargs):
+        from megatron.core import parallel_state
+
+        original = parallel_state.get_tensor_model_parallel_rank
+        if data_iterator is None or original() == 0:
+            return get_batch(data_iterator, *args, **kwargs)
+        parallel_state.get_tensor_model_parallel_rank = lambda *a, **k: 0
+        try:
+            return get_batch(data_iterator, *args, **kwargs)
+        finally:
+            parallel_state.get_tensor_model_parallel_rank = original
+
+    return wrapper
 
 
 def _mock_iterator(training: ModuleType, args):
