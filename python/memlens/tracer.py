@@ -59,6 +59,7 @@ class Tracer:
         self.end_seq = -1
         self.allocator_settings: dict | None = None  # set when a CUDA allocator starts
         self.started = self.finished = 0.0
+        self.stopped = False  # the trace stopped the workload after its iterations
         self.notes: list[str] = []  # what plugins changed about the run (snapshot meta.notes)
         self.plugins = PluginHost(self)
         self._cuda: contextlib.AbstractContextManager = contextlib.nullcontext()
@@ -164,6 +165,7 @@ class Tracer:
     # -- callbacks -------------------------------------------------------------------------
     def stop(self) -> StopTracing:
         """End the trace now and return the exception that stops the workload."""
+        self.stopped = True
         self.mark_end()
         return StopTracing()
 

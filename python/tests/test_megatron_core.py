@@ -40,6 +40,8 @@ SETTINGS = {
     "tp-selective": (("--recompute", "selective"), False, "selective", False),
     "tp-sp-selective": (("--sp", "--recompute", "selective"), True, "selective", False),
     "full-recompute": (("--recompute", "full"), False, "full", False),
+    # The Transformer Engine layer spec without TE installed: fused attention's memory.
+    "te-spec-flash": (("--spec", "te"), False, "none", False),
 }
 RANKS = {"tp": (0, LAST), "tp-sp-distopt": (0, LAST)}
 
@@ -80,7 +82,7 @@ def test_activations_per_layer_match_korthikanti(snapshots, setting, rank):
     snap = snapshots(setting, rank)
     microbatches = M.in_flight_microbatches(PP, _stage(rank), microbatches=PP)
     per_layer = M.layer_activation_bytes(snap, LAYER) / microbatches
-    expected = GPT.activation_bytes(TP, sp, recompute)
+    expected = GPT.activation_bytes(TP, sp, recompute, flash=setting == "te-spec-flash")
     assert per_layer == pytest.approx(expected, rel=0.01), (setting, per_layer, expected)
     assert per_layer >= expected  # what the formula leaves out is only ever more
 
@@ -101,6 +103,13 @@ def test_each_rank_uses_its_own_gpu(snapshots):
 def test_sequence_parallel_with_torch_norms_is_noted(snapshots):
     notes = snapshots("tp-sp-distopt", 0)["meta"].get("notes", [])
     assert any("sequence-parallel" in n for n in notes), notes
+
+
+def test_te_spec_without_te_is_noted_and_uses_fused_attention(snapshots):
+    snap = snapshots("te-spec-flash", 0)
+    assert any("Transformer Engine is not installed" in n for n in snap["meta"]["notes"])
+    classes = {m["class"] for m in snap["modules"] if m["fqn"].endswith("core_attention")}
+    assert classes == {"FlashDotProductAttention"}
 
 
 def test_plugin_is_undone_after_the_trace():

@@ -50,16 +50,20 @@ class Gpt:
             n += 2 * self.hidden + self.vocab // tp * self.hidden  # final norm, output layer
         return n
 
-    def activation_bytes(self, tp: int, sp: bool, recompute: str) -> float:
-        """Korthikanti et al.'s bytes per layer and micro-batch."""
+    def activation_bytes(self, tp: int, sp: bool, recompute: str, flash: bool = False) -> float:
+        """Korthikanti et al.'s bytes per layer and micro-batch. With fused (flash) attention
+        the s x s terms (5as^2b) are never stored; the kernel keeps its fp32 log-sum-exp per
+        head and query (4 a s b / t) next to q, k, v and its output (counted already: the
+        output is the projection's input)."""
         s, b, h, a, t = self.seq, self.micro_batch, self.hidden, self.heads, tp
         sbh = s * b * h
         if recompute == "full":
             return 2 * sbh
-        attention_scores = 0 if recompute == "selective" else 5 * a * s / h
+        scores = 0 if recompute == "selective" or flash else 5 * a * s / h
+        lse = 4 * a * s * b / t if flash and recompute != "selective" else 0
         if sp:
-            return sbh / t * (34 + attention_scores)
-        return sbh * (10 + 24 / t + attention_scores / t)
+            return sbh / t * (34 + scores) + lse
+        return sbh * (10 + 24 / t + scores / t) + lse
 
 
 def megatron_model_state_bytes(params: int, dp: int, distributed_optimizer: bool) -> int:

@@ -16,7 +16,8 @@ import torch
 from megatron.core import parallel_state
 from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
 from megatron.core.distributed.finalize_model_grads import finalize_model_grads
-from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+from megatron.core.models.gpt.gpt_layer_specs import (get_gpt_layer_local_spec,
+                                                      get_gpt_layer_with_transformer_engine_spec)
 from megatron.core.models.gpt.gpt_model import GPTModel
 from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 from megatron.core.pipeline_parallel.schedules import get_forward_backward_func
@@ -41,6 +42,8 @@ p.add_argument("--vocab", type=int, default=1024)
 p.add_argument("--moe-experts", type=int, default=None)
 p.add_argument("--moe-topk", type=int, default=2)
 p.add_argument("--steps", type=int, default=5)
+p.add_argument("--spec", choices=("local", "te"), default="local",
+               help="te: the Transformer Engine layer spec, as TE users build their models")
 args = p.parse_args()
 
 local_rank = int(os.environ["LOCAL_RANK"])
@@ -72,10 +75,10 @@ config = TransformerConfig(
     recompute_num_layers=1 if args.recompute == "full" else None,
     **moe)
 
-pp_rank = parallel_state.get_pipeline_model_parallel_rank()
+spec = get_gpt_layer_local_spec if args.spec == "local" else \
+    get_gpt_layer_with_transformer_engine_spec
 model = GPTModel(config=config,
-                 transformer_layer_spec=get_gpt_layer_local_spec(
-                     num_experts=args.moe_experts, moe_grouped_gemm=False),
+                 transformer_layer_spec=spec(num_experts=args.moe_experts, moe_grouped_gemm=False),
                  vocab_size=args.vocab, max_sequence_length=args.seq,
                  pre_process=parallel_state.is_pipeline_first_stage(),
                  post_process=parallel_state.is_pipeline_last_stage(),
