@@ -26,6 +26,8 @@ _PASSTHROUGH = {torch.ops.prim.device.default, aten.sym_size.default, aten.sym_s
 _current_node = torch._C._current_autograd_node
 _WAIT_TENSOR = getattr(getattr(torch.ops, "_c10d_functional", None), "wait_tensor", None)
 _WAIT_TENSOR = _WAIT_TENSOR.default if _WAIT_TENSOR is not None else None
+_RECORD_STREAM = aten.record_stream.default
+_PIN_MEMORY = aten._pin_memory.default
 
 
 _PLAIN_TYPES = (torch.Tensor, torch._subclasses.FakeTensor, torch.nn.Parameter)
@@ -68,6 +70,12 @@ class Accountant(TorchDispatchMode):
             # Eager wait_tensor hands back its input; the fake kernel makes a new tensor that
             # would be booked as a second copy of every functional collective's output.
             return args[0]
+        if func is _RECORD_STREAM:  # a hint to the caching allocator; fake mode has no kernel
+            return None
+        if func is _PIN_MEMORY:
+            # Pinning copies into page-locked host memory (FSDP's CPU offload); fake mode has
+            # no kernel for it. A copy on the same (CPU) device is what it costs.
+            func, args, kwargs = aten.clone.default, (args[0],), {}
         if not _plain(types):
             # A tensor subclass (DTensor, FSDP's wrappers): its outer tensor is a shell with no
             # memory of its own. Let the subclass run; the ops it runs on its inner tensors

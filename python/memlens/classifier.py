@@ -88,7 +88,9 @@ class Classifier:
                 self._pinned.add(rid)
 
     def _hook_gradient(self, p: nn.Parameter) -> None:
-        if id(p) in self._grad_hooked or not p.requires_grad:
+        # Not a leaf: a view standing in for a parameter (FSDP1's use_orig_params views of
+        # its flat parameter); its gradient lands on the leaf it views, hooked on its own.
+        if id(p) in self._grad_hooked or not p.requires_grad or not p.is_leaf:
             return
         self._grad_hooked.add(id(p))
         self._param_handles.append(p.register_post_accumulate_grad_hook(self._grad_accumulated))

@@ -94,8 +94,9 @@ def _distributed_options(run: argparse.ArgumentParser) -> None:
                    help="processes per node (default: the launch line's, else 8 per node)")
     rank = g.add_mutually_exclusive_group()
     rank.add_argument("--rank", type=int, default=None, help="the rank to trace (default 0)")
-    rank.add_argument("--ranks", choices=("all",), default=None,
-                      help="trace every rank whose role differs, in parallel")
+    rank.add_argument("--ranks", choices=("all", "every"), default=None,
+                      help="all: trace one rank of each role, in parallel; every: trace every "
+                      "rank, alike or not (to check the grouping, or time it)")
     g.add_argument("--jobs", type=int, default=None,
                    help="parallel workers for --ranks all (default: the number of cores)")
     g.add_argument("--launch", default=None, metavar="FILE:NAME",
@@ -202,14 +203,12 @@ def _trace(args, console, err) -> int:
     if iterations < 1:
         raise MemlensError("--iterations must be at least 1")
 
-    if getattr(args, "ranks", None) == "all":
+    if getattr(args, "ranks", None):
         return _trace_all_ranks(args, spec, target, command, console, err)
 
-    from . import cuda_session
+    from .session import prepare_process, trace_target
 
-    cuda_session.prepare(device.type, spec.local_world_size if spec else 1)
-
-    from .session import trace_target
+    prepare_process(device, spec.local_world_size if spec else 1)
 
     progress_mode = args.progress
     if progress_mode == "auto":
@@ -326,8 +325,8 @@ def _trace_all_ranks(args, spec, target, command, console, err) -> int:
     from .distributed.parallel_runs import Outputs, run_all
 
     if spec is None:
-        raise MemlensError("--ranks all needs --world-size (or a launch line that says how "
-                           "many processes)")
+        raise MemlensError(f"--ranks {args.ranks} needs --world-size (or a launch line that "
+                           "says how many processes)")
     jobs = args.jobs or os.cpu_count() or 1
     if jobs < 1:
         raise MemlensError("--jobs must be at least 1")
@@ -337,8 +336,14 @@ def _trace_all_ranks(args, spec, target, command, console, err) -> int:
     if mode == "auto":
         mode = "rich" if err.is_terminal else "lines"
     index, status = run_all(spec, lambda rank, path: _worker_argv(args, spec, rank, path), jobs,
-                            Outputs(snapshot), mode, err if args.json else console, command)
+                            Outputs(snapshot), mode, err if args.json else console, command,
+                            group=args.ranks == "all")
     if args.json:
+        failed = next((r for r in index["ranks"] if r["status"] != "ok"), None)
+        if failed is not None:  # one error, as a single trace prints it, for programs
+            error = dict(failed["error"])
+            error["message"] = f"rank {failed['rank']}: {error.get('message', '')}"
+            index = {**index, "error": error}
         print(json.dumps(index))
     return status
 

@@ -37,11 +37,11 @@ def prepare(argv: list[str] | None = None) -> None:
     """Load fake CUDA before torch when the run is to be traced."""
     if not enabled(argv):
         return
-    from . import cuda_session
     from .devices import DEFAULT_DEVICE, get_device
+    from .session import prepare_process
 
     device = get_device(os.environ.get("MEMLENS_DEVICE", DEFAULT_DEVICE))
-    cuda_session.prepare(device.type, _rank().local_world_size)
+    prepare_process(device, _rank().local_world_size)
 
 
 @contextlib.contextmanager

@@ -16,7 +16,6 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from . import categories as C
-from . import cuda_session
 from .accountant import Accountant
 from .classifier import Classifier
 from .devices import DeviceSpec
@@ -58,11 +57,12 @@ class Tracer:
         self._step_hooks: list = []
         self.end_seq = -1
         self.allocator_settings: dict | None = None  # set when a CUDA allocator starts
+        self._cuda = None  # the simulate_cuda context, when the target is a simulated GPU
+        self._peak_reset: dict[int, int] = {}  # torch.cuda.reset_peak_memory_stats marks
         self.started = self.finished = 0.0
         self.stopped = False  # the trace stopped the workload after its iterations
         self.notes: list[str] = []  # what plugins changed about the run (snapshot meta.notes)
         self.plugins = PluginHost(self)
-        self._cuda: contextlib.AbstractContextManager = contextlib.nullcontext()
 
     # -- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> "Tracer":
@@ -82,9 +82,12 @@ class Tracer:
             o.register_optimizer_step_pre_hook(lambda *a: self.phases.on_step_begin()),
             o.register_optimizer_step_post_hook(lambda *a: self.phases.on_step_end()),
         ]
-        # Before the fake mode: on a CUDA build it must not find out that there is no GPU.
-        self._cuda = cuda_session.simulate(self)
-        self._cuda.__enter__()
+        self._cuda = self._simulated_cuda()
+        if self._cuda is not None:  # before the fake mode, which asks torch.cuda.is_available()
+            self._cuda.__enter__()
+            from .patches import torch_cuda_device
+
+            torch_cuda_device.apply(self._patcher)
         self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
         self.fake_mode.__enter__()
         self.accountant.__enter__()
@@ -95,6 +98,9 @@ class Tracer:
         self.accountant.__exit__(None, None, None)
         if self.fake_mode is not None:
             self.fake_mode.__exit__(None, None, None)
+        if self._cuda is not None:
+            self._cuda.__exit__(None, None, None)
+            self._cuda = None
         for h in self._step_hooks:
             h.remove()
         self.plugins.uninstall()
@@ -104,7 +110,6 @@ class Tracer:
             from .patches import torch_distributed
 
             torch_distributed.destroy_if_initialized()
-        self._cuda.__exit__(None, None, None)
         self._patcher.undo()
         self.finished = time.time()
         # Tracing stopped the workload after the requested iterations: a normal end.
@@ -161,6 +166,40 @@ class Tracer:
                 "parallel": {"local_rank": self.rank.local_rank,
                              "local_world_size": self.rank.local_world_size,
                              **self.layout.to_json()}}
+
+    # -- the simulated GPU ------------------------------------------------------------------
+    def _simulated_cuda(self):
+        """torch.cuda answering as the target GPU (memlens.cuda.simulate), when this process
+        loaded the fake-CUDA shim (session.prepare_process); one GPU per local rank."""
+        if self.device.type != "cuda":
+            return None
+        from .cuda import build
+
+        if build.loaded_shim() is None:
+            return None
+        from .cuda.simulate import simulate_cuda
+
+        count = self.rank.local_world_size if self.rank else 1
+        return simulate_cuda(self.device, self, device_count=count)
+
+    # torch.cuda.memory_allocated() and friends, from the ledger (simulate_cuda's MemorySource).
+    def allocated(self, device_index: int) -> int:
+        return self.ledger.current.get(f"cuda:{device_index}", 0)
+
+    def max_allocated(self, device_index: int) -> int:
+        if device_index in self._peak_reset:  # the ledger keeps one peak: since a reset, the
+            return max(self._peak_reset[device_index], self.allocated(device_index))  # current
+        return self.ledger.peak.get(f"cuda:{device_index}", 0)
+
+    def reset_peak(self, device_index: int) -> None:
+        self._peak_reset[device_index] = self.allocated(device_index)
+
+    def reserved(self, device_index: int) -> int:
+        model = self.ledger.allocators.get(f"cuda:{device_index}")
+        return getattr(model, "reserved_bytes", None) or self.allocated(device_index)
+
+    def max_reserved(self, device_index: int) -> int:
+        return self.reserved(device_index)
 
     # -- callbacks -------------------------------------------------------------------------
     def stop(self) -> StopTracing:

@@ -80,7 +80,7 @@ class CudaRules:
 
     def _collective(self, args, kwargs, out) -> list[Persistent]:
         t = _first_tensor(out)
-        if t is None:  # (never `or`: a tensor has no truth value)
+        if t is None:  # not `or`: the truth value of a tensor is an error
             t = _first_tensor(args)
         if t is not None and t.device.type == "cuda":
             self.collective_devices.add(device_key(t.device))

@@ -57,10 +57,11 @@ STEP_BYTES = 4 * len(shapes(1003)) if DEVICE == "cpu" else 0
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fsdp")
-    names = ["r0", "r7", "r0-noreshard", "r0-zero3"]
+    names = ["r0", "r7", "r0-noreshard", "r0-zero3", "r0-offload", "fsdp1-r3"]
     snaps = trace_all(tmp, [(SCRIPT, WORLD, 0), (SCRIPT, WORLD, 7),
                             (SCRIPT, WORLD, 0, "--no-reshard"),
-                            (SCRIPT, WORLD, 0, "--bf16", "--vocab", "1024")])
+                            (SCRIPT, WORLD, 0, "--bf16", "--vocab", "1024"),
+                            (SCRIPT, WORLD, 0, "--offload"), ("fsdp1_train.py", WORLD, 3)])
     return dict(zip(names, snaps))
 
 
@@ -83,41 +84,18 @@ def test_each_rank_holds_its_own_shards_with_fsdp_padding(runs):
     assert (runs["r7"]["meta"]["world_size"], runs["r7"]["meta"]["rank"]) == (8, 7)
 
 
-def _line(text: str) -> int:
-    lines = (SCRIPTS / SCRIPT).read_text().splitlines()
-    return next(i for i, line in enumerate(lines, start=1) if text in line)
-
-
-def _allocations_at_line(snap, requested: int, line: int, phase: str) -> int:
-    """Allocations of `requested` bytes in `phase` whose user frame is `line` of the script."""
-    a, frames, stacks = snap["allocations"], snap["frames"], snap["stacks"]
-    row = next(p for p in snap["phases"] if p["name"] == phase)
-    count = 0
-    for i, req in enumerate(a["requested_bytes"]):
-        if req != requested or not row["start_seq"] <= a["alloc_seq"][i] < row["end_seq"]:
-            continue
-        stack = stacks[a["stack"][i]]
-        if stack and frames[stack[0]]["line"] == line:
-            count += 1
-    return count
-
-
 def test_all_gather_buffers_appear_in_forward_and_backward(runs):
-    # One block's flat all-gather output: its padded shard times 8 ranks, fp32. (The block's
-    # reduce-scatter input in backward has the same size.)
-    block = sum(padded_shard(s, WORLD) for s in shapes(1003)[1:7]) * WORLD * 4
-    assert block == 527_872
-    assert allocations_of(runs["r0"], block, "forward_backward_iter_1") > 0
-    # Forward: gathered in FSDP's pre-forward hook of each block, called at `x = block(x)`.
-    forward, backward = _line("x = block(x)"), _line("loss.backward()")
+    """Each block's flat all-gather output is its padded shard times 8 ranks. With bf16
+    mixed precision it is gathered in bf16 and reduced in fp32, so its size is its own: two
+    per iteration and block with reshard_after_forward=True (forward, and again in
+    backward). In fp32 the block's reduce-scatter input has the same size as its all-gather
+    output; counting both, reshard_after_forward=False saves the backward all-gathers."""
+    block = sum(padded_shard(s, WORLD) for s in shapes(1003)[1:7]) * WORLD
+    assert block == 131_968
     phase = "forward_backward_iter_1"
-    for name in ("r0", "r0-noreshard"):
-        assert _allocations_at_line(runs[name], block, forward, phase) == LAYERS, name
-    # reshard_after_forward=True frees the blocks after forward and gathers them again in
-    # backward; False keeps them until backward.
-    again = _allocations_at_line(runs["r0"], block, backward, phase)
-    kept = _allocations_at_line(runs["r0-noreshard"], block, backward, phase)
-    assert again - kept == LAYERS
+    assert allocations_of(runs["r0-zero3"], 2 * block, phase) == 2 * LAYERS  # bf16 gathers
+    assert allocations_of(runs["r0"], 4 * block, phase) == 3 * LAYERS  # 2 gathers, 1 reduce
+    assert allocations_of(runs["r0-noreshard"], 4 * block, phase) == 2 * LAYERS
     assert runs["r0-noreshard"]["summary"]["peak_bytes"] > runs["r0"]["summary"]["peak_bytes"]
 
 
@@ -134,28 +112,37 @@ def test_zero3_model_states_are_16_psi_over_nd(runs):
 
 
 def test_peak_agrees_with_fsdp_mem_tracker(runs):
-    """PyTorch's FSDPMemTracker on the same step (same model, same two iterations) under
-    FakeTensorMode. It rounds every tensor up to 512 B on a CUDA device and counts no more; the
-    CUDA caching allocator model behind memlens' own figure may hand out a whole cached block
-    a little larger than that (up to 1 MiB more on the large pool), so we compare like with
-    like: memlens' ledger replayed with the tracker's rounding must give exactly its peak, and
-    memlens' figure is that or more."""
+    """PyTorch's FSDPMemTracker on the same step (same model, two iterations, statistics of the
+    second) under FakeTensorMode with a fake process group, as its own tests run it.
+
+    Forward and backward agree to the byte once like is compared with like: the tracker rounds
+    each tensor to 512 B on a CUDA device and counts nothing else, so memlens' ledger is replayed
+    with that rounding (memlens' own figure uses the caching-allocator model, whose blocks can
+    be larger) and without the cuBLAS workspaces memlens books as `other` (the CUDA allocator
+    holds them; the tracker does not model them).
+
+    The optimizer step is where they part: the tracker's peak there is far higher because
+    DTensor computes each op's output metadata by running it on fake tensors of the *global*
+    shape in the active fake mode, and the tracker books those probes (with foreach AdamW on a
+    GPU, one probe holds every parameter's full-size state: REFERENCES §4's 27x). A real run
+    allocates nothing for them; memlens runs them outside its ledger."""
     out = subprocess.run([sys.executable, str(TESTS / "support" / "fsdp_mem_tracker.py"),
                           str(WORLD), "0", _torch_device(), str(SCRIPTS / SCRIPT)],
-                         capture_output=True, text=True, timeout=600,
-                         env=_env())
+                         capture_output=True, text=True, timeout=600, env=_env())
     assert out.returncode == 0, out.stderr[-3000:]
     tracker = json.loads(out.stdout.strip().splitlines()[-1])
     snap = runs["r0"]
     rounding = 512 if DEVICE != "cpu" else 1
-    ours = peak_of(snap, lambda r: -(-r["requested_bytes"] // rounding) * rounding,
-                   after="forward_backward_iter_0")
-    # The tracker starts after the model and optimizer are built: compare the training steps.
-    train = max(p["peak_bytes"] for p in snap["phases"]
-                if p["device"] == snap["meta"]["device_key"] and p["name"] !=
-                "setup_model_and_optimizer")
-    assert ours == tracker["peak_bytes"]
-    assert train >= tracker["peak_bytes"]
+
+    def rounded(r):
+        return -(-r["requested_bytes"] // rounding) * rounding
+
+    ours = peak_of(snap, rounded, phases=("forward_backward_iter_1",), without=("other",))
+    assert ours == tracker["forward_backward_peak_bytes"]
+    step = peak_of(snap, rounded, phases=("optimizer_step_iter_1",), without=("other",))
+    if DEVICE != "cpu":  # foreach AdamW: the probes above
+        assert tracker["peak_bytes"] > 4 * step
+    assert tracker["peak_bytes"] >= max(ours, step)
 
 
 def _torch_device() -> str:
@@ -169,3 +156,32 @@ def _env():
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS.parent), env.get("PYTHONPATH"))
                                         if p)
     return env
+
+
+@pytest.mark.skipif(DEVICE == "cpu", reason="offloading is from a GPU to the host")
+def test_cpu_offload_keeps_the_sharded_states_on_the_host(runs):
+    """CPUOffloadPolicy: sharded parameters (pinned), gradients and Adam's states live in host
+    memory; the GPU holds only what is gathered for compute."""
+    snap = runs["r0-offload"]
+    padded = sum(padded_shard(s, WORLD) for s in shapes(1003))
+    local = sum(local_shard(s, WORLD, 0) for s in shapes(1003))
+    assert model_state_bytes(snap) == {"parameter": 0, "gradient": 0, "optimizer_state": 0}
+    host = model_state_bytes(snap, device="cpu")
+    assert host["parameter"] == 4 * padded
+    assert host["gradient"] == 4 * padded
+    assert host["optimizer_state"] == 2 * 4 * local + 4 * len(shapes(1003))  # + CPU steps
+    assert snap["summary"]["devices"]["cpu"]["peak_bytes"] > 4 * 4 * padded
+    assert snap["summary"]["peak_bytes"] < runs["r0"]["summary"]["peak_bytes"]
+
+
+def test_fsdp1_flat_parameters_are_padded_to_equal_shards(runs):
+    """FSDP1 flattens each wrapped module's parameters into one FlatParameter, padded to a
+    multiple of the world size: here the root's (embedding and head, 256,768) and each block's
+    (131,968) split evenly, 65,088 elements per rank = 520,704 / 8, on every rank."""
+    snap = runs["fsdp1-r3"]
+    per_rank = (2 * 1003 * HIDDEN + LAYERS * 131_968) // WORLD
+    assert per_rank == 65_088 == 520_704 // WORLD
+    states = model_state_bytes(snap)
+    assert states == {"parameter": 4 * per_rank, "gradient": 4 * per_rank,
+                      "optimizer_state": 2 * 4 * per_rank + STEP_BYTES // 14 * 3}
+    assert snap["meta"]["parallel"]["role"] == "dp 3/8"

@@ -64,7 +64,7 @@ def test_pipeline_stages_hold_the_micro_batches_their_schedule_implies(runs, sch
     # Each micro-batch in flight keeps the outputs of the stage's two ReLUs for backward.
     assert max_alive(snap, "relu") == 2 * in_flight
     assert snap["meta"]["parallel"]["stages"] == [stage]
-    assert snap["meta"]["parallel"]["role"] == f"pp {stage}/4 · stage {stage}"
+    assert snap["meta"]["parallel"]["role"] == f"pp {stage}/4"
 
 
 def test_pipeline_stages_hold_their_own_layers(runs):

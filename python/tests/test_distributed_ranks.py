@@ -2,11 +2,10 @@
 table, one snapshot per traced rank and an index naming them."""
 
 import json
-from pathlib import Path
 
 from conftest import run_memlens
 from memlens.distributed.roles import chunk_length, compact, group_ranks
-from support.ranks import DEVICE, SCRIPTS
+from support.ranks import DEVICE, SCRIPTS, model_state_bytes
 
 
 def _all(tmp_path, world, script, *args, jobs="2"):
@@ -38,7 +37,7 @@ def test_fsdp_job_groups_ranks_prints_the_table_and_indexes_snapshots(tmp_path):
     # The worst rank's snapshot is also the job's snapshot, where one-snapshot readers look.
     assert json.loads((tmp_path / "job.json").read_text())["meta"]["rank"] == 0
     table = out.stdout
-    assert "Ranks of a 8-process job" in table and "◀ worst" in table
+    assert "Ranks of a 8-process job" in table and "0 ◀" in table and "the worst rank" in table
     assert "0-6" in table and "dp 7/8" in table
 
 
@@ -51,6 +50,13 @@ def test_evenly_split_fsdp_job_is_one_group(tmp_path):
 def test_a_failing_rank_is_reported_with_its_message(tmp_path):
     out, index = _all(tmp_path, 8, "fsdp2_train.py", "--fail-on-rank", "7")
     assert out.returncode == 1
+    printed = run_memlens("run", "--device", DEVICE, "--world-size", "8", "--ranks", "all",
+                          "--json", "--no-snapshot", "--", str(SCRIPTS / "fsdp2_train.py"),
+                          "--fail-on-rank", "0", cwd=tmp_path)
+    assert printed.returncode == 1
+    error = json.loads(printed.stdout)["error"]  # as a single trace's --json prints it
+    assert error["message"].startswith("rank 0: ") and "rank 0 has no data shard" in \
+        error["message"]
     rows = {r["rank"]: r for r in index["ranks"]}
     assert rows[0]["status"] == "ok" and rows[7]["status"] == "failed"
     assert "rank 7 has no data shard" in rows[7]["error"]["message"]
@@ -62,7 +68,7 @@ def test_pipeline_job_traces_every_stage(tmp_path):
     out, index = _all(tmp_path, 4, "pp_train.py")
     assert out.returncode == 0, out.stderr[-3000:]
     assert [(r["rank"], r["role"]) for r in index["ranks"]] == [
-        (s, f"pp {s}/4 · stage {s}") for s in range(4)]
+        (s, f"pp {s}/4") for s in range(4)]
     assert index["worst_rank"] == 3  # the last stage also holds the head
 
 
@@ -87,3 +93,18 @@ def test_grouping_rule():
     assert [chunk_length(10, 4, i) for i in range(4)] == [3, 3, 3, 1]
     assert [chunk_length(2, 4, i) for i in range(4)] == [1, 1, 0, 0]
     assert compact([0, 1, 2, 3, 5, 7, 8]) == "0-3,5,7-8"
+
+
+def test_fsdp_over_tensor_parallel_groups_ranks_by_tp_coordinate(tmp_path):
+    """Mesh dp x tp = 4 x 2: FSDP over dp (even chunks), TP over tp. Ranks with the same TP
+    coordinate are alike, whatever their dp coordinate: two roles, traced by ranks 0 and 1."""
+    out, index = _all(tmp_path, 8, "fsdp_tp_train.py", "--tp", "2")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert [(r["rank"], r["alike"], r["role"]) for r in index["ranks"]] == [
+        (0, [0, 2, 4, 6], "dp 0/4 · tp 0/2"), (1, [1, 3, 5, 7], "dp 0/4 · tp 1/2")]
+    snap = json.loads((tmp_path / "job.ranks" / "rank-1.json").read_text())
+    # Per block: LayerNorm (512) and down's bias (256) replicated over tp; up (1024 x 256 + 1024)
+    # and down's weight (256 x 1024) split over tp; then everything split over 4 dp ranks.
+    per_tp_rank = 512 + (1024 * 256 + 1024) // 2 + 256 * 1024 // 2 + 256
+    assert model_state_bytes(snap)["parameter"] == 2 * 4 * per_tp_rank // 4
+    assert snap["meta"]["device_key"] == ("cpu" if DEVICE == "cpu" else "cuda:1")

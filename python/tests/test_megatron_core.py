@@ -115,7 +115,8 @@ def test_te_spec_without_te_is_noted_and_uses_fused_attention(snapshots):
 def test_plugin_is_undone_after_the_trace():
     """In one process: trace a megatron.core import, then check that Megatron is as before."""
     code = """
-import memlens.cuda_session as cs; cs.prepare("cuda", 1)
+from memlens.devices import get_device
+from memlens.session import prepare_process; prepare_process(get_device("h100-80gb"))
 import torch, sys
 from memlens.tracer import Tracer
 from megatron.core.tensor_parallel import random as r

@@ -200,8 +200,9 @@ def role_string(families: list[Family], rank: int, stages: list[int]) -> str:
         c = fam.coordinate(rank)
         if c is not None:
             parts.append(f"{short_name(fam)} {c}/{fam.size}")
-    if stages:
-        parts.append("stage " + ",".join(map(str, stages)))
+    positions = {f.coordinate(rank) for f in families if PIPELINE in f.uses}
+    if stages and (len(stages) > 1 or stages[0] not in positions):  # interleaved: say which
+        parts.append("stages " + ",".join(map(str, stages)))
     return " · ".join(parts) or "single group"
 
 

@@ -46,9 +46,9 @@ class Outputs:
 
 
 def run_all(spec: RankSpec, worker_argv, jobs: int, outputs: Outputs, progress_mode: str,
-            console, command: list[str]) -> tuple[dict[str, Any], int]:
-    """Trace the job's distinct ranks. `worker_argv(rank, snapshot_path)` gives a worker's
-    arguments. Returns the index document and the exit status."""
+            console, command: list[str], group: bool = True) -> tuple[dict[str, Any], int]:
+    """Trace the job's distinct ranks (every rank with `group=False`). `worker_argv(rank,
+    snapshot_path)` gives a worker's arguments. Returns the index document and exit status."""
     if outputs.directory:
         outputs.directory.mkdir(parents=True, exist_ok=True)
     with RanksProgress(progress_mode, console) as progress:
@@ -58,20 +58,24 @@ def run_all(spec: RankSpec, worker_argv, jobs: int, outputs: Outputs, progress_m
             return run_pool(items, workers, progress.update,
                             lambda res: progress.done(res.rank, res.ok, _done_text(res)))
 
-        first = launch([0], 1)[0]
-        if first.ok:
-            groups = group_ranks(first.summary.get("parallel") or {}, spec.world_size)
-            rest = launch([g.representative for g in groups if g.representative != 0], jobs)
-        else:  # without rank 0's layout there is no grouping: report its failure
-            groups, rest = [RankGroup(0, [0])], []
+        if not group:
+            first, *rest = launch(list(range(spec.world_size)), jobs)
+            groups = [RankGroup(r, [r]) for r in range(spec.world_size)]
+        else:
+            first = launch([0], 1)[0]
+            if first.ok:
+                groups = group_ranks(first.summary.get("parallel") or {}, spec.world_size)
+                rest = launch([g.representative for g in groups if g.representative != 0], jobs)
+            else:  # without rank 0's layout there is no grouping: report its failure
+                groups, rest = [RankGroup(0, [0])], []
     results = {r.rank: r for r in [first, *rest]}
     rows = [_row(g, results[g.representative], outputs) for g in groups]
     index = _index(spec, rows, outputs, command, first)
     _write(index, outputs)
     device = (first.summary or {}).get("device", "?")
     console.print(rank_table(rows, spec.world_size, device))
-    _print_failures(rows, console, first.ok, spec.world_size)
-    return index, 0 if all(r["status"] == "ok" for r in rows) and first.ok else 1
+    _print_failures(rows, console, first.ok or not group, spec.world_size)
+    return index, 0 if all(r["status"] == "ok" for r in rows) else 1
 
 
 def _done_text(res: RankResult) -> str:

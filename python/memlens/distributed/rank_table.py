@@ -71,22 +71,25 @@ def rank_table(rows: list[dict[str, Any]], world_size: int, device: str) -> Tabl
     """One row per traced rank (and the ranks it answers for), the worst rank marked."""
     worst = worst_rank(rows)
     table = Table(title=f"Ranks of a {world_size}-process job on {device}",
-                  box=box.SIMPLE_HEAVY, title_justify="left")
-    for col in ("rank", "alike", "role", "peak", "phase of peak", "headroom", ""):
-        table.add_column(col, justify="right" if col in ("rank", "peak", "headroom") else "left")
+                  caption="◀ the worst rank" if worst is not None else None,
+                  box=box.SIMPLE_HEAVY, title_justify="left", caption_justify="left")
+    for col in ("rank", "alike", "role", "peak", "headroom", "phase of peak"):
+        table.add_column(col, justify="right" if col in ("peak", "headroom") else "left",
+                         no_wrap=col in ("rank", "peak", "headroom", "phase of peak"))
     for row in rows:
         mark, style = "", None
         if row["status"] != "ok":
-            cells = ("-", row.get("error", {}).get("message", "failed").splitlines()[0][:60], "-")
+            cells = ("-", "-", "failed (see below)")
             style = "red"
         else:
             head = row["headroom_bytes"]
-            cells = (format_bytes(row["peak_bytes"]), row["peak_phase"] or "-",
-                     format_bytes(head) if head >= 0 else f"over by {format_bytes(-head)}")
+            cells = (format_bytes(row["peak_bytes"]),
+                     format_bytes(head) if head >= 0 else f"over by {format_bytes(-head)}",
+                     row["peak_phase"] or "-")
             if row["rank"] == worst:
-                mark, style = "◀ worst", "bold red" if head < 0 else "bold"
-        table.add_row(str(row["rank"]), compact(row["alike"]), row.get("role") or "-", *cells,
-                      mark, style=style)
+                mark, style = " ◀", "bold red" if head < 0 else "bold"
+        table.add_row(f"{row['rank']}{mark}", compact(row["alike"]), row.get("role") or "-",
+                      *cells, style=style)
     return table
 
 

@@ -33,11 +33,10 @@ def apply(patcher: Patcher, on_external_tensor, on_storage_resized) -> None:
                 old = t1.detach()
                 t1.data = t2.detach()
                 t2.data = old
-            # A fake tensor keeps its device in Python: `.data` does not move it (`.cuda()`
-            # of a module built on the CPU would leave its first parameters there).
-            d1, d2 = getattr(t1, "fake_device", None), getattr(t2, "fake_device", None)
-            if d1 is not None and d2 is not None:
-                t1.fake_device, t2.fake_device = d2, d1
+            # A fake tensor keeps its device in a Python attribute that `.data =` leaves alone:
+            # without this, `.to("cuda")` of a module built on the CPU would stay on the CPU.
+            if hasattr(t1, "fake_device") and hasattr(t2, "fake_device"):
+                t1.fake_device, t2.fake_device = t2.fake_device, t1.fake_device
 
     patcher.setattr(torch.utils, "swap_tensors", swap_tensors)
 

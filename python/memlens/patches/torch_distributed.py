@@ -17,6 +17,9 @@ Applied by the Tracer only when a world size is given, undone when the trace end
   rank held this rank's objects.
 - What the rank builds (meshes, groups, FSDP/DDP/TP/pipeline users of each group) is reported
   to the `layout` recorder (memlens/distributed/layout.py) for the snapshot and rank grouping.
+- Where a runtime reads values that another rank would have sent (DDP's checks and bucket
+  order, the pipeline schedule's vote, DTensor's index bookkeeping), the simulated rank answers
+  as every rank of the same script would, each patch saying why. docs/distributed.md lists them.
 """
 
 from __future__ import annotations
@@ -45,7 +48,6 @@ def _real(fn: Callable) -> Callable:
         with _disable_current_modes():
             return fn(*args, **kwargs)
 
-    wrapper.__memlens_real__ = True  # type: ignore[attr-defined]
     return wrapper
 
 
@@ -224,13 +226,17 @@ def _object_collectives(patcher: Patcher, spec) -> None:
 
 # -- who uses which group --------------------------------------------------------------------
 def _users(patcher: Patcher, layout, is_gradient) -> None:
-    """Report the parallelisms a rank applies, with the groups or meshes they use."""
+    """Report the parallelisms a rank applies, with the groups or meshes they use, and make
+    their runtimes work with a fake group."""
     from ..distributed import layout as L
 
-    _fsdp2_user(patcher, layout, L)
-    _wrapper_users(patcher, layout, L, is_gradient)
-    _pipeline_user(patcher, layout, L)
+    _fsdp2(patcher, layout, L)
+    _fsdp1(patcher, layout, L)
+    _ddp(patcher, layout, L, is_gradient)
+    _tensor_parallel(patcher, layout, L)
+    _pipelining(patcher, layout, L)
     _collective_users(patcher, layout, L)
+    _collective_results(patcher)
 
 
 def _after_init(patcher: Patcher, cls, record: Callable) -> None:
@@ -244,7 +250,7 @@ def _after_init(patcher: Patcher, cls, record: Callable) -> None:
     patcher.setattr(cls, "__init__", __init__)
 
 
-def _fsdp2_user(patcher: Patcher, layout, L) -> None:
+def _fsdp2(patcher: Patcher, layout, L) -> None:
     """fully_shard: each parameter is chunked along one dim over the shard group (the chunk
     lengths are what can differ between ranks); HSDP also replicates over a second group."""
     from torch.distributed.fsdp._fully_shard._fsdp_param import FSDPParam
@@ -266,50 +272,46 @@ def _fsdp2_user(patcher: Patcher, layout, L) -> None:
     patcher.setattr(FSDPParam, "_init_sharded_param", _init_sharded_param)
 
 
-def _wrapper_users(patcher: Patcher, layout, L, is_gradient) -> None:
-    """DDP and FSDP1 (whose flat parameters are padded to equal shards on every rank), and
-    tensor parallelism by parallelize_module."""
+def _fsdp1(patcher: Patcher, layout, L) -> None:
+    """FullyShardedDataParallel, whose flat parameters are padded to equal shards on every
+    rank. It records its buffers' streams with dispatch turned off, straight into the CUDA
+    kernel, which a build without CUDA lacks: a lifetime hint with no memory, skipped."""
+    import torch.distributed.fsdp._common_utils as fsdp_common
+    import torch.distributed.fsdp._flat_param as flat_param
+    import torch.distributed.fsdp._runtime_utils as fsdp_runtime
     from torch.distributed.fsdp import FullyShardedDataParallel
+
+    def record(m) -> None:
+        for group in (getattr(m, "process_group", None), getattr(m, "_inter_node_pg", None)):
+            if group is not None:
+                layout.use(group, L.DATA_PARALLEL)
+
+    _after_init(patcher, FullyShardedDataParallel, record)
+    for owner in (fsdp_common, flat_param, fsdp_runtime):
+        patcher.setattr(owner, "_no_dispatch_record_stream", _noop)
+
+
+def _ddp(patcher: Patcher, layout, L, is_gradient) -> None:
+    """DistributedDataParallel. After the first backward it rebuilds its buckets in the order
+    gradients became ready, agreeing on that order across ranks by reading a broadcast tensor
+    of indices: skipped (the buckets keep their first order; every gradient is in one bucket
+    either way). Its C++ logger times the first iterations with a CUDA timer that a build
+    without CUDA lacks (it asserts): statistics with no memory, skipped."""
+    import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    def ddp(m) -> None:
+    def record(m) -> None:
         if getattr(m, "device_mesh", None) is not None:
             layout.use_mesh(m.device_mesh, L.DATA_PARALLEL)
         else:
             layout.use(m.process_group, L.DATA_PARALLEL)
-        _ddp_comm_hook(m, is_gradient)
+        m._memlens_hook = slot = _HookSlot(m.process_group, is_gradient)
+        dist._register_comm_hook(m.reducer, slot, _run_ddp_hook)
 
+    _after_init(patcher, DistributedDataParallel, record)
     patcher.setattr(DistributedDataParallel, "register_comm_hook", _ddp_register_comm_hook)
-    # After the first backward DDP rebuilds its buckets in the order gradients became ready,
-    # agreeing on that order across ranks by reading a broadcast tensor of indices. Skipped:
-    # the buckets keep their first order, and every gradient is in one bucket either way.
-    import torch.distributed as dist
-
     patcher.setattr(dist.Reducer, "_rebuild_buckets", lambda self: False)
-
-    def fsdp1(m) -> None:
-        for group in (getattr(m, "process_group", None),
-                      getattr(m, "_inter_node_pg", None)):
-            if group is not None:
-                layout.use(group, L.DATA_PARALLEL)
-
-    _after_init(patcher, DistributedDataParallel, ddp)
-    _after_init(patcher, FullyShardedDataParallel, fsdp1)
-
-    import torch.distributed.tensor.parallel as tp
-    import torch.distributed.tensor.parallel.api as tp_api
-
-    original = tp_api.parallelize_module
-
-    @functools.wraps(original)
-    def parallelize_module(module, device_mesh=None, parallelize_plan=None, **kwargs):
-        out = original(module, device_mesh, parallelize_plan, **kwargs)
-        if device_mesh is not None:
-            layout.use_mesh(device_mesh, L.TENSOR_PARALLEL)
-        return out
-
-    patcher.setattr(tp_api, "parallelize_module", parallelize_module)
-    patcher.setattr(tp, "parallelize_module", parallelize_module)
+    patcher.setattr(dist.Logger, "set_runtime_stats_and_log", lambda self: None)
 
 
 class _HookSlot:
@@ -322,13 +324,6 @@ class _HookSlot:
         self.group = group
         self.is_gradient = is_gradient  # a bucket holds gradients, whatever made it
         self.hook = self.state = None
-
-
-def _ddp_comm_hook(ddp, is_gradient) -> None:
-    import torch.distributed as dist
-
-    ddp._memlens_hook = slot = _HookSlot(ddp.process_group, is_gradient)
-    dist._register_comm_hook(ddp.reducer, slot, _run_ddp_hook)
 
 
 def _run_ddp_hook(slot: _HookSlot, bucket):
@@ -351,29 +346,39 @@ def _ddp_register_comm_hook(self, state, hook) -> None:
     self._memlens_hook.hook, self._memlens_hook.state = hook, state
 
 
-def _pipeline_user(patcher: Patcher, layout, L) -> None:
+def _tensor_parallel(patcher: Patcher, layout, L) -> None:
+    import torch.distributed.tensor.parallel as tp
+    import torch.distributed.tensor.parallel.api as tp_api
+
+    original = tp_api.parallelize_module
+
+    @functools.wraps(original)
+    def parallelize_module(module, device_mesh=None, parallelize_plan=None, **kwargs):
+        out = original(module, device_mesh, parallelize_plan, **kwargs)
+        if device_mesh is not None:
+            layout.use_mesh(device_mesh, L.TENSOR_PARALLEL)
+        return out
+
+    patcher.setattr(tp_api, "parallelize_module", parallelize_module)
+    patcher.setattr(tp, "parallelize_module", parallelize_module)
+
+
+def _pipelining(patcher: Patcher, layout, L) -> None:
     """torch.distributed.pipelining: the stage a rank holds follows its pipeline coordinate.
-    Shape inference between stages (no `input_args`) would need the other ranks' outputs:
-    object point-to-point (send/recv_object_list) refuses with a message saying so."""
-    from torch.distributed.pipelining.stage import _PipelineStageBase
-
-    def stage(s) -> None:
-        layout.stages.append(int(s.stage_index))
-        layout.use(s.group, L.PIPELINE)
-
-    _after_init(patcher, _PipelineStageBase, stage)
-    _pipeline_vote(patcher)
-
-
-def _pipeline_vote(patcher: Patcher) -> None:
-    """Before the first step the stages vote, over point-to-point messages, whether all of them
-    know their input and output shapes (static) or must infer them at run time, and each stage
-    reads the product of the votes back out of a tensor. Every rank runs the same script, so
-    each simulated stage takes its own vote as the outcome."""
+    Before the first step the stages vote, over point-to-point messages, whether all of them
+    know their input and output shapes (static) or must infer them at run time, and each reads
+    the product of the votes back out of a tensor. Every rank runs the same script, so each
+    simulated stage takes its own vote as the outcome. (Inferring shapes would need the other
+    ranks' outputs: object point-to-point refuses with a message saying so.)"""
     from torch.distributed.pipelining import schedules
     from torch.distributed.pipelining._utils import InferenceMode
-    from torch.distributed.pipelining.stage import PipelineStage
+    from torch.distributed.pipelining.stage import PipelineStage, _PipelineStageBase
 
+    def record(stage) -> None:
+        layout.stages.append(int(stage.stage_index))
+        layout.use(stage.group, L.PIPELINE)
+
+    _after_init(patcher, _PipelineStageBase, record)
     original = schedules._PipelineSchedule._warmup_p2p
 
     @functools.wraps(original)
@@ -389,6 +394,8 @@ def _pipeline_vote(patcher: Patcher) -> None:
 
 
 def _collective_users(patcher: Patcher, layout, L) -> None:
+    """All-to-all (expert or context parallelism) and point-to-point (hand-written pipelines)
+    name groups whose coordinate may decide what a rank holds."""
     import torch.distributed as dist
     import torch.distributed._functional_collectives as fc
     import torch.distributed.distributed_c10d as c10d
@@ -408,23 +415,51 @@ def _collective_users(patcher: Patcher, layout, L) -> None:
     def group_at(i):
         return lambda args, kwargs: kwargs.get("group", args[i] if len(args) > i else None)
 
-    for name, i in (("all_to_all_single", 4), ("all_to_all", 2)):
-        wrap((c10d, dist), name, L.ALL_TO_ALL, group_at(i))
-    for name, i in (("send", 2), ("recv", 2), ("isend", 2), ("irecv", 2)):
-        wrap((c10d, dist), name, L.P2P, group_at(i))
-
     def p2p_group(args, kwargs):
         ops = args[0] if args else kwargs.get("p2p_op_list", [])
         return ops[0].group if ops else None
 
-    wrap((c10d, dist), "batch_isend_irecv", L.P2P, p2p_group)
-
     def functional_group(args, kwargs):
-        group = kwargs.get("group", args[3] if len(args) > 3 else None)
-        return _as_process_group(group)
+        return _as_process_group(kwargs.get("group", args[3] if len(args) > 3 else None))
 
+    for name, i in (("all_to_all_single", 4), ("all_to_all", 2)):
+        wrap((c10d, dist), name, L.ALL_TO_ALL, group_at(i))
+    for name, i in (("send", 2), ("recv", 2), ("isend", 2), ("irecv", 2)):
+        wrap((c10d, dist), name, L.P2P, group_at(i))
+    wrap((c10d, dist), "batch_isend_irecv", L.P2P, p2p_group)
     for name in ("all_to_all_single", "all_to_all_single_autograd"):
         wrap((fc,), name, L.ALL_TO_ALL, functional_group)
+
+
+_UNKNOWN_GROUP = object()  # a group we cannot name: no family, nothing recorded
+
+
+def _as_process_group(group):
+    """Functional collectives take a group, a 1-D mesh, (mesh, dim) or a group name."""
+    import torch.distributed.distributed_c10d as c10d
+
+    if isinstance(group, tuple) and len(group) == 2:
+        return group[0].get_group(group[1])
+    if hasattr(group, "get_group"):
+        return group.get_group() if group.ndim == 1 else _UNKNOWN_GROUP
+    if isinstance(group, str):
+        return c10d._resolve_process_group(group)
+    return group
+
+
+def _collective_results(patcher: Patcher) -> None:
+    """An async all-reduce's future holds its tensor, as NCCL's does (DDP's compression hooks
+    chain `get_future().then(...)`; the fake group's future holds nothing). Object
+    point-to-point cannot be answered: the objects come from another rank."""
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    original = c10d.all_reduce
+
+    @functools.wraps(original)
+    def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        work = original(tensor, op, group, async_op)
+        return _done_work([tensor]) if async_op and work is not None else work
 
     def no_objects(*args, **kwargs):
         from ..errors import MemlensError
@@ -433,63 +468,36 @@ def _collective_users(patcher: Patcher, layout, L) -> None:
                            "what another rank sends (for pipeline stages, pass input_args and "
                            "output_args to PipelineStage instead of inferring shapes)")
 
-    original_all_reduce = c10d.all_reduce
-
-    @functools.wraps(original_all_reduce)
-    def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
-        work = original_all_reduce(tensor, op, group, async_op)
-        return _DoneWork([tensor]) if async_op and work is not None else work
-
-    patcher.setattr(c10d, "all_reduce", all_reduce)
-    patcher.setattr(dist, "all_reduce", all_reduce)
-
-    for name in ("send_object_list", "recv_object_list"):
-        patcher.setattr(c10d, name, no_objects)
-        patcher.setattr(dist, name, no_objects)
-
-
-def _as_process_group(group):
-    """Functional collectives take a group, a mesh, (mesh, dim) or a group name."""
-    import torch.distributed.distributed_c10d as c10d
-
-    if isinstance(group, tuple) and len(group) == 2:
-        return group[0].get_group(group[1])
-    if hasattr(group, "get_group"):
-        return group.get_group() if group.ndim == 1 else None
-    if isinstance(group, str):
-        return c10d._resolve_process_group(group)
-    return group
-
-
-def _done_work_class():
-    import torch.distributed as dist
-
-    class DoneWork(dist.Work):
-        """Work of a fake collective whose future holds the output tensors, as NCCL's does
-        (DDP's compression hooks chain `get_future().then(...)` on an all-reduce)."""
-
-        def __init__(self, tensors) -> None:
-            super().__init__()
-            self._future = torch.futures.Future()
-            self._future.set_result(tensors)
-
-        def wait(self, timeout=None) -> bool:
-            return True
-
-        def is_completed(self) -> bool:
-            return True
-
-        def get_future(self):
-            return self._future
-
-    return DoneWork
-
-
-def _DoneWork(tensors):
-    global _DONE_WORK
-    if _DONE_WORK is None:
-        _DONE_WORK = _done_work_class()
-    return _DONE_WORK(tensors)
+    for owner in (c10d, dist):
+        patcher.setattr(owner, "all_reduce", all_reduce)
+        for name in ("send_object_list", "recv_object_list"):
+            patcher.setattr(owner, name, no_objects)
 
 
 _DONE_WORK = None
+
+
+def _done_work(tensors):
+    """A finished dist.Work whose future holds `tensors` (the class is made on first use:
+    torch.distributed is imported only when a rank is simulated)."""
+    global _DONE_WORK
+    if _DONE_WORK is None:
+        import torch.distributed as dist
+
+        class DoneWork(dist.Work):
+            def __init__(self, tensors) -> None:
+                super().__init__()
+                self._future = torch.futures.Future()
+                self._future.set_result(tensors)
+
+            def wait(self, timeout=None) -> bool:
+                return True
+
+            def is_completed(self) -> bool:
+                return True
+
+            def get_future(self):
+                return self._future
+
+        _DONE_WORK = DoneWork
+    return _DONE_WORK(tensors)

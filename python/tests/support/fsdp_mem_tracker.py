@@ -23,7 +23,30 @@ def main() -> None:
     if device.startswith("cuda"):
         from memlens.cuda.build import ensure_fake_cuda_support  # before torch
 
-        ensure_fake_cuda_support()
+        ensure_fake_cuda_support(device_count=1)
+        from memlens.cuda.simulate import simulate_cuda
+        from memlens.devices import get_device
+
+        # torch.cuda answering as an H100 (streams, events, capability) for FSDP's own calls
+        with simulate_cuda(get_device("h100-80gb"), _NoMemory(), device_count=1):
+            run(world, rank, device, script, script_args)
+    else:
+        run(world, rank, device, script, script_args)
+
+
+class _NoMemory:
+    """simulate_cuda's memory questions: the tracker does not ask them."""
+
+    def allocated(self, i):
+        return 0
+
+    max_allocated = reserved = max_reserved = allocated
+
+    def reset_peak(self, i):
+        pass
+
+
+def run(world, rank, device, script, script_args) -> None:
     import torch
     import torch.distributed as dist
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -52,9 +75,17 @@ def main() -> None:
                     tracker.reset_mod_stats()
         peak = tracker.get_tracker_snapshot("peak")
     dev_key = next(k for k in peak if torch.device(k).type == dev.type)
-    print(json.dumps({"peak_bytes": peak[dev_key]["Total"],
+    # The root module's forward and backward peaks of the second iteration (the statistics
+    # were reset after the first): the training step without the optimizer.
+    from torch.distributed._tools.fsdp2_mem_tracker import _FSDPModState
+
+    stats = tracker.memory_tracking[model].snapshots
+    fwbw = max(snaps[-1][dev_key]["Total"] for state, snaps in stats.items()
+               if state in (_FSDPModState.PEAK_FW, _FSDPModState.PEAK_BW) and snaps)
+    print(json.dumps({"peak_bytes": peak[dev_key]["Total"], "forward_backward_peak_bytes": fwbw,
                       "at_peak": {str(k): v for k, v in peak[dev_key].items() if k != "Total"}}))
     dist.destroy_process_group()
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":

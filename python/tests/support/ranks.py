@@ -60,19 +60,24 @@ def live_requested(snap: dict, seq: int, device: str | None = None) -> dict[str,
     return out
 
 
-def model_state_bytes(snap: dict, phase: str = "optimizer_step_iter_1") -> dict[str, int]:
+def model_state_bytes(snap: dict, phase: str = "optimizer_step_iter_1",
+                      device: str | None = None) -> dict[str, int]:
     """Parameters, gradients and optimizer states alive when `phase` begins."""
-    live = live_requested(snap, phase_start(snap, phase))
+    live = live_requested(snap, phase_start(snap, phase), device)
     return {k: live[k] for k in ("parameter", "gradient", "optimizer_state")}
 
 
 def peak_of(snap: dict, size=lambda r: r["requested_bytes"], device: str | None = None,
-            after: str | None = None) -> int:
-    """The highest total of `size(row)` over the live allocations at any moment (from the
-    start of phase `after` on)."""
-    start = phase_start(snap, after) if after else 0
+            phases: tuple[str, ...] | None = None, without: tuple[str, ...] = ()) -> int:
+    """The highest total of `size(row)` over the live allocations at any moment (within the
+    named phases; leaving out the categories `without`)."""
+    rows = {p["name"]: p for p in snap["phases"] if p["device"] == snap["meta"]["device_key"]}
+    windows = [(rows[p]["start_seq"], rows[p]["end_seq"]) for p in phases] if phases else \
+        [(0, 1 << 62)]
     events = []
     for r in _rows(snap, device):
+        if CATEGORIES[r["category"]] in without:
+            continue
         events.append((r["alloc_seq"], size(r)))
         if r["free_seq"] >= 0:
             events.append((r["free_seq"], -size(r)))
@@ -80,7 +85,7 @@ def peak_of(snap: dict, size=lambda r: r["requested_bytes"], device: str | None 
     current = best = 0
     for seq, delta in events:
         current += delta
-        if seq >= start:
+        if any(lo <= seq < hi for lo, hi in windows):
             best = max(best, current)
     return best
 
