@@ -78,4 +78,4 @@ def test_routing_is_uniform_and_noted(ranks):
         assert len(acts) == 1 and acts.pop() > 0  # every expert saw the same tokens
         notes = snap["meta"].get("notes", [])
         assert any("capacity factor 1.0" in n and "uniform" in n for n in notes), notes
-        assert snap["meta"]["parallel"]["role"].startswith("ep ")
+        assert f"ep {snap['meta']['rank']}/2" in snap["meta"]["parallel"]["role"]
