@@ -113,6 +113,7 @@ class _Plugin:
             "megatron.core.transformer.moe.moe_utils": self.moe_utils,
             "megatron.core.transformer.moe.token_dispatcher": self.token_dispatcher,
             "megatron.core.models.gpt.gpt_layer_specs": self.layer_specs,
+            "megatron.core.models.common.embeddings.rope_utils": self.rope_utils,
             # Megatron-LM's training package (not in the megatron-core wheel)
             "megatron.training.arguments": self.arguments,
             "megatron.training.initialize": self.initialize,
@@ -248,11 +249,17 @@ class _Plugin:
 
     # -- norms -------------------------------------------------------------------------------
     def torch_norm(self, mod: ModuleType) -> None:
-        """Without apex, Megatron's local layer spec builds torch's LayerNorm/RMSNorm, which
-        refuses sequence parallelism and apex's persistent kernel. Apex's FusedLayerNorm saves
-        the same tensors (input, mean, rstd): do what it does, marking the weights for the
-        tensor-parallel gradient all-reduce under sequence parallelism."""
+        """Megatron's torch-norm fallback (no apex, no TE) as a GPU would run it:
+        - RMSNorm as the fused kernel CUDA builds of torch (and TE, apex) run: it keeps its
+          input and an fp32 statistic, not the decomposition's fp32 copies (megatron_norm.py);
+        - sequence parallelism and the persistent kernel flag, which it refuses, as apex's
+          FusedLayerNorm takes them (the same saved tensors): weights marked for the
+          tensor-parallel gradient all-reduce under sequence parallelism."""
         import copy
+
+        import torch
+
+        from .megatron_norm import fused_rms_norm_class
 
         original = mod.WrappedTorchNorm.__new__
         plugin = self
@@ -260,18 +267,22 @@ class _Plugin:
         @functools.wraps(original)
         def __new__(cls, config, *args, **kwargs):
             sp = getattr(config, "sequence_parallel", False)
-            persist = getattr(config, "persist_layer_norm", False)
-            if not (sp or persist):
-                return original(cls, config, *args, **kwargs)
-            plain = copy.copy(config)
-            plain.sequence_parallel = plain.persist_layer_norm = False
+            if sp or getattr(config, "persist_layer_norm", False):
+                plain = copy.copy(config)
+                plain.sequence_parallel = plain.persist_layer_norm = False
+                plugin.note("apex is not installed: torch's LayerNorm/RMSNorm stands in for "
+                            "apex's FusedLayerNorm (the same saved tensors)" +
+                            (", its weights marked sequence-parallel as apex marks them" if sp
+                             else ""))
+            else:
+                plain = config
             norm = original(cls, plain, *args, **kwargs)
+            if type(norm) is torch.nn.RMSNorm:
+                norm.__class__ = fused_rms_norm_class()
+                plugin.note("RMSNorm runs as CUDA's fused kernel does: it keeps its input and "
+                            "an fp32 statistic per row (the CPU build would decompose it)")
             for p in norm.parameters():
                 p.sequence_parallel = sp
-            plugin.note("apex is not installed: torch's LayerNorm/RMSNorm stands in for apex's "
-                        "FusedLayerNorm (the same saved tensors)" +
-                        (", its weights marked sequence-parallel as apex marks them" if sp
-                         else ""))
             return norm
 
         self.patcher.setattr(mod.WrappedTorchNorm, "__new__", staticmethod(__new__))
@@ -345,6 +356,22 @@ class _Plugin:
             return decoder(config, use_transformer_engine, *args, **kwargs)
 
         self.replace(mod, "get_gpt_decoder_layer_specs", get_gpt_decoder_layer_specs)
+
+    def rope_utils(self, mod: ModuleType) -> None:
+        """Fused RoPE (Megatron-LM's default) is Transformer Engine's kernel: it writes the
+        rotated tensor and keeps only the frequencies for backward (the unfused path keeps
+        more). Stand in for it when TE is absent."""
+        if getattr(mod, "fused_apply_rotary_pos_emb", True) is not None:
+            return
+        plugin = self
+
+        def fused_apply_rotary_pos_emb(t, freqs, *args, **kwargs):
+            plugin.note("Transformer Engine is not installed here: its fused RoPE stood in by "
+                        "a kernel that, like it, writes a new tensor and keeps only the "
+                        "frequencies for backward")
+            return _fused_rope_function().apply(t, freqs)
+
+        self.patcher.setattr(mod, "fused_apply_rotary_pos_emb", fused_apply_rotary_pos_emb)
 
     # -- Megatron-LM's training loop --------------------------------------------------------
     def arguments(self, mod: ModuleType) -> None:
@@ -506,6 +533,30 @@ def _mock_iterator(training: ModuleType, args):
 
     wrap = getattr(training, "RerunDataIterator", None)
     return wrap(batches()) if wrap is not None else batches()
+
+
+_FUSED_ROPE = None
+
+
+def _fused_rope_function():
+    """An autograd function with TE's fused RoPE's memory: output like the input, the
+    frequencies saved, a gradient like the output's."""
+    global _FUSED_ROPE
+    if _FUSED_ROPE is None:
+        import torch
+
+        class FusedRoPE(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, t, freqs):
+                ctx.save_for_backward(freqs)
+                return torch.empty_like(t)
+
+            @staticmethod
+            def backward(ctx, grad):
+                return torch.empty_like(grad), None
+
+        _FUSED_ROPE = FusedRoPE
+    return _FUSED_ROPE
 
 
 def _megatron_modules() -> list[ModuleType]:
