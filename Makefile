@@ -24,12 +24,21 @@ build: setup-web
 	npm run build
 
 demo: setup
-	$(PY) -m memlens run --device cpu -- examples/gpt/train.py --batch-size 8
+	$(PY) -m memlens run -- examples/gpt/train.py --batch-size 8
 
 test: setup test-python test-webview
 
+# MEMLENS_STRICT_TESTS: what the set-up provides (Neovim, the panel bundle) must be there; tests
+# that would skip without it fail instead.
 test-python: setup-system setup-python build
-	$(PY) -m pytest python/tests -q
+	MEMLENS_STRICT_TESTS=1 $(PY) -m pytest python/tests -q
+
+# The CUDA-path tests against a CUDA build of torch (no GPU needed): the fake-CUDA layer must
+# work there too. Needs ~6 GB of disk for .venv-cuda.
+test-cuda-build:
+	@VENV=.venv-cuda TORCH=torch==2.14.1 scripts/setup-python.sh
+	.venv-cuda/bin/python -m pytest -q python/tests/test_fake_cuda.py \
+	  python/tests/test_cuda_analytic.py python/tests/test_cuda_scripts.py python/tests/test_oom.py
 
 # The panel: unit tests of its data modules and browser tests of the standalone report.
 test-webview: setup build

@@ -1,21 +1,26 @@
 #!/usr/bin/env bash
-# Create .venv at the repository root with torch (CPU build), the test tools and memlens itself
-# (editable). Re-running is quick: nothing is reinstalled unless the requirements changed.
+# Create a virtual environment (default .venv at the repository root) with torch, the test tools
+# and memlens itself (editable). Re-running is quick: nothing is reinstalled unless the
+# requirements changed.
+#   VENV=.venv-cuda TORCH=torch==2.14.1 scripts/setup-python.sh   # the CUDA build of torch
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
+VENV=${VENV:-.venv}
 req=python/requirements-dev.txt
-stamp=.venv/.memlens-setup-$(cat "$req" python/pyproject.toml | sha1sum | cut -c1-12)
+# The torch line of the requirements unless TORCH names another one.
+torch_req=${TORCH:-$(grep '^torch==' "$req")}
+stamp=$VENV/.memlens-setup-$( (cat "$req" python/pyproject.toml; echo "$torch_req") | sha1sum | cut -c1-12)
 if [ -f "$stamp" ]; then
   exit 0
 fi
 "$PYTHON" -c 'import sys; assert sys.version_info >= (3, 10), "memlens needs Python 3.10 or newer"'
-[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-.venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -r "$req"
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+"$VENV/bin/python" -m pip install --quiet --upgrade pip
+"$VENV/bin/python" -m pip install --quiet "$torch_req" -r <(grep -v '^torch==' "$req")
 # setuptools' notes about editable installs are noise here; show them only if the install fails.
-.venv/bin/python -m pip install --quiet --no-deps -e python 2>.venv/editable-install.log \
-  || { cat .venv/editable-install.log; exit 1; }
-rm -f .venv/.memlens-setup-*
+"$VENV/bin/python" -m pip install --quiet --no-deps -e python 2>"$VENV/editable-install.log" \
+  || { cat "$VENV/editable-install.log"; exit 1; }
+rm -f "$VENV"/.memlens-setup-*
 touch "$stamp"
-echo "python environment ready: .venv ($(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'))"
+echo "python environment ready: $VENV ($("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)'))"

@@ -28,6 +28,7 @@ _WAIT_TENSOR = getattr(getattr(torch.ops, "_c10d_functional", None), "wait_tenso
 _WAIT_TENSOR = _WAIT_TENSOR.default if _WAIT_TENSOR is not None else None
 _RECORD_STREAM = aten.record_stream.default
 _PIN_MEMORY = aten._pin_memory.default
+_IS_PINNED = aten.is_pinned.default
 
 
 _PLAIN_TYPES = (torch.Tensor, torch._subclasses.FakeTensor, torch.nn.Parameter)
@@ -54,6 +55,7 @@ class Accountant(TorchDispatchMode):
         self.tracer = tracer
         self.ledger = tracer.ledger
         self._mutable: dict = {}
+        self._mask_arg: dict = {}
         self._names: dict = {}
         self.placeholders: list[tuple[int, str, object]] = []  # (stack, op, value answered)
 
@@ -72,6 +74,8 @@ class Accountant(TorchDispatchMode):
             return args[0]
         if func is _RECORD_STREAM:  # a hint to the caching allocator; fake mode has no kernel
             return None
+        if func is _IS_PINNED:  # fake mode has no kernel; fake host tensors are pageable
+            return False
         if func is _PIN_MEMORY:
             # Pinning copies into page-locked host memory (FSDP's CPU offload); fake mode has
             # no kernel for it. A copy on the same (CPU) device is what it costs.
@@ -91,15 +95,32 @@ class Accountant(TorchDispatchMode):
             if kind == "DataDependentOutputException":
                 raise self._data_dependent(func, "its result is a tensor value") from None
             raise
-        self._book(func, out)
-        workspace = self.tracer.workspaces(func, args, kwargs, out)
-        if workspace:
-            self._transient(func, workspace, out)
+        booked = self._unmasked(func, args, kwargs, out)
+        plan = self.tracer.workspaces(func, args, kwargs, booked)
+        if plan is None:
+            self._book(func, booked)
+        else:
+            self._run_plan(func, plan, booked)
         for item in self.tracer.workspaces.persistent(func, args, kwargs, out):
             self._persistent(item)
         return out
 
     # -- booking ---------------------------------------------------------------------------
+    def _unmasked(self, func, args, kwargs, out):
+        """The outputs a real kernel allocates. Backward ops with an `output_mask` return an
+        undefined tensor where the mask is False, but some fake kernels (e.g. the meta of
+        native_batch_norm_backward) return a full-size tensor there: it is no allocation."""
+        index = self._mask_arg.get(func)
+        if index is None:
+            index = self._mask_arg[func] = next(
+                (i for i, a in enumerate(func._schema.arguments) if a.name == "output_mask"), -1)
+        if index < 0 or not isinstance(out, (tuple, list)):
+            return out
+        mask = args[index] if index < len(args) else kwargs.get("output_mask")
+        if mask is None:
+            return out
+        return tuple(None if i < len(mask) and not mask[i] else t for i, t in enumerate(out))
+
     def _book(self, func, out) -> None:
         if isinstance(out, torch.Tensor):
             self._book_tensor(func, out)
@@ -159,16 +180,35 @@ class Accountant(TorchDispatchMode):
                                     backward=backward)
             self.ledger.retarget_storage(st, rid)
 
-    def _transient(self, func, sizes: list[int], out) -> None:
-        """Kernel workspaces: allocated after the outputs and freed before the op returns."""
-        ref = out[0] if isinstance(out, (tuple, list)) else out
-        device = self.tracer.device_key(ref.device) if isinstance(ref, torch.Tensor) else "cpu"
+    def _run_plan(self, func, plan, out) -> None:
+        """Book the op's outputs and its kernel's own buffers in the order the kernel makes
+        them (see `workspaces.Plan`): buffers are temporaries of the op's module and phase."""
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+
+        def book(indices) -> None:
+            for i in indices:
+                if i < len(outs) and isinstance(outs[i], torch.Tensor):
+                    self._book_tensor(func, outs[i])
+
+        named = plan.named_outputs()
+        book(i for i in range(len(outs)) if i not in named)
+        ref = next((t for t in outs if isinstance(t, torch.Tensor)), None)
+        device = self.tracer.device_key(ref.device) if ref is not None else "cpu"
         module, _, stack, backward = self._context()
-        op = self._op(func)
-        rids = [self.ledger.alloc(n, device, "uint8", (n,), C.TEMPORARY, module,
-                                  self.tracer.phases.index, op, stack, backward=backward)
-                for n in sizes]
-        for rid in rids:
+        op, phase = self._op(func), self.tracer.phases.index
+        held: dict[int, int] = {}
+        for step in plan.steps:
+            if step[0] == "alloc":
+                n = step[2]
+                held[step[1]] = self.ledger.alloc(n, device, "uint8", (n,), C.TEMPORARY, module,
+                                                  phase, op, stack, backward=backward)
+            elif step[0] == "free":
+                rid = held.pop(step[1], None)
+                if rid is not None:
+                    self.ledger.free(rid)
+            else:
+                book(step[1])
+        for rid in held.values():
             self.ledger.free(rid)
 
     def _persistent(self, item) -> None:

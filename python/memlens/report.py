@@ -170,7 +170,10 @@ def _phase_table(snap: dict[str, Any]) -> Table:
     for col in columns:
         table.add_column(col, justify="left" if col in ("phase", "device") else "right",
                          min_width=longest if col == "phase" else None)
+    # Rows of another device (the host, for a CUDA target) only where it held something.
     for p in snap["phases"]:
+        if p["device"] != key and not (p["peak_bytes"] or p["current_before_bytes"]):
+            continue
         style = "bold red" if p["device"] == key and p["name"] == peak_phase else None
         row = [p["name"], p["device"], format_bytes(p["current_before_bytes"]),
                format_bytes(p["peak_bytes"]), format_bytes(p["current_after_bytes"])]

@@ -45,5 +45,6 @@ def trace_target(target, device: DeviceSpec, iterations: int, progress_mode: str
             precision = None
         progress.update("building snapshot")
     meta = {"command": command or [], "target": target.to_json(), "precision": precision,
-            "stopped_after_iterations": stopped}
+            "stopped_after_iterations": stopped,
+            "kernels": {"scaled_dot_product_attention": dict(tracer.sdpa_backends)}}
     return build_snapshot(tracer, meta, max_allocations or DEFAULT_MAX_ALLOCATIONS)

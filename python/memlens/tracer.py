@@ -34,14 +34,19 @@ from .workspaces import WorkspaceModel
 
 class Tracer:
     def __init__(self, device: DeviceSpec | str = "h100-80gb", iterations: int = 2,
-                 rank: RankSpec | None = None):
+                 rank: RankSpec | None = None, device_count: int = 1, device_index: int = 0):
         """`rank`: simulate that rank of a distributed job (fake process groups; see
-        patches/torch_distributed.py). The caller gives the script the rank's environment."""
+        patches/torch_distributed.py; the caller gives the script the rank's environment): its
+        node's GPUs are simulated and the trace describes its local GPU. Without a rank,
+        `device_count` GPUs of `device` are simulated and the trace describes
+        `cuda:{device_index}`."""
         if isinstance(device, str):
             from .devices import get_device
 
             device = get_device(device)
         self.device = device
+        self.device_count = rank.local_world_size if rank else device_count
+        self.device_index = device_index
         self.iterations = iterations
         self.rank = rank
         self.layout = Layout(rank.world_size, rank.rank) if rank else None
@@ -53,12 +58,12 @@ class Tracer:
         self.accountant = Accountant(self)
         self.workspaces = WorkspaceModel(device.type, device)
         self.fake_mode: FakeTensorMode | None = None
+        self._cuda = None  # the torch.cuda simulation of a CUDA target
+        self.sdpa_backends: dict[str, int] = {}  # attention kernel -> calls (CUDA targets)
         self._patcher = Patcher()
         self._step_hooks: list = []
         self.end_seq = -1
         self.allocator_settings: dict | None = None  # set when a CUDA allocator starts
-        self._cuda = None  # the simulate_cuda context, when the target is a simulated GPU
-        self._peak_reset: dict[int, int] = {}  # torch.cuda.reset_peak_memory_stats marks
         self.started = self.finished = 0.0
         self.stopped = False  # the trace stopped the workload after its iterations
         self.notes: list[str] = []  # what plugins changed about the run (snapshot meta.notes)
@@ -82,12 +87,17 @@ class Tracer:
             o.register_optimizer_step_pre_hook(lambda *a: self.phases.on_step_begin()),
             o.register_optimizer_step_post_hook(lambda *a: self.phases.on_step_end()),
         ]
-        self._cuda = self._simulated_cuda()
-        if self._cuda is not None:  # before the fake mode, which asks torch.cuda.is_available()
-            self._cuda.__enter__()
-            from .patches import torch_cuda_device
+        if self.device.type == "cuda":
+            from .cuda.ledger_memory import LedgerMemory
+            from .cuda.simulate import simulate_cuda
+            from .patches import torch_cuda_device, torch_cuda_semantics
 
+            torch_cuda_semantics.apply(self._patcher, self)
             torch_cuda_device.apply(self._patcher)
+            # Before FakeTensorMode: entering it asks torch.cuda.is_available().
+            self._cuda = simulate_cuda(self.device, LedgerMemory(self.ledger),
+                                       device_count=self.device_count, device=self.device_index)
+            self._cuda.__enter__()
         self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
         self.fake_mode.__enter__()
         self.accountant.__enter__()
@@ -151,7 +161,7 @@ class Tracer:
         if self.device.type == "cpu":
             return "cpu"
         if self.rank is None:
-            return "cuda:0"
+            return f"cuda:{self.device_index}"
         local = f"cuda:{self.rank.local_rank}"
         peaks = {d: p for d, p in self.ledger.peak.items() if d.startswith("cuda")}
         if local in peaks or not peaks:
@@ -166,40 +176,6 @@ class Tracer:
                 "parallel": {"local_rank": self.rank.local_rank,
                              "local_world_size": self.rank.local_world_size,
                              **self.layout.to_json()}}
-
-    # -- the simulated GPU ------------------------------------------------------------------
-    def _simulated_cuda(self):
-        """torch.cuda answering as the target GPU (memlens.cuda.simulate), when this process
-        loaded the fake-CUDA shim (session.prepare_process); one GPU per local rank."""
-        if self.device.type != "cuda":
-            return None
-        from .cuda import build
-
-        if build.loaded_shim() is None:
-            return None
-        from .cuda.simulate import simulate_cuda
-
-        count = self.rank.local_world_size if self.rank else 1
-        return simulate_cuda(self.device, self, device_count=count)
-
-    # torch.cuda.memory_allocated() and friends, from the ledger (simulate_cuda's MemorySource).
-    def allocated(self, device_index: int) -> int:
-        return self.ledger.current.get(f"cuda:{device_index}", 0)
-
-    def max_allocated(self, device_index: int) -> int:
-        if device_index in self._peak_reset:  # the ledger keeps one peak: since a reset, the
-            return max(self._peak_reset[device_index], self.allocated(device_index))  # current
-        return self.ledger.peak.get(f"cuda:{device_index}", 0)
-
-    def reset_peak(self, device_index: int) -> None:
-        self._peak_reset[device_index] = self.allocated(device_index)
-
-    def reserved(self, device_index: int) -> int:
-        model = self.ledger.allocators.get(f"cuda:{device_index}")
-        return getattr(model, "reserved_bytes", None) or self.allocated(device_index)
-
-    def max_reserved(self, device_index: int) -> int:
-        return self.reserved(device_index)
 
     # -- callbacks -------------------------------------------------------------------------
     def stop(self) -> StopTracing:

@@ -2,8 +2,12 @@
 
 Two kinds:
 - transient: buffers that exist only while the op runs (the column buffer of a convolution
-  computed as im2col + GEMM on the CPU). They can still set the peak. A transient rule returns
-  the sizes of the buffers an op allocates for the target device, or None.
+  computed as im2col + GEMM on the CPU, the blocked copies and scratchpad of a oneDNN
+  primitive, flash attention's fp32 accumulators). They can still set the peak. A transient rule
+  returns, for one op call, either a list of byte sizes (buffers allocated after the op's
+  outputs and freed before it returns) or a `Plan` when the order matters: some kernels
+  allocate their buffers before the outputs, or book one output, free a buffer, then book the
+  next.
 - persistent: memory a library takes on its first use and keeps until the process ends (the
   cuBLAS workspace of each handle and stream). A persistent rule returns `(key, label, bytes)`
   items; each key is allocated once per trace.
@@ -11,11 +15,55 @@ Two kinds:
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Union
 
 import torch
 
-Rule = Callable[[tuple, dict, object], "list[int] | None"]
+
+class Plan:
+    """The allocations a kernel makes inside one op, in order, around its outputs.
+
+        p = Plan()
+        blocked = p.alloc(n)      # a buffer of n bytes; returns a handle
+        p.free(blocked)           # its free
+        p.outputs(0)              # the op's output 0 is allocated here
+
+    Outputs are indices into the op's result (a tuple's positions, 0 for a single tensor).
+    Outputs a plan never names are allocated before its first step; buffers it never frees are
+    freed when the op returns. Zero-byte buffers are dropped (the allocator sees nothing).
+    """
+
+    def __init__(self) -> None:
+        self.steps: list[tuple] = []
+        self._handles = 0
+
+    def alloc(self, nbytes: int) -> int:
+        handle = self._handles
+        self._handles += 1
+        if nbytes > 0:
+            self.steps.append(("alloc", handle, int(nbytes)))
+        return handle
+
+    def free(self, *handles: int) -> None:
+        for h in handles:
+            self.steps.append(("free", h))
+
+    def outputs(self, *indices: int) -> None:
+        self.steps.append(("out", indices))
+
+    def named_outputs(self) -> set[int]:
+        return {i for step in self.steps if step[0] == "out" for i in step[1]}
+
+    @staticmethod
+    def transient(sizes: list[int]) -> "Plan":
+        """Buffers allocated after every output and freed before the op returns."""
+        plan = Plan()
+        for n in sizes:
+            plan.alloc(n)
+        return plan
+
+
+Rule = Callable[[tuple, dict, object], Union[list, Plan, None]]
 
 
 class Persistent(NamedTuple):
@@ -42,15 +90,19 @@ class WorkspaceModel:
 
             self._rules.update(CPU_RULES)
         elif device_type == "cuda":
-            from .workspaces_cuda import CudaRules
+            from .workspaces_cuda import CUDA_RULES, CudaRules
 
+            self._rules.update(CUDA_RULES)
             self.cuda = CudaRules(spec)
 
-    def __call__(self, func, args: tuple, kwargs: dict, out) -> list[int] | None:
+    def __call__(self, func, args: tuple, kwargs: dict, out) -> Plan | None:
         rule = self._rules.get(func)
         if rule is None:
             return None
-        return rule(args, kwargs, out)
+        plan = rule(args, kwargs, out)
+        if plan is None or isinstance(plan, Plan):
+            return plan
+        return Plan.transient(list(plan)) if plan else None
 
     def persistent(self, func, args: tuple, kwargs: dict, out) -> list[Persistent]:
         """What this op takes for good that nothing took before it (usually nothing)."""

@@ -85,3 +85,28 @@ class CudaRules:
         if t is not None and t.device.type == "cuda":
             self.collective_devices.add(device_key(t.device))
         return []
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return (n + multiple - 1) // multiple * multiple
+
+
+def _flash_backward(args, kwargs, out) -> list[int]:
+    """FlashAttention-2's mha_bwd (aten/src/ATen/native/transformers/cuda/flash_attn/
+    flash_api.cpp) allocates, after dq/dk/dv: softmax_d (fp32, batch x heads x seqlen_q rounded
+    to 128), dq_accum (fp32, batch x seqlen_q rounded x heads x head size rounded to 32, or 64
+    above 128; `loop` is always true there) and, for grouped-query attention, dk/dv expanded to
+    all query heads. All are freed when the op returns (softmax_d is dropped by the aten op)."""
+    grad_out, query, key = args[0], args[1], args[2]
+    b, h, s_q, d = query.shape
+    h_k, s_k = key.shape[1], key.shape[2]
+    head = _round_up(d, 8)
+    head_rounded = _round_up(head, 32 if head <= 128 else 64)
+    s_q_rounded = _round_up(s_q, 128)
+    sizes = [b * h * s_q_rounded * 4, b * s_q_rounded * h * head_rounded * 4]
+    if h_k != h:
+        sizes += [b * s_k * h * head * query.element_size()] * 2
+    return sizes
+
+
+CUDA_RULES = {aten._scaled_dot_product_flash_attention_backward.default: _flash_backward}

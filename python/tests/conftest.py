@@ -24,6 +24,26 @@ def memlens():
     return run_memlens
 
 
+def run_python(code: str, env: dict | None = None, timeout: int = 600) -> object:
+    """Run `code` in a fresh interpreter that has the fake-CUDA shim loaded (before torch, as a
+    CUDA target needs); the code assigns `result`, which comes back through JSON."""
+    import json
+    import textwrap
+
+    program = ("from memlens.cuda.build import ensure_fake_cuda_support\n"
+               "ensure_fake_cuda_support()\n" + textwrap.dedent(code) +
+               "\nimport json, os, sys\nsys.stdout.write('\\nRESULT ' + json.dumps(result))\n"
+               # os._exit, as the CLI leaves: see memlens/__main__.py
+               "sys.stdout.flush(); sys.stderr.flush(); os._exit(0)\n")
+    full_env = {**os.environ, **(env or {})}
+    full_env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO / "python"), full_env.get("PYTHONPATH", "")) if p)
+    out = subprocess.run([sys.executable, "-c", program], env=full_env, capture_output=True,
+                         text=True, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.rsplit("\nRESULT ", 1)[1])
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "cuda_build: needs a torch built with CUDA (no GPU needed); skipped otherwise")

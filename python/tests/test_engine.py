@@ -1,5 +1,7 @@
 """The engine through its Python API: model-state bytes, attribution, phases, categories."""
 
+import json
+
 import torch
 import torch.nn as nn
 
@@ -143,10 +145,20 @@ def test_patches_and_hooks_are_undone():
     assert not isinstance(torch.empty(1), torch._subclasses.FakeTensor)
 
 
-def test_cuda_target_rounds_each_block_to_512_bytes():
-    with Tracer("cpu") as cpu_tracer:
-        torch.empty(1000, dtype=torch.uint8)
-    with Tracer("h100-80gb") as gpu_tracer:
-        torch.empty(1000, dtype=torch.uint8, device="cuda:0")
-    assert [r.size for r in cpu_tracer.ledger.records] == [1000]
-    assert [(r.nbytes, r.size) for r in gpu_tracer.ledger.records] == [(1000, 1024)]
+def test_cuda_target_counts_whole_allocator_blocks(memlens, tmp_path):
+    """On the CPU each allocation costs what it asks for; on a CUDA target it costs the block the
+    caching allocator hands out: 512 B granularity in the small pool, and a large request whose
+    leftover is at most 1 MiB keeps the whole 20 MiB-pool block (REFERENCES §3)."""
+    script = tmp_path / "alloc.py"
+    script.write_text("import torch\n"
+                      "dev = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
+                      "a = torch.empty(1000, dtype=torch.uint8, device=dev)\n"
+                      "b = torch.empty(5 * 2**20 + 1, dtype=torch.uint8, device=dev)\n"
+                      "c = torch.empty(25_000_000, dtype=torch.uint8, device=dev)\n")
+    sizes = {}
+    for device in ("cpu", "h100-80gb"):
+        out = memlens("run", "--device", device, "--json", "--no-snapshot", "--", str(script))
+        assert out.returncode == 0, out.stderr
+        sizes[device] = json.loads(out.stdout)["peak_bytes"]
+    assert sizes["cpu"] == 1000 + 5 * 2**20 + 1 + 25_000_000
+    assert sizes["h100-80gb"] == 1024 + 5_243_392 + 25_165_824

@@ -45,10 +45,14 @@ class Stub:
     def reset_peak(self, i): self.resets.append(i)
     def reserved(self, i): return 3 * 2**20 + i
     def max_reserved(self, i): return 4 * 2**20 + i
+    def empty_cache(self, i): self.emptied = getattr(self, "emptied", []) + [i]
 
 def emit(**kw):
     print("RESULT " + json.dumps(kw, default=str))
 """
+
+
+EXIT = "\nimport os as _os, sys as _sys\n_sys.stdout.flush(); _sys.stderr.flush(); _os._exit(0)\n"
 
 
 @pytest.fixture(scope="session")
@@ -61,7 +65,9 @@ def run_py(code: str, *, cache: Path, prelude: bool = True, env: dict | None = N
     full_env = {**os.environ, "MEMLENS_CACHE_DIR": str(cache), **(env or {})}
     full_env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(PYTHON_DIR), full_env.get("PYTHONPATH", "")) if p)
-    script = (PRELUDE if prelude else "") + textwrap.dedent(code)
+    # Leave with os._exit, as the memlens CLI does: torch's autograd device threads can race
+    # interpreter teardown ("terminate called without an active exception", pytorch#38228).
+    script = (PRELUDE if prelude else "") + textwrap.dedent(code) + EXIT
     proc = subprocess.run([sys.executable, "-c", script], env=full_env, capture_output=True,
                           text=True, timeout=timeout)
     result = {}
@@ -157,6 +163,7 @@ def test_torch_cuda_queries_answer_from_the_memory_source(cache_dir):
             except AssertionError as e:
                 out["bad_index"] = str(e)
         out["resets"] = stub.resets
+        out["emptied"] = getattr(stub, "emptied", [])
         emit(**out)
     """, cache=cache_dir)
     ok(proc)
@@ -168,6 +175,7 @@ def test_torch_cuda_queries_answer_from_the_memory_source(cache_dir):
     assert r["stats"] == 1001 and r["accel_alloc"] == 1002
     assert r["info"] == [81559 * 2**20 - (3 * 2**20 + 1), 81559 * 2**20]
     assert r["resets"] == [1, 3]
+    assert r["emptied"] == [0, 1, 2, 3]  # torch.cuda.empty_cache() empties every device's cache
     assert r["after_set"] == [2, "cuda:2", "cuda:2", "cuda:2"]
     assert r["grad_dev2"] == "cuda:2"
     assert (r["in_device_ctx"], r["after_ctx"]) == (3, 2)

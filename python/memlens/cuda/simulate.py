@@ -1,6 +1,7 @@
 """``simulate_cuda``: inside it, ``torch.cuda`` and ``torch.accelerator`` answer as the target GPU.
 
-Every patch the simulation makes lives in this module and is undone on exit. Nothing here
+Every patch of torch.cuda / torch.accelerator lives in this module (the other torch patches are
+in memlens/patches/), is version-checked (TESTED_TORCH) and is undone on exit. Nothing here
 initialises real CUDA: while simulating, ``torch.cuda._lazy_init`` is a no-op inside
 FakeTensorMode and refuses outside it, and FakeTensorMode keeps avoiding device init (it asks
 ``torch.cuda.is_available()``, which we make True). The shim from build.py must have been
@@ -20,6 +21,7 @@ from typing import Any, Protocol
 
 import torch
 
+from ..patches.patcher import Patcher
 from . import build, streams
 from .device_state import SimulatedDevices
 from .rng import FakeCudaRNG
@@ -37,6 +39,7 @@ class MemorySource(Protocol):
     def reset_peak(self, device_index: int) -> None: ...
     def reserved(self, device_index: int) -> int: ...
     def max_reserved(self, device_index: int) -> int: ...
+    def empty_cache(self, device_index: int) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -56,34 +59,6 @@ class FakeDeviceProperties:
         return (f"_CudaDeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, "
                 f"total_memory={self.total_memory // 2**20}MB, "
                 f"multi_processor_count={self.multi_processor_count}) [simulated]")
-
-
-class _Patches:
-    """Records each attribute it replaces so that ``undo`` restores exactly what was there."""
-
-    _MISSING = object()
-
-    def __init__(self) -> None:
-        self._undo: list[tuple[Any, str, Any]] = []
-
-    def set(self, owner: Any, name: str, value: Any) -> None:
-        self._undo.append((owner, name, vars(owner).get(name, self._MISSING)))
-        setattr(owner, name, value)
-
-    def set_everywhere(self, modules: list[Any], name: str, value: Any) -> None:
-        """Replace ``name`` in modules[0] and wherever another module bound the same object."""
-        original = vars(modules[0]).get(name, self._MISSING)
-        for mod in modules:
-            if mod is modules[0] or (original is not self._MISSING and vars(mod).get(name) is original):
-                self.set(mod, name, value)
-
-    def undo(self) -> None:
-        while self._undo:
-            owner, name, original = self._undo.pop()
-            if original is self._MISSING:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, original)
 
 
 def _memory_api(dev: SimulatedDevices, spec: DeviceSpec, source: MemorySource) -> dict[str, Any]:
@@ -122,6 +97,10 @@ def _memory_api(dev: SimulatedDevices, spec: DeviceSpec, source: MemorySource) -
     def noop(*args: Any, **kwargs: Any) -> None:
         return None
 
+    def empty_cache() -> None:
+        for i in range(dev.count):
+            source.empty_cache(i)
+
     return {
         "memory_allocated": allocated, "max_memory_allocated": max_allocated,
         "memory_reserved": reserved, "max_memory_reserved": max_reserved,
@@ -129,7 +108,7 @@ def _memory_api(dev: SimulatedDevices, spec: DeviceSpec, source: MemorySource) -
         "reset_peak_memory_stats": reset_peak, "reset_max_memory_allocated": reset_peak,
         "reset_max_memory_cached": reset_peak, "reset_accumulated_memory_stats": noop,
         "memory_stats": stats, "mem_get_info": mem_get_info, "memory_summary": summary,
-        "empty_cache": noop,
+        "empty_cache": empty_cache,
     }
 
 
@@ -292,21 +271,21 @@ def simulate_cuda(spec: DeviceSpec, memory_source: MemorySource, *, device_count
     if not _active.acquire(blocking=False):
         raise RuntimeError("simulate_cuda is already active in this process")
     memory = _memory_api(dev, spec, memory_source)
-    patches = _Patches()
+    patches = Patcher()
     entered = False
     try:
         cuda_mods = _modules("torch.cuda")
         for name, value in {**_cuda_api(dev, spec, FakeCudaRNG(device_count)), **memory}.items():
             patches.set_everywhere(cuda_mods, name, value)
-        patches.set(torch.cuda, "_initialized", True)  # checkpoint reads it to save CUDA RNG state
+        patches.setattr(torch.cuda, "_initialized", True)  # checkpoint reads it to save CUDA RNG state
         accel_mods = _modules("torch.accelerator")
         for name, value in _accelerator_api(dev, memory).items():
             patches.set_everywhere(accel_mods, name, value)
         # FakeTensorMode decides from torch.cuda.is_available() whether to avoid device init;
         # there is no device, so it must keep avoiding it, and must not create a real
         # tensor to "initialise the GPU context" when it meets a cuda device.
-        patches.set(fake_tensor.FakeTensorMode, "avoid_device_init", property(lambda self: True))
-        patches.set(fake_tensor, "init_gpu_context", lambda device: None)
+        patches.setattr(fake_tensor.FakeTensorMode, "avoid_device_init", property(lambda self: True))
+        patches.setattr(fake_tensor, "init_gpu_context", lambda device: None)
         dev.enter(device)  # our guard becomes torch's CUDA guard (CUDA build), device selected
         entered = True
         streams.STREAMS.bind(dev)

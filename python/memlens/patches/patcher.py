@@ -25,11 +25,27 @@ class Patcher:
         that are not attributes, such as operator registrations)."""
         self._undo.append((None, undo, None))
 
+    def set_everywhere(self, modules: list[Any], name: str, value: Any) -> None:
+        """Replace `name` in modules[0] and in every other module that bound the same object
+        (`from torch.cuda.memory import memory_allocated` copies the function into a module)."""
+        original = vars(modules[0]).get(name, _MISSING)
+        for mod in modules:
+            if mod is modules[0] or (original is not _MISSING and vars(mod).get(name) is original):
+                self.setattr(mod, name, value)
+
+    def append(self, items: list, value: Any) -> None:
+        """Add `value` to a list other modules hold by reference (mutated in place)."""
+        if value not in items:
+            items.append(value)
+            self._undo.append((items, None, value))
+
     def undo(self) -> None:
         while self._undo:
             owner, name, original = self._undo.pop()
-            if owner is None:
+            if owner is None:  # deferred
                 name()
+            elif name is None:  # an append
+                owner.remove(original)
             elif original is _MISSING:
                 delattr(owner, name)
             else:

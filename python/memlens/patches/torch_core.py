@@ -1,16 +1,25 @@
 """Patches of core torch that make unmodified training scripts run under FakeTensorMode.
 
 - `torch.utils.swap_tensors`: `module.to(dtype)`, `.half()`, `.cuda()` on a module whose
-  parameters are fake tensors always swap, and the swap refuses tensors with weakrefs (fake
-  mode keeps some). Falling back to assigning `.data` has the same effect for a module.
+  parameters are fake tensors always swap (`Module._apply` picks swapping for FakeTensor
+  parameters), and the swap refuses tensors with weakrefs (fake mode keeps some). Falling back
+  to assigning `.data` has the same effect for a module. Called from `Module._apply`, the swap
+  is replaced by what `_apply` does to real parameters (`param.data = param_applied`): a swap
+  would leave the old storage in `param_applied` until the next parameter has been converted,
+  one parameter's old copy longer than a real run keeps it.
 - `torch.get_rng_state` (and `torch.random.get_rng_state`): activation checkpointing saves the
   CPU generator state, a real tensor made without any op, so the accountant would not see it.
 - `torch.UntypedStorage.resize_`: resizing a storage directly is no op a dispatch mode sees, and
   FSDP frees and re-allocates unsharded parameters that way (`resize_(0)`, `resize_(n)`; FSDP1
   through `TypedStorage._resize_`, which calls it).
+- the foreach "supported types" lists of torch.optim and torch.utils: optimizers and
+  clip_grad_norm_ take their multi-tensor (foreach) path only for exact Tensor/Parameter types,
+  so fake parameters would silently take the per-tensor path a real run does not take.
 """
 
 from __future__ import annotations
+
+import sys
 
 import torch
 
@@ -19,24 +28,33 @@ from .patcher import Patcher, check_version
 TESTED = ("2.9.0", "2.16.0")
 
 
+def _set_data(t1: torch.Tensor, t2: torch.Tensor) -> None:
+    """`t1.data = t2`, and for fake tensors also the device they keep as a Python attribute
+    (which `.data` leaves alone: `.cuda()` would otherwise leave them on the CPU)."""
+    with torch.no_grad():
+        t1.data = t2.detach()
+    if hasattr(t1, "fake_device"):
+        t1.fake_device = t2.fake_device
+
+
 def apply(patcher: Patcher, on_external_tensor, on_storage_resized) -> None:
     check_version("torch", torch.__version__, TESTED)
     original_swap = torch.utils.swap_tensors
 
     def swap_tensors(t1, t2):
+        caller = sys._getframe(1)
+        if (caller.f_code.co_name == "_apply" and isinstance(t1, torch.Tensor)
+                and caller.f_globals.get("__name__") == "torch.nn.modules.module"):
+            _set_data(t1, t2)  # the real-tensor path of Module._apply
+            return None
         try:
             return original_swap(t1, t2)
         except RuntimeError as e:
             if "weakref" not in str(e) or not isinstance(t1, torch.Tensor):
                 raise
-            with torch.no_grad():
-                old = t1.detach()
-                t1.data = t2.detach()
-                t2.data = old
-            # A fake tensor keeps its device in a Python attribute that `.data =` leaves alone:
-            # without this, `.to("cuda")` of a module built on the CPU would stay on the CPU.
-            if hasattr(t1, "fake_device") and hasattr(t2, "fake_device"):
-                t1.fake_device, t2.fake_device = t2.fake_device, t1.fake_device
+            old = t1.detach()
+            _set_data(t1, t2)
+            _set_data(t2, old)
 
     patcher.setattr(torch.utils, "swap_tensors", swap_tensors)
 
@@ -58,3 +76,10 @@ def apply(patcher: Patcher, on_external_tensor, on_storage_resized) -> None:
         return out
 
     patcher.setattr(torch.UntypedStorage, "resize_", resize_)
+
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.optim import optimizer
+    from torch.utils import _foreach_utils
+
+    patcher.append(optimizer._foreach_supported_types, FakeTensor)
+    patcher.append(_foreach_utils._foreach_supported_types, FakeTensor)

@@ -1,0 +1,35 @@
+"""torch.cuda's memory queries answered from the trace: the ledger's allocator model of each
+simulated GPU (its block sizes are the ledger's, so `memory_allocated()` is the estimate)."""
+
+from __future__ import annotations
+
+
+class LedgerMemory:
+    """A `simulate.MemorySource` over the ledger's per-device caching-allocator models."""
+
+    def __init__(self, ledger) -> None:
+        self.ledger = ledger
+
+    def _stats(self, device_index: int) -> dict[str, int]:
+        model = self.ledger.allocator(f"cuda:{device_index}")
+        return model.memory_stats() if model is not None else {}
+
+    def allocated(self, device_index: int) -> int:
+        return self._stats(device_index).get("allocated_bytes.all.current", 0)
+
+    def max_allocated(self, device_index: int) -> int:
+        return self._stats(device_index).get("allocated_bytes.all.peak", 0)
+
+    def reserved(self, device_index: int) -> int:
+        return self._stats(device_index).get("reserved_bytes.all.current", 0)
+
+    def max_reserved(self, device_index: int) -> int:
+        return self._stats(device_index).get("reserved_bytes.all.peak", 0)
+
+    def reset_peak(self, device_index: int) -> None:
+        model = self.ledger.allocator(f"cuda:{device_index}")
+        if model is not None:
+            model.stats.reset_peaks()
+
+    def empty_cache(self, device_index: int) -> None:
+        self.ledger.empty_cache(f"cuda:{device_index}")
