@@ -79,3 +79,23 @@ def test_routing_is_uniform_and_noted(ranks):
         notes = snap["meta"].get("notes", [])
         assert any("capacity factor 1.0" in n and "uniform" in n for n in notes), notes
         assert f"ep {snap['meta']['rank']}/2" in snap["meta"]["parallel"]["role"]
+
+
+def test_distributed_optimizer_shards_experts_over_expert_data_parallel(tmp_path):
+    """4 ranks, EP 2: dense parameters are sharded over DP 4, experts over expert DP 2 (each
+    expert lives on 2 ranks): Megatron's 6 + 12/DP bytes, with each kind's own DP. This holds
+    only if the experts' `allreduce=False` survives `Float16Module`'s cast, which puts them in
+    DDP's expert buffers. The experts' buffer needs no padding at this size: exact; the dense
+    one pads each parameter's start to 64 elements, which the shard boundaries can take."""
+    snap = M.trace(tmp_path, 4, 0, *FLAGS, "--distributed-optimizer")
+    got = M.model_state_bytes(snap)
+    params = got["parameter"] // 2
+    experts = [m for m in snap["modules"] if m["fqn"].endswith(".mlp.experts")]
+    expert_params = sum(m["parameter_bytes"] for m in experts) // 2
+    assert expert_params == LAYERS * EXPERTS // EP * expert_bytes() // 2
+    assert got["gradient"] == 4 * params
+    expert_states = sum(m["optimizer_state_bytes"] for m in experts)
+    assert expert_states == 12 * expert_params // 2
+    dense_states = got["optimizer_state"] - expert_states
+    dense = 12 * (params - expert_params) // 4
+    assert dense - 12 * 64 * 8 <= dense_states <= dense
