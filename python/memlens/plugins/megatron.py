@@ -67,7 +67,7 @@ class _Plugin:
     def __init__(self, tracer) -> None:
         self.tracer = tracer
         self.patcher = Patcher()
-        self._functions: dict = {}  # replacement function -> original
+        self._functions: dict[int, tuple] = {}  # id(replacement) -> (replacement, original)
         self.kernels: list[str] = []  # stand-in CUDA extensions put in sys.modules
         # Transformer Engine was asked for but is not installed: attention as TE holds it.
         self.flash_attention = False
@@ -76,7 +76,7 @@ class _Plugin:
         """Replace a module-level function, also where other Megatron modules bound it with
         `from module import name` (before or after the replacement: undone everywhere)."""
         original = self.patcher.setattr(module, name, new)
-        self._functions[new] = original
+        self._functions[id(new)] = (new, original)
         for mod in _megatron_modules():
             for attr, value in list(vars(mod).items()):
                 if value is original and mod is not module:
@@ -89,8 +89,8 @@ class _Plugin:
         self.patcher.undo()
         for mod in _megatron_modules():
             for attr, value in list(vars(mod).items()):
-                original = self._functions.get(value) if callable(value) else None
-                if original is not None:
+                new, original = self._functions.get(id(value), (None, None))
+                if new is value:  # identity: module globals need not be hashable
                     setattr(mod, attr, original)
 
     def note(self, text: str) -> None:
