@@ -17,17 +17,24 @@ ends. What the patches change about the run is listed in the snapshot's `meta.no
 - MoE routing is drop-and-pad at capacity factor 1.0: every expert receives exactly its share
   of the tokens (uniform load), so shapes do not depend on router values a trace does not have.
 - Megatron-LM's `megatron.training` (when present) is set up for a trace: see megatron_args.py.
+- Transformer Engine or apex absent: their kernels are stood in for by ones with the same memory
+  (megatron_attention.py, megatron_kernels.py, megatron_norm.py; docs/megatron.md has the list).
+
+What the patches call lives in small helper modules (megatron_data, megatron_layout,
+megatron_rng, ...); the patches themselves are all here.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import sys
 from types import ModuleType
 
 from .. import categories as C
 from ..patches.patcher import Patcher, check_version
+from .megatron_data import mock_iterator
+from .megatron_kernels import fused_rope_function
+from .megatron_layout import declare_layout, share_by_parameter
 
 # megatron-core versions these patches were written and tested against.
 TESTED = ("0.16.0", "0.17.0")
@@ -136,7 +143,7 @@ class _Plugin:
         def initialize_model_parallel(*args, **kwargs):
             out = original(*args, **kwargs)
             if layout is not None:
-                _declare_layout(mod, layout, kwargs.get("order", "tp-cp-ep-dp-pp"))
+                declare_layout(mod, layout, kwargs.get("order", "tp-cp-ep-dp-pp"))
             return out
 
         self.replace(mod, "initialize_model_parallel", initialize_model_parallel)
@@ -213,7 +220,7 @@ class _Plugin:
                     data = getattr(buffer, name, None)
                     if data is not None:
                         tracer.classifier.pin(data, category, owner)
-                        _share_by_parameter(tracer, buffer, data)
+                        share_by_parameter(tracer, buffer, data)
 
         self.patcher.setattr(cls, "__init__", __init__)
 
@@ -235,17 +242,11 @@ class _Plugin:
 
     # -- RNG ---------------------------------------------------------------------------------
     def rng(self, mod: ModuleType) -> None:
-        import torch
+        from . import megatron_rng
 
-        def get_state(device=-1, clone=False, graph_safe=False):
-            return torch.cuda.get_rng_state(_cuda_device(device))
-
-        def set_state(new_state, device=-1, graph_safe=False):
-            torch.cuda.set_rng_state(new_state, _cuda_device(device))
-
-        self.replace(mod, "_get_cuda_rng_state", get_state)
-        self.replace(mod, "_set_cuda_rng_state", set_state)
-        self.patcher.setattr(mod.CudaRNGStatesTracker, "fork", _fork)
+        self.replace(mod, "_get_cuda_rng_state", megatron_rng.get_state)
+        self.replace(mod, "_set_cuda_rng_state", megatron_rng.set_state)
+        self.patcher.setattr(mod.CudaRNGStatesTracker, "fork", megatron_rng.fork)
 
     # -- norms -------------------------------------------------------------------------------
     def torch_norm(self, mod: ModuleType) -> None:
@@ -369,7 +370,7 @@ class _Plugin:
             plugin.note("Transformer Engine is not installed here: its fused RoPE stood in by "
                         "a kernel that, like it, writes a new tensor and keeps only the "
                         "frequencies for backward")
-            return _fused_rope_function().apply(t, freqs)
+            return fused_rope_function().apply(t, freqs)
 
         self.patcher.setattr(mod, "fused_apply_rotary_pos_emb", fused_apply_rotary_pos_emb)
 
@@ -407,7 +408,7 @@ class _Plugin:
             margs = get_args()
             # What Megatron learns from the loaders it builds (and broadcasts from rank 0).
             margs.do_train, margs.do_valid, margs.do_test = True, False, False
-            return _mock_iterator(mod, margs), None, None
+            return mock_iterator(mod, margs), None, None
 
         self.replace(mod, "build_train_valid_test_data_iterators",
                      build_train_valid_test_data_iterators)
@@ -472,25 +473,6 @@ class _Plugin:
                   "configuration asked; a trace has no router values to route by")
 
 
-def _declare_layout(ps: ModuleType, layout, order: str) -> None:
-    from ..distributed import layout as L
-
-    tp = ps.get_tensor_model_parallel_world_size()
-    pp = ps.get_pipeline_model_parallel_world_size()
-    cp = ps.get_context_parallel_world_size()
-    ep = ps.get_expert_model_parallel_world_size()
-    etp = ps.get_expert_tensor_parallel_world_size()
-    world = layout.world_size
-    dense = ps.RankGenerator(tp=tp, ep=1, dp=world // (tp * pp * cp), pp=pp, cp=cp, order=order)
-    expert = ps.RankGenerator(tp=etp, ep=ep, dp=world // (etp * ep * pp), pp=pp, cp=1,
-                              order=order)
-    for name, generator, size in (("pp", dense, pp), ("tp", dense, tp), ("cp", dense, cp),
-                                  ("dp", dense, world // (tp * pp * cp)), ("ep", expert, ep)):
-        if size > 1:
-            layout.declare(name, generator.get_ranks(name),
-                           L.PIPELINE if name == "pp" else L.SYMMETRIC)
-
-
 def _as_first_tp_rank(get_batch):
     """Tensor-parallel ranks other than the first receive the batch by broadcast, after reading
     its sizes out of broadcast tensors (values a trace does not have). They hold the same
@@ -511,74 +493,9 @@ def _as_first_tp_rank(get_batch):
     return wrapper
 
 
-def _mock_iterator(training: ModuleType, args):
-    """Batches as Megatron's GPT datasets give them (on the host: get_batch moves them), of
-    the configured micro-batch and sequence length."""
-    import torch
-
-    def batches():
-        b, s = args.micro_batch_size, args.seq_length
-        vocab = int(getattr(args, "padded_vocab_size", None) or 2)
-        causal = None
-        if getattr(args, "create_attention_mask_in_dataloader", False):
-            causal = torch.tril(torch.ones(s, s, dtype=torch.bool)).logical_not()
-        while True:
-            tokens = torch.randint(0, vocab, (b, s + 1), dtype=torch.int64)
-            batch = {"tokens": tokens[:, :-1].contiguous(), "labels": tokens[:, 1:].contiguous(),
-                     "loss_mask": torch.ones(b, s, dtype=torch.float32),
-                     "position_ids": torch.arange(s, dtype=torch.int64).expand(b, s).contiguous()}
-            if causal is not None:
-                batch["attention_mask"] = causal.expand(b, 1, s, s)
-            yield batch
-
-    wrap = getattr(training, "RerunDataIterator", None)
-    return wrap(batches()) if wrap is not None else batches()
-
-
-_FUSED_ROPE = None
-
-
-def _fused_rope_function():
-    """An autograd function with TE's fused RoPE's memory: output like the input, the
-    frequencies saved, a gradient like the output's."""
-    global _FUSED_ROPE
-    if _FUSED_ROPE is None:
-        import torch
-
-        class FusedRoPE(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx, t, freqs):
-                ctx.save_for_backward(freqs)
-                return torch.empty_like(t)
-
-            @staticmethod
-            def backward(ctx, grad):
-                return torch.empty_like(grad), None
-
-        _FUSED_ROPE = FusedRoPE
-    return _FUSED_ROPE
-
-
 def _megatron_modules() -> list[ModuleType]:
     return [m for n, m in list(sys.modules.items())
             if isinstance(m, ModuleType) and (n.startswith("megatron.") or n in _ENTRY_POINTS)]
-
-
-def _share_by_parameter(tracer, buffer, data) -> None:
-    """A flat buffer holds every parameter's data (or gradient): in the module tables each
-    module gets the slices of its own parameters."""
-    rid = tracer.ledger.storage_rid(data.untyped_storage())
-    index = getattr(buffer, "param_index_map", None)
-    if rid is None or not index:
-        return
-    owners = tracer.modules.param_owner
-    size = data.element_size()
-    parts: dict[int, int] = {}
-    for param, (start, end, _bucket) in index.items():
-        module = owners.get(id(param), -1)
-        if module >= 0:
-            parts[module] = parts.get(module, 0) + (end - start) * size
-    tracer.ledger.share(rid, sorted(parts.items()))
 
 
 def _subclasses(cls) -> list:
@@ -588,35 +505,3 @@ def _subclasses(cls) -> list:
     return out
 
 
-def _cuda_device(device):
-    import torch
-
-    if device == -1 or device is None:
-        return torch.device("cuda", torch.cuda.current_device())
-    if isinstance(device, int):
-        return torch.device("cuda", device)
-    return torch.device(device)
-
-
-@contextlib.contextmanager
-def _fork(self, name=None):
-    """CudaRNGStatesTracker.fork: switch to the named state, run, keep its new value and switch
-    back (Megatron's own also compares CPU generator states, to log a warning)."""
-    from megatron.core.tensor_parallel import random as r
-
-    name = name or r._MODEL_PARALLEL_RNG_TRACKER_NAME
-    if name not in self.states_:
-        raise Exception(f"cuda rng state {name} is not added")
-    previous, previous_name = r._get_cuda_rng_state(), self._current_state_name
-    if previous_name != "default-rng":
-        self.states_[previous_name] = previous
-    r._set_cuda_rng_state(self.states_[name])
-    self._current_state_name = name
-    try:
-        yield
-    finally:
-        self.states_[name] = r._get_cuda_rng_state()
-        if previous_name != "default-rng":
-            previous = self.states_[previous_name]
-        r._set_cuda_rng_state(previous)
-        self._current_state_name = previous_name

@@ -1,4 +1,5 @@
-"""Stand-ins for Megatron's fused softmax CUDA extensions, when they are not installed.
+"""Stand-ins for Megatron's fused softmax CUDA extensions, when they are not installed, and for
+Transformer Engine's fused RoPE (`fused_rope_function`).
 
 Megatron-LM enables `masked_softmax_fusion` by default; its fused kernels (apex's
 `scaled_masked_softmax_cuda`, `scaled_upper_triang_masked_softmax_cuda`,
@@ -60,3 +61,27 @@ def uninstall(names: list[str]) -> None:
         module = sys.modules.get(name)
         if getattr(module, "__memlens_stand_in__", False):
             del sys.modules[name]
+
+
+_FUSED_ROPE = None
+
+
+def fused_rope_function():
+    """An autograd function with TE's fused RoPE's memory: output like the input, the
+    frequencies saved, a gradient like the output's."""
+    global _FUSED_ROPE
+    if _FUSED_ROPE is None:
+        import torch
+
+        class FusedRoPE(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, t, freqs):
+                ctx.save_for_backward(freqs)
+                return torch.empty_like(t)
+
+            @staticmethod
+            def backward(ctx, grad):
+                return torch.empty_like(grad), None
+
+        _FUSED_ROPE = FusedRoPE
+    return _FUSED_ROPE
