@@ -42,6 +42,7 @@ class Classifier:
         self._handles: list[Any] = []
         self._grad_hooked: set[int] = set()
         self._param_handles: list[Any] = []
+        self._pinned: set[int] = set()  # records whose category and module are settled
         self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
 
     def install(self) -> None:
@@ -70,11 +71,21 @@ class Classifier:
             return
         for st in _storages_of(t):
             rid = self.ledger.storage_rid(st)
-            if rid is None:
+            if rid is None or rid in self._pinned:
                 continue
             if only_from is not None and self.ledger.records[rid].category not in only_from:
                 continue
             self.ledger.recategorize(rid, category, module)
+
+    def pin(self, t: torch.Tensor, category: int, module: int | None = None) -> None:
+        """`t`'s storage is `category` for good: a buffer shared by many parameters (a
+        library's flat gradient buffer) must not take the category or module of whichever
+        view of it is looked at next."""
+        self.mark(t, category, module)
+        for st in _storages_of(t):
+            rid = self.ledger.storage_rid(st)
+            if rid is not None:
+                self._pinned.add(rid)
 
     def _hook_gradient(self, p: nn.Parameter) -> None:
         # Not a leaf: a view standing in for a parameter (FSDP1's use_orig_params views of

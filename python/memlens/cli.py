@@ -205,9 +205,10 @@ def _trace(args, console, err) -> int:
 
     if getattr(args, "ranks", None):
         return _trace_all_ranks(args, spec, target, device, command, console, err)
-    if device.type == "cuda":  # a rank selects cuda:LOCAL_RANK: one GPU per local rank
-        _prepare_fake_cuda(spec.local_world_size if spec else 1)
-    from .session import trace_target
+
+    from .session import prepare_process, trace_target
+
+    prepare_process(device, spec.local_world_size if spec else 1)
 
     progress_mode = args.progress
     if progress_mode == "auto":
@@ -231,18 +232,6 @@ def _trace(args, console, err) -> int:
     if args.json:
         print(json.dumps(summary_json(snap, path)))
     return 0
-
-
-def _prepare_fake_cuda(device_count: int = 1) -> None:
-    """Make fake CUDA tensors fully work on this torch build (loads the shim); must run before
-    torch is imported. `device_count`: the GPUs a process may select (autograd sizes its
-    device queues from it)."""
-    from .cuda.build import FakeCudaError, ensure_fake_cuda_support
-
-    try:
-        ensure_fake_cuda_support(device_count=device_count)
-    except FakeCudaError as e:
-        raise MemlensError(str(e)) from None
 
 
 @contextlib.contextmanager

@@ -70,6 +70,9 @@ class Ledger:
         self._live: dict[int, int] = {}  # id(storage) -> rid
         self._refs: dict[int, weakref.ref] = {}
         self.module_events: list[tuple[int, int, int]] = []  # (seq, module, +1 enter / -1 exit)
+        # rid -> [(module, requested bytes)]: one allocation that holds several modules' data
+        # (a library's flat parameter or gradient buffer), for per-module tables only.
+        self.shares: dict[int, list[tuple[int, int]]] = {}
 
     # -- interning -------------------------------------------------------------------------
     def op_id(self, name: str) -> int:
@@ -130,6 +133,26 @@ class Ledger:
         self.reserved.setdefault(device, []).append(
             (len(self.events) - 1, model.reserved_bytes, model.allocated_bytes,
              model.segment_count()))
+
+    def share(self, rid: int, parts: list[tuple[int, int]]) -> None:
+        """Split one allocation between modules, `[(module, requested bytes)]`, for the module
+        tables; what the parts leave of its bytes stays with its own module."""
+        self.shares[rid] = parts
+
+    def module_bytes(self, rid: int):
+        """(module, bytes) pairs of an allocation: its shares scaled to its rounded size (the
+        rest, padding and rounding, with its own module), or itself whole."""
+        rec = self.records[rid]
+        parts = self.shares.get(rid)
+        if not parts:
+            yield rec.module, rec.size
+            return
+        given = 0
+        for module, nbytes in parts:
+            given += nbytes
+            yield module, nbytes
+        if rec.size > given:
+            yield rec.module, rec.size - given
 
     def recategorize(self, rid: int, category: int, module: int | None = None) -> None:
         rec = self.records[rid]

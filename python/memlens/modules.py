@@ -25,7 +25,7 @@ _current_node = torch._C._current_autograd_node
 
 
 class ModuleInfo:
-    __slots__ = ("index", "ref", "cls", "call_ancestors", "constructed_at")
+    __slots__ = ("index", "ref", "cls", "call_ancestors", "constructed_at", "registered")
 
     def __init__(self, index: int, module: nn.Module):
         self.index = index
@@ -35,6 +35,7 @@ class ModuleInfo:
         self.cls = type(module)
         self.call_ancestors: frozenset[int] = frozenset()
         self.constructed_at: tuple[str, int] | None = None  # where the parent assigned it
+        self.registered = False  # some module holds it as a submodule
 
     @property
     def module(self) -> nn.Module | None:
@@ -142,6 +143,7 @@ class ModuleTracker:
     def _submodule_registered(self, parent: nn.Module, name: str, sub: nn.Module | None):
         if sub is not None:
             info = self.infos[self.index_of(sub)]
+            info.registered = True
             if info.constructed_at is None:
                 top = self.stacks.top_frame(self.stacks.capture())
                 if top is not None:
@@ -157,6 +159,10 @@ class ModuleTracker:
                     self.top_level.append(idx)
                 self._record_names(idx, module)
                 self._on_top_level_forward(module)
+        elif idx not in self.names and not info.registered:
+            # Made on the fly inside another module's forward and held by no model (Megatron's
+            # softmax makes a new nn.Softmax per call): part of its caller.
+            idx = self.stack[-1]
         elif not info.call_ancestors:
             info.call_ancestors = frozenset(self.stack)
         self.stack.append(idx)

@@ -8,6 +8,7 @@ from typing import Any
 
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from . import categories as C
@@ -38,6 +39,7 @@ def summary_json(snap: dict[str, Any], snapshot_path: str | None) -> dict[str, A
                                           "optimizer_state_bytes", "activation_bytes")}}
                     for m in snap["modules"]],
         "placeholders": summary.get("placeholders", []),
+        "notes": meta.get("notes", []),
         # Reserved memory and the verdict (null where the snapshot predates them or, for
         # reserved and outside, on a CPU target).
         **{k: summary.get(k) for k in VERDICT_FIELDS},
@@ -143,6 +145,8 @@ def print_report(snap: dict[str, Any], console: Console, snapshot_path: str | No
     for ph in summary.get("placeholders", [])[:5]:
         console.print(f"[yellow]note:[/] {ph['file']}:{ph['line']} read a tensor value "
                       f"({ph['op']}); the trace answered {ph['value']!r}")
+    for text in meta.get("notes", []):  # what an integration changed about the run
+        console.print(f"[yellow]note:[/] {escape(text)}", highlight=False)
     if summary.get("reserved_peak_bytes") is not None:
         print_device_memory(snap, console)
     else:

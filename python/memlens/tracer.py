@@ -27,18 +27,19 @@ from .modules import ModuleTracker
 from .patches import Patcher
 from .patches import torch_core
 from .phases import PhaseTracker
+from .plugins import PluginHost
 from .stacks import StackTable
 from .workspaces import WorkspaceModel
 
 
 class Tracer:
     def __init__(self, device: DeviceSpec | str = "h100-80gb", iterations: int = 2,
-                 device_count: int = 1, device_index: int = 0, rank: RankSpec | None = None):
-        """`device_count` GPUs of `device` are simulated; the trace describes the one the
-        workload uses, `cuda:{device_index}`. `rank`: simulate that rank of a distributed job
-        (fake process groups, patches/torch_distributed.py; the caller gives the script the
-        rank's environment): one GPU per local rank, and the trace describes the rank's own
-        (see `target_key`)."""
+                 rank: RankSpec | None = None, device_count: int = 1, device_index: int = 0):
+        """`rank`: simulate that rank of a distributed job (fake process groups; see
+        patches/torch_distributed.py; the caller gives the script the rank's environment): its
+        node's GPUs are simulated and the trace describes its local GPU. Without a rank,
+        `device_count` GPUs of `device` are simulated and the trace describes
+        `cuda:{device_index}`."""
         if isinstance(device, str):
             from .devices import get_device
 
@@ -64,6 +65,9 @@ class Tracer:
         self.end_seq = -1
         self.allocator_settings: dict | None = None  # set when a CUDA allocator starts
         self.started = self.finished = 0.0
+        self.stopped = False  # the trace stopped the workload after its iterations
+        self.notes: list[str] = []  # what plugins changed about the run (snapshot meta.notes)
+        self.plugins = PluginHost(self)
 
     # -- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> "Tracer":
@@ -78,6 +82,7 @@ class Tracer:
                                     lambda t: self.classifier.mark(t, C.GRADIENT))
         self.modules.install()
         self.classifier.install()
+        self.plugins.install()
         self._step_hooks = [
             o.register_optimizer_step_pre_hook(lambda *a: self.phases.on_step_begin()),
             o.register_optimizer_step_post_hook(lambda *a: self.phases.on_step_end()),
@@ -85,9 +90,10 @@ class Tracer:
         if self.device.type == "cuda":
             from .cuda.ledger_memory import LedgerMemory
             from .cuda.simulate import simulate_cuda
-            from .patches import torch_cuda_semantics
+            from .patches import torch_cuda_device, torch_cuda_semantics
 
             torch_cuda_semantics.apply(self._patcher, self)
+            torch_cuda_device.apply(self._patcher)
             # Before FakeTensorMode: entering it asks torch.cuda.is_available().
             self._cuda = simulate_cuda(self.device, LedgerMemory(self.ledger),
                                        device_count=self.device_count, device=self.device_index)
@@ -107,6 +113,7 @@ class Tracer:
             self._cuda = None
         for h in self._step_hooks:
             h.remove()
+        self.plugins.uninstall()
         self.classifier.uninstall()
         self.modules.uninstall()
         if self.rank is not None:
@@ -173,6 +180,7 @@ class Tracer:
     # -- callbacks -------------------------------------------------------------------------
     def stop(self) -> StopTracing:
         """End the trace now and return the exception that stops the workload."""
+        self.stopped = True
         self.mark_end()
         return StopTracing()
 

@@ -28,6 +28,9 @@ TENSOR_PARALLEL = "tensor_parallel"
 PIPELINE = "pipeline"
 ALL_TO_ALL = "all_to_all"
 P2P = "p2p"
+# A library that splits evenly over this dimension (Megatron's TP, DP, CP, EP): every coordinate
+# holds the same sizes.
+SYMMETRIC = "symmetric"
 # Uses whose coordinate alone decides what a rank holds.
 POSITIONAL = (PIPELINE, ALL_TO_ALL, P2P)
 
@@ -68,6 +71,7 @@ class Layout:
         self.families: list[Family] = []
         self._by_group: dict[int, Family] = {}  # id(ProcessGroup) -> family
         self._pgs: list[Any] = []  # keep groups alive so their ids stay unique
+        self._ranks: dict[int, tuple[int, ...]] = {}  # id(ProcessGroup) -> its global ranks
         self._pending: list[tuple[Any, list[int]]] = []  # new_group calls not yet in a family
         self.stages: list[int] = []  # pipeline stage indices this rank holds
 
@@ -81,6 +85,7 @@ class Layout:
         if _is_group(pg):
             self._pgs.append(pg)
             self._by_group[id(pg)] = fam
+            self._ranks[id(pg)] = tuple(sorted(ranks))
 
     def _family(self, name: str, groups: list[list[int]]) -> Family:
         for fam in self.families:
@@ -100,6 +105,22 @@ class Layout:
             return last
         fam = Family(f"groups of {len(ranks)}", [list(ranks)])
         self.families.append(fam)
+        return fam
+
+    def declare(self, name: str, groups: list[list[int]], use: str) -> Family:
+        """A library that knows its layout (Megatron's parallel_state) names a family outright:
+        its process groups with those ranks leave whatever family they were guessed into, so
+        later uses of them land here."""
+        groups = sorted(sorted(g) for g in groups)
+        fam = next((f for f in self.families if f.name == name and f.groups == groups), None)
+        if fam is None:
+            fam = Family(name, groups)
+            self.families.append(fam)
+        fam.uses.add(use)
+        members = {tuple(g) for g in groups}
+        for key, ranks in self._ranks.items():
+            if ranks in members:
+                self._by_group[key] = fam
         return fam
 
     def family_of(self, group) -> Family | None:

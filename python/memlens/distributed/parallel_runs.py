@@ -75,6 +75,7 @@ def run_all(spec: RankSpec, worker_argv, jobs: int, outputs: Outputs, progress_m
     index = _index(spec, rows, outputs, command, first, device)
     _write(index, outputs)
     console.print(rank_table(rows, spec.world_size, device.name))
+    _print_notes(first, console)
     _print_failures(rows, console, first.ok or not group, spec.world_size)
     return index, 0 if all(r["status"] == "ok" for r in rows) else 1
 
@@ -128,6 +129,15 @@ def _write(index: dict, outputs: Outputs) -> None:
         os.link(source, outputs.snapshot)
     except OSError:
         shutil.copyfile(source, outputs.snapshot)
+
+
+def _print_notes(first, console) -> None:
+    """What an integration changed about the run (the Megatron plugin's mock data, ...): the
+    same for every rank of one script, so rank 0's."""
+    from rich.markup import escape
+
+    for text in (first.summary or {}).get("notes", []):
+        console.print(f"[yellow]note:[/] {escape(text)}", highlight=False)
 
 
 def _print_failures(rows, console, first_ok: bool, world_size: int) -> None:

@@ -8,6 +8,8 @@ alike when, in every family of process groups that the job used,
   parameter length it shards (ranks past the end of an uneven split get shorter or empty
   chunks; DDP and FSDP1, whose flat parameters are padded, give every rank the same);
 - they are both members or both outside it (a group that covers some ranks only).
+A family that a library declared symmetric (Megatron's TP, DP, CP, EP: it checks that they
+divide evenly) never separates ranks, whatever collectives run over it.
 Families nobody used (a mesh dimension made but never used) do not separate ranks. Each group
 of alike ranks is traced once, by its lowest rank; rank 0 represents its own group, and since
 scripts tend to do extra work on rank 0 (logging, checkpoints), it is the group's worst case.
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .layout import DATA_PARALLEL, POSITIONAL, TENSOR_PARALLEL, Family
+from .layout import DATA_PARALLEL, POSITIONAL, SYMMETRIC, TENSOR_PARALLEL, Family
 
 
 @dataclass
@@ -40,6 +42,8 @@ def _signature(fam: Family, rank: int) -> tuple:
     if group is None:
         return ("outside",)
     coordinate = group.index(rank)
+    if SYMMETRIC in fam.uses:  # declared by a library that splits evenly (Megatron)
+        return ()
     if fam.uses & set(POSITIONAL) or TENSOR_PARALLEL in fam.uses:
         return ("at", coordinate)
     if DATA_PARALLEL in fam.uses and fam.shards:

@@ -20,6 +20,11 @@ class Patcher:
         setattr(owner, name, value)
         return getattr(owner, name) if original is _MISSING else original
 
+    def defer(self, undo) -> None:
+        """Call `undo()` when undoing, in reverse order with the attribute patches (for changes
+        that are not attributes, such as operator registrations)."""
+        self._undo.append((None, undo, None))
+
     def set_everywhere(self, modules: list[Any], name: str, value: Any) -> None:
         """Replace `name` in modules[0] and in every other module that bound the same object
         (`from torch.cuda.memory import memory_allocated` copies the function into a module)."""
@@ -37,7 +42,9 @@ class Patcher:
     def undo(self) -> None:
         while self._undo:
             owner, name, original = self._undo.pop()
-            if name is None:  # an append
+            if owner is None:  # deferred
+                name()
+            elif name is None:  # an append
                 owner.remove(original)
             elif original is _MISSING:
                 delattr(owner, name)

@@ -65,6 +65,7 @@ def apply(patcher: Patcher, spec, layout, is_gradient: Callable[[torch.Tensor], 
     _device_mesh(patcher, layout)
     _object_collectives(patcher, spec)
     _cross_rank_checks(patcher)
+    _coalesced_collectives(patcher)
     _dtensor(patcher)
     _users(patcher, layout, is_gradient)
 
@@ -152,6 +153,23 @@ def _cross_rank_checks(patcher: Patcher) -> None:
     patcher.setattr(du, "_verify_param_shape_across_processes", _noop)
     if hasattr(ddp, "_verify_param_shape_across_processes"):
         patcher.setattr(ddp, "_verify_param_shape_across_processes", _noop)
+
+
+# -- coalesced collectives ------------------------------------------------------------------
+def _coalesced_collectives(patcher: Patcher) -> None:
+    """Collectives issued inside `_coalescing_manager` (Megatron's gradient sync does so) end in
+    one `c10d::allreduce_coalesced_` (and kin), ops torch leaves without a fake kernel. Like
+    the single-tensor ones, they work in place: the fake kernel only hands back a work."""
+    from torch.distributed._meta_registrations import create_fakework
+
+    lib = torch.library.Library("c10d", "IMPL")
+    for op in ("allreduce_coalesced_", "allgather_coalesced_",
+               "allgather_into_tensor_coalesced_", "reduce_scatter_tensor_coalesced_"):
+        try:
+            lib.impl(op, lambda *args: create_fakework(args, return_first_arg=False), "Meta")
+        except RuntimeError:  # registered already (a later torch), or absent
+            pass
+    patcher.defer(lib._destroy)
 
 
 # -- DTensor ---------------------------------------------------------------------------------

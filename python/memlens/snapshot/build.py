@@ -105,15 +105,15 @@ def build_snapshot(tracer, meta: dict[str, Any],
     # training (set-up transients excluded).
     for c, seq in enumerate(t.steady_peak_seq):
         for rid in live_at(ledger, target, seq):
-            rec = records[rid]
-            if rec.category == c and rec.module >= 0:
-                for p in names.enclosing(rec.module):
-                    entry(p)["categories"][c] += rec.size
+            if records[rid].category == c:
+                for module, size in ledger.module_bytes(rid):
+                    for p in names.enclosing(module) if module >= 0 else ():
+                        entry(p)["categories"][c] += size
     for rid in live:
-        rec = records[rid]
-        if rec.module >= 0:
-            for p in names.enclosing(rec.module):
-                entry(p)["at_peak"][rec.category] += rec.size
+        category = records[rid].category
+        for module, size in ledger.module_bytes(rid):
+            for p in names.enclosing(module) if module >= 0 else ():
+                entry(p)["at_peak"][category] += size
     current_after = t.current_after
     for rec in records:
         if rec.device == target and rec.module >= 0 and rec.alloc_seq < len(current_after):
@@ -205,6 +205,7 @@ def build_snapshot(tracer, meta: dict[str, Any],
             "stream": [r.stream for r in records],
             "alloc_seq": [r.alloc_seq for r in records],
             "free_seq": [r.free_seq for r in records],
+            "backward": [int(r.backward) for r in records],
         }
 
     phases_out = []
@@ -247,6 +248,7 @@ def build_snapshot(tracer, meta: dict[str, Any],
             **tracer.parallel_meta(),
             "allocator": tracer.allocator_settings,
             "iterations": tracer.iterations, "duration_s": round(tracer.finished - tracer.started, 3),
+            **({"notes": list(tracer.notes)} if getattr(tracer, "notes", None) else {}),
             **meta,
         },
         "summary": {

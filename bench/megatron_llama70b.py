@@ -1,0 +1,104 @@
+"""One rank of a Llama-2-70B-shaped Megatron job, traced: wall time and host memory.
+
+    .venv/bin/python bench/megatron_llama70b.py               # rank 0 (first pipeline stage)
+    .venv/bin/python bench/megatron_llama70b.py --rank 63 --runs 3
+
+The job: 64 GPUs (8 nodes x 8), tensor parallel 8, pipeline parallel 4, data parallel 2,
+sequence parallel, sequence 4096, micro-batch 1, bf16, distributed optimizer; Llama-2-70B's
+shape (80 layers, hidden 8192, SwiGLU 28672, 64 heads / 8 KV groups, vocabulary 32,000),
+built with megatron.core alone (examples/megatron-lm/core_llama.py, the Transformer Engine layer
+spec without TE installed). Each run is `memlens run --world-size 64 --rank R` in a fresh
+process (fake CUDA loaded, megatron imported and traced for two iterations, snapshot written)
+and is measured from outside: wall time, and the process's peak resident set (getrusage).
+
+Targets: under 60 s and under 4 GiB of RSS per rank. Results go to bench/results/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "examples" / "megatron-lm" / "core_llama.py"
+LAYOUT = ["--tp", "8", "--pp", "4", "--sp", "--distributed-optimizer"]
+SHAPE = ["--layers", "80", "--hidden", "8192", "--ffn", "28672", "--heads", "64",
+         "--kv-heads", "8", "--seq", "4096", "--micro-batch", "1", "--vocab", "32000"]
+TARGET_S, TARGET_RSS = 60.0, 4 * 2**30
+
+
+def run_once(rank: int, tmp: Path) -> dict:
+    snapshot = tmp / f"rank-{rank}.json"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "python"), env.get("PYTHONPATH"))
+                                        if p)
+    argv = [sys.executable, "-m", "memlens", "run", "--world-size", "64", "--nproc-per-node",
+            "8", "--rank", str(rank), "--json", "--progress", "none", "--snapshot",
+            str(snapshot), "--", str(SCRIPT), *LAYOUT, *SHAPE]
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, cwd=tmp, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    stdout, stderr = proc.communicate()
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        sys.exit(f"trace failed:\n{stderr[-3000:]}")
+    summary = json.loads(stdout.strip().splitlines()[-1])
+    return {"rank": rank, "wall_s": round(wall, 2), "peak_bytes": summary["peak_bytes"],
+            "reserved_peak_bytes": summary.get("reserved_peak_bytes"),
+            "trace_s": json.loads(snapshot.read_text())["meta"]["duration_s"]}
+
+
+def measure(rank: int, tmp: Path) -> dict:
+    """run_once in a forked child: wait4 reports the largest resident set of the child and its
+    reaped descendants, which is the trace process's (each run measured on its own)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: run the trace (a grandchild) and report
+        os.close(read)
+        result = run_once(rank, tmp)
+        os.write(write, json.dumps(result).encode())
+        os._exit(0)
+    os.close(write)
+    data = b""
+    while chunk := os.read(read, 65536):
+        data += chunk
+    _, status, usage = os.wait4(pid, 0)
+    if status != 0:
+        sys.exit("measurement failed")
+    result = json.loads(data)
+    result["max_rss_bytes"] = usage.ru_maxrss * 1024  # Linux: KiB; the largest descendant
+    return result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rank", type=int, default=0)
+    ap.add_argument("--runs", type=int, default=1)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = [measure(args.rank, Path(tmp)) for _ in range(args.runs)]
+    for r in runs:
+        print(f"rank {r['rank']}: {r['wall_s']:.1f} s wall ({r['trace_s']:.1f} s traced), "
+              f"max RSS {r['max_rss_bytes'] / 2**30:.2f} GiB, device peak "
+              f"{r['peak_bytes'] / 2**30:.1f} GiB allocated")
+    ok = all(r["wall_s"] < TARGET_S and r["max_rss_bytes"] < TARGET_RSS for r in runs)
+    print("targets (< 60 s, < 4 GiB RSS):", "met" if ok else "MISSED")
+    out = REPO / "bench" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    record = {"date": dt.date.today().isoformat(), "machine": platform.platform(),
+              "cpus": os.cpu_count(), "load_average": os.getloadavg(), "runs": runs}
+    (out / f"megatron_llama70b-{dt.datetime.now():%Y%m%d-%H%M%S}.json").write_text(
+        json.dumps(record, indent=1))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""Integrations with libraries that need more than torch's hooks to trace (Megatron-core).
+
+Each plugin is a module of this package that is imported only when its library is: the
+tracer installs a `PluginHost`, which watches for each plugin's trigger module and, when the
+trigger starts to be imported (before the package's `__init__` imports its submodules), hands
+the plugin the tracer. A plugin keeps its monkey-patches in one module, version-checked, and
+undoes them when the trace ends; what it changed about the run goes into the snapshot's
+`meta.notes`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from .imports import ImportWatcher
+
+# trigger module -> plugin module (in this package)
+PLUGINS = {"megatron.core": "megatron"}
+
+
+class PluginHost:
+    def __init__(self, tracer) -> None:
+        self.tracer = tracer
+        self.watcher = ImportWatcher()
+        self.active: list[ModuleType] = []
+
+    def install(self) -> None:
+        self.watcher.install()
+        for trigger, name in PLUGINS.items():
+            self.watcher.watch_start(trigger, lambda _module, name=name: self._activate(name))
+
+    def uninstall(self) -> None:
+        self.watcher.uninstall()
+        while self.active:
+            self.active.pop().deactivate()
+
+    def _activate(self, name: str) -> None:
+        plugin = importlib.import_module(f"{__name__}.{name}")
+        self.active.append(plugin)
+        plugin.activate(self.tracer, self.watcher)

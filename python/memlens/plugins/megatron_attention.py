@@ -1,0 +1,75 @@
+"""Core attention as Transformer Engine's fused (flash) attention holds memory, for configurations
+that ask for Transformer Engine where it is not installed.
+
+Megatron's local `DotProductAttention` materialises the s x s scores (softmax output, dropout
+mask and output: 5 a s^2 b bytes per layer), which TE's fused attention never does; at long
+sequences the difference is most of the activations. This stand-in calls PyTorch's flash
+attention kernel on the same [s, b, heads, dim] views TE reads, so it saves what TE saves:
+q, k, v (views of the QKV projection), the output in the same layout, and the fp32 softmax
+log-sum-exp per head and query; grouped-query attention needs no repeated keys or values.
+"""
+
+from __future__ import annotations
+
+_CLASS = None
+
+
+def flash_attention_class():
+    """The stand-in class (made once megatron.core is importable)."""
+    global _CLASS
+    if _CLASS is None:
+        _CLASS = _make_class()
+    return _CLASS
+
+
+def _make_class():
+    import torch
+    from megatron.core.transformer.dot_product_attention import DotProductAttention
+    from megatron.core.transformer.enums import AttnMaskType
+
+    flash = torch.ops.aten._scaled_dot_product_flash_attention.default
+
+    class FlashDotProductAttention(DotProductAttention):
+        """DotProductAttention's module (same parameters and checkpoint) with fused attention.
+        Made by memlens for a trace; see memlens/plugins/megatron_attention.py."""
+
+        def forward(self, query, key, value, attention_mask, attn_mask_type=None,
+                    attention_bias=None, packed_seq_params=None):
+            assert packed_seq_params is None and attention_bias is None, \
+                "memlens' stand-in for TE attention takes no packed sequences or bias"
+            s, b = query.shape[0], query.shape[1]
+            causal = (attn_mask_type or self.attn_mask_type) == AttnMaskType.causal
+            dropout = self.attention_dropout.p if self.training else 0.0
+            # [s, b, heads, dim] -> [b, heads, s, dim]: views, as TE reads the "sbhd" layout
+            q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))
+            out = flash(q, k, v, dropout, causal, scale=self.softmax_scale)[0]
+            # The kernel writes its output in the query's layout: back to [s, b, hp], a view.
+            return out.permute(2, 0, 1, 3).reshape(s, b, self.hidden_size_per_partition)
+
+    return FlashDotProductAttention
+
+
+def use_flash(spec) -> bool:
+    """Swap every DotProductAttention in a layer spec (ModuleSpec tree) for the stand-in;
+    True if one was found."""
+    from megatron.core.transformer.dot_product_attention import DotProductAttention
+
+    found = False
+    todo, seen = [spec], set()
+    while todo:
+        node = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        submodules = getattr(node, "submodules", None)
+        if submodules is None:
+            continue
+        for name, value in list(vars(submodules).items()):
+            if value is DotProductAttention:
+                setattr(submodules, name, flash_attention_class())
+                found = True
+            elif hasattr(value, "submodules"):
+                todo.append(value)
+            elif isinstance(value, (list, tuple)):
+                todo.extend(v for v in value if hasattr(v, "submodules"))
+    return found

@@ -1,0 +1,133 @@
+"""A small GPT trained with megatron.core alone, launched like any Megatron job:
+
+    torchrun --nproc_per_node 8 gpt_core_train.py --tp 2 --pp 2 [--sp] [--recompute selective]
+        [--distributed-optimizer] [--moe-experts 4 --ep 2]
+
+Written the way a megatron.core user writes it: nccl process group, parallel_state,
+GPTModel with the local (no Transformer Engine) layer spec, bf16 through Float16Module,
+Megatron's DistributedDataParallel and optimizer, and the pipeline schedules.
+"""
+
+import argparse
+import os
+from functools import partial
+
+import torch
+from megatron.core import parallel_state
+from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+from megatron.core.distributed.finalize_model_grads import finalize_model_grads
+from megatron.core.models.gpt.gpt_layer_specs import (get_gpt_layer_local_spec,
+                                                      get_gpt_layer_with_transformer_engine_spec)
+from megatron.core.models.gpt.gpt_model import GPTModel
+from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+from megatron.core.pipeline_parallel.schedules import get_forward_backward_func
+from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
+from megatron.core.transformer.module import Float16Module
+from megatron.core.transformer.transformer_config import TransformerConfig
+
+p = argparse.ArgumentParser()
+p.add_argument("--tp", type=int, default=1)
+p.add_argument("--pp", type=int, default=1)
+p.add_argument("--ep", type=int, default=1)
+p.add_argument("--sp", action="store_true", help="sequence parallelism")
+p.add_argument("--recompute", choices=("none", "selective", "full"), default="none")
+p.add_argument("--distributed-optimizer", action="store_true")
+p.add_argument("--layers", type=int, default=4)
+p.add_argument("--hidden", type=int, default=256)
+p.add_argument("--heads", type=int, default=8)
+p.add_argument("--seq", type=int, default=128)
+p.add_argument("--micro-batch", type=int, default=2)
+p.add_argument("--microbatches", type=int, default=None, help="default: the pipeline depth")
+p.add_argument("--vocab", type=int, default=1024)
+p.add_argument("--moe-experts", type=int, default=None)
+p.add_argument("--moe-topk", type=int, default=2)
+p.add_argument("--steps", type=int, default=5)
+p.add_argument("--spec", choices=("local", "te"), default="local",
+               help="te: the Transformer Engine layer spec, as TE users build their models")
+args = p.parse_args()
+
+local_rank = int(os.environ["LOCAL_RANK"])
+torch.cuda.set_device(local_rank)
+torch.distributed.init_process_group(backend="nccl")
+parallel_state.initialize_model_parallel(
+    tensor_model_parallel_size=args.tp, pipeline_model_parallel_size=args.pp,
+    expert_model_parallel_size=args.ep)
+model_parallel_cuda_manual_seed(1234)
+
+moe = {}
+if args.moe_experts:
+    moe = dict(num_moe_experts=args.moe_experts, moe_router_topk=args.moe_topk,
+               moe_token_dispatcher_type="alltoall", moe_ffn_hidden_size=2 * args.hidden,
+               moe_grouped_gemm=False, moe_aux_loss_coeff=1e-2)
+config = TransformerConfig(
+    num_layers=args.layers, hidden_size=args.hidden, num_attention_heads=args.heads,
+    ffn_hidden_size=4 * args.hidden, bf16=True, params_dtype=torch.bfloat16,
+    pipeline_dtype=torch.bfloat16, tensor_model_parallel_size=args.tp,
+    pipeline_model_parallel_size=args.pp, expert_model_parallel_size=args.ep,
+    sequence_parallel=args.sp,
+    # Korthikanti et al.'s layer: GeLU MLP of 4h with biases, eager softmax in 16 bits,
+    # dropout after the attention probabilities and after both projections.
+    attention_softmax_in_fp32=False, masked_softmax_fusion=False, bias_activation_fusion=False,
+    bias_dropout_fusion=False, gradient_accumulation_fusion=False, persist_layer_norm=False,
+    attention_dropout=0.1, hidden_dropout=0.1,
+    recompute_granularity=None if args.recompute == "none" else args.recompute,
+    recompute_method="uniform" if args.recompute == "full" else None,
+    recompute_num_layers=1 if args.recompute == "full" else None,
+    **moe)
+
+spec = get_gpt_layer_local_spec if args.spec == "local" else \
+    get_gpt_layer_with_transformer_engine_spec
+model = GPTModel(config=config,
+                 transformer_layer_spec=spec(num_experts=args.moe_experts, moe_grouped_gemm=False),
+                 vocab_size=args.vocab, max_sequence_length=args.seq,
+                 pre_process=parallel_state.is_pipeline_first_stage(),
+                 post_process=parallel_state.is_pipeline_last_stage(),
+                 share_embeddings_and_output_weights=False,
+                 position_embedding_type="learned_absolute")
+model.cuda(torch.cuda.current_device())
+model = Float16Module(config, model)
+ddp_config = DistributedDataParallelConfig(
+    grad_reduce_in_fp32=True, use_distributed_optimizer=args.distributed_optimizer)
+model = DistributedDataParallel(config=config, ddp_config=ddp_config, module=model)
+config.no_sync_func = model.no_sync
+config.finalize_model_grads_func = finalize_model_grads
+
+optimizer = get_megatron_optimizer(
+    OptimizerConfig(optimizer="adam", lr=1e-4, bf16=True,
+                    use_distributed_optimizer=args.distributed_optimizer),
+    [model])
+
+
+def batches():
+    # One causal mask for every layer, as Megatron's GPT datasets make it (without one, each
+    # layer would build and keep an s x s mask of its own).
+    causal = torch.triu(torch.ones(args.seq, args.seq, dtype=torch.bool, device="cuda"), 1)
+    while True:
+        tokens = torch.randint(0, args.vocab, (args.micro_batch, args.seq), device="cuda")
+        yield {"tokens": tokens, "labels": torch.roll(tokens, -1, 1),
+               "position_ids": torch.arange(args.seq, device="cuda").expand_as(tokens),
+               "attention_mask": causal.expand(args.micro_batch, 1, args.seq, args.seq)}
+
+
+def forward_step(data_iterator, model):
+    batch = next(data_iterator)
+    output = model(batch["tokens"], batch["position_ids"], batch["attention_mask"],
+                   labels=batch["labels"])
+
+    def loss_func(output_tensor):
+        loss = output_tensor.float().mean()
+        return loss, {"lm loss": loss}
+
+    return output, loss_func
+
+
+forward_backward = get_forward_backward_func()
+data = batches()
+for step in range(args.steps):
+    model.zero_grad_buffer()
+    optimizer.zero_grad()
+    forward_backward(forward_step_func=forward_step, data_iterator=data, model=model,
+                     num_microbatches=args.microbatches or args.pp, seq_length=args.seq,
+                     micro_batch_size=args.micro_batch, decoder_seq_length=args.seq,
+                     forward_only=False)
+    update_successful, grad_norm, _ = optimizer.step()

@@ -1,0 +1,1 @@
+from .global_vars import get_args, set_args  # noqa: F401

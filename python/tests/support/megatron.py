@@ -1,0 +1,143 @@
+"""Megatron's own numbers, and the same numbers read out of a snapshot.
+
+Formulas:
+- model states (Megatron's `theoretical_memory_usage.py`): 18 bytes per parameter (bf16
+  parameter 2, fp32 gradient 4, fp32 main parameter + Adam's two moments 12), or
+  6 + 12 / DP with the distributed optimizer, for the parameters this rank holds;
+- activations per transformer layer and micro-batch: Korthikanti et al. 2022, Table 2.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from conftest import TESTS, run_memlens
+
+SCRIPT = TESTS / "scripts" / "megatron" / "gpt_core_train.py"
+CATEGORIES = ("parameter", "buffer", "gradient", "optimizer_state", "activation", "temporary",
+              "input", "other")
+
+
+@dataclass(frozen=True)
+class Gpt:
+    """The test model (gpt_core_train.py's defaults): GPT with learned positions, LayerNorm
+    with biases, a GeLU MLP of 4h with biases, untied input and output embeddings."""
+
+    layers: int = 4
+    hidden: int = 256
+    heads: int = 8
+    seq: int = 128
+    micro_batch: int = 2
+    vocab: int = 1024
+
+    def layer_params(self, tp: int) -> int:
+        h = self.hidden
+        norms = 2 * 2 * h  # two LayerNorms, weight and bias
+        qkv = 3 * h * h // tp + 3 * h // tp
+        proj = h * h // tp + h  # row-parallel: the bias is whole
+        fc1 = 4 * h * h // tp + 4 * h // tp
+        fc2 = 4 * h * h // tp + h
+        return norms + qkv + proj + fc1 + fc2
+
+    def stage_params(self, tp: int, pp: int, stage: int) -> int:
+        """Parameters held by a rank of pipeline stage `stage` (of `pp`), TP `tp`."""
+        n = self.layers // pp * self.layer_params(tp)
+        if stage == 0:
+            n += self.vocab // tp * self.hidden + self.seq * self.hidden  # word, position
+        if stage == pp - 1:
+            n += 2 * self.hidden + self.vocab // tp * self.hidden  # final norm, output layer
+        return n
+
+    def activation_bytes(self, tp: int, sp: bool, recompute: str, flash: bool = False) -> float:
+        """Korthikanti et al.'s bytes per layer and micro-batch. With fused (flash) attention
+        the s x s terms (5as^2b) are never stored; the kernel keeps its fp32 log-sum-exp per
+        head and query (4 a s b / t) next to q, k, v and its output (counted already: the
+        output is the projection's input)."""
+        s, b, h, a, t = self.seq, self.micro_batch, self.hidden, self.heads, tp
+        sbh = s * b * h
+        if recompute == "full":
+            return 2 * sbh
+        scores = 0 if recompute == "selective" or flash else 5 * a * s / h
+        lse = 4 * a * s * b / t if flash and recompute != "selective" else 0
+        if sp:
+            return sbh / t * (34 + scores) + lse
+        return sbh * (10 + 24 / t + scores / t) + lse
+
+
+def megatron_model_state_bytes(params: int, dp: int, distributed_optimizer: bool) -> int:
+    """Megatron's accounting: 18 B/param, or 6 + 12/DP with the distributed optimizer."""
+    if distributed_optimizer:
+        assert 12 * params % dp == 0
+        return 6 * params + 12 * params // dp
+    return 18 * params
+
+
+def trace(tmp: Path, world: int, rank: int, *args: str, script: Path = SCRIPT) -> dict:
+    snap = tmp / f"rank{rank}-{abs(hash(args)) % 10**8}.json"
+    out = run_memlens("run", "--world-size", str(world), "--rank", str(rank), "--progress",
+                      "none", "--snapshot", str(snap), "--", str(script), *args, cwd=tmp)
+    assert out.returncode == 0, out.stderr[-4000:]
+    return json.loads(snap.read_text())
+
+
+# -- reading a snapshot ------------------------------------------------------------------------
+def _rows(snap: dict):
+    a = snap["allocations"]
+    device = a["devices"].index(snap["meta"]["device_key"])
+    for i in range(len(a["bytes"])):
+        if a["device"][i] == device:
+            yield {k: a[k][i] for k in ("requested_bytes", "category", "module", "alloc_seq",
+                                         "free_seq", "backward")}
+
+
+def _phase(snap: dict, name: str) -> dict:
+    key = snap["meta"]["device_key"]
+    return next(p for p in snap["phases"] if p["name"] == name and p["device"] == key)
+
+
+def model_state_bytes(snap: dict) -> dict[str, int]:
+    """Requested bytes of parameters, gradients and optimizer states alive when the trace
+    ended (after the last optimizer step)."""
+    out = {"parameter": 0, "gradient": 0, "optimizer_state": 0}
+    for r in _rows(snap):
+        name = CATEGORIES[r["category"]]
+        if name in out and r["free_seq"] < 0:
+            out[name] += r["requested_bytes"]
+    return out
+
+
+def layer_activation_bytes(snap: dict, layer_fqn: str, iteration: int = 1) -> int:
+    """Requested bytes of the activations a layer made in forward that are alive when the
+    iteration's activations peak (every micro-batch in flight saved, none released yet)."""
+    phase = _phase(snap, f"forward_backward_iter_{iteration}")
+    rows = [r for r in _rows(snap) if CATEGORIES[r["category"]] == "activation"
+            and phase["start_seq"] <= r["alloc_seq"] < phase["end_seq"]]
+    peak_seq = _peak_seq(rows)
+    fqns = [m["fqn"] for m in snap["modules"]]
+    total = 0
+    for r in rows:
+        alive = r["alloc_seq"] <= peak_seq and (r["free_seq"] < 0 or r["free_seq"] > peak_seq)
+        inside = r["module"] >= 0 and (fqns[r["module"]] + ".").startswith(layer_fqn + ".")
+        if alive and inside and not r["backward"]:
+            total += r["requested_bytes"]
+    return total
+
+
+def _peak_seq(rows: list[dict]) -> int:
+    events = sorted([(r["alloc_seq"], r["requested_bytes"]) for r in rows] +
+                    [(r["free_seq"], -r["requested_bytes"]) for r in rows if r["free_seq"] >= 0])
+    best = current = 0
+    best_seq = -1
+    for seq, delta in events:
+        current += delta
+        if current > best:
+            best, best_seq = current, seq
+    return best_seq
+
+
+def in_flight_microbatches(pp: int, stage: int, microbatches: int) -> int:
+    """Micro-batches whose activations a stage holds at once in Megatron's 1F1B schedule:
+    its warm-up forwards (pp - stage - 1) plus the one in the steady state."""
+    return min(microbatches, pp - stage)
