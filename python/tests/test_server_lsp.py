@@ -18,9 +18,11 @@ from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import ClientServerConfig
 
-from lsp_support import (SERVER_COMMAND, SLOW, MemlensClient, line_of, make_client,
+from lsp_support import (SERVER_COMMAND, MemlensClient, line_of, make_client,
                          make_workspace, open_document, pid_alive, server_env, start_session,
                          uri)
+from lsp_support import execute as command
+from lsp_support import inlay_hints as hints
 from memlens.units import format_bytes
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -42,21 +44,10 @@ async def client(lsp_client: MemlensClient, workspace):
     await lsp_client.shutdown_session()
 
 
-async def command(client: MemlensClient, name: str, args: dict, timeout: float = SLOW):
-    return await asyncio.wait_for(client.workspace_execute_command_async(
-        lsp.ExecuteCommandParams(command=name, arguments=[args])), timeout)
-
-
 def snapshot_of(workspace) -> dict:
     snaps = sorted((workspace / ".memlens").glob("model-GPT-*/*.json"))
     assert snaps, "no snapshot written"
     return json.loads(snaps[-1].read_text())
-
-
-async def hints(client: MemlensClient, path, lines: int = 10_000):
-    return await client.text_document_inlay_hint_async(lsp.InlayHintParams(
-        text_document=lsp.TextDocumentIdentifier(uri(path)),
-        range=lsp.Range(lsp.Position(0, 0), lsp.Position(lines, 0))))
 
 
 async def test_the_server_never_imports_torch(client: MemlensClient):
