@@ -38,6 +38,11 @@ class TraceCommands:
             run.stop("cancelled")
 
     # TraceRunner hooks
+    def running_changed(self, run: RunningTrace) -> None:
+        """A trace was registered or its worker ended: the target's CodeLens says "Tracing…"
+        exactly while it runs, not until the snapshot has been read."""
+        self.refresh_code_lenses()
+
     async def begin_progress(self, run: RunningTrace) -> None:
         if not self._client_can("window", "work_done_progress"):
             return
@@ -72,7 +77,6 @@ class TraceCommands:
         self.protocol.notify(P.NOTIFY_TRACE_STARTED, {
             "targetId": t.id, "target": self.target_json(t), "pid": run.worker.pid,
             "command": argv})
-        self.refresh_client_views()
 
     async def request_from(self, params: dict[str, Any]) -> TraceRequest:
         t = None

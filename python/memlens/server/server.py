@@ -284,6 +284,9 @@ class MemlensServer(TraceCommands, LanguageServer):
     def refresh_client_views(self) -> None:
         if self._client_can("workspace", "inlay_hint", "refresh_support"):
             self.protocol.send_request(lsp.WORKSPACE_INLAY_HINT_REFRESH, None)
+        self.refresh_code_lenses()
+
+    def refresh_code_lenses(self) -> None:
         if self._client_can("workspace", "code_lens", "refresh_support"):
             self.protocol.send_request(lsp.WORKSPACE_CODE_LENS_REFRESH, None)
 

@@ -175,8 +175,9 @@ class RunningTrace:
 class TraceRunner:
     """Runs workers; the server supplies the LSP side through `hooks`:
 
-    begin_progress(run) -> awaitable, report_progress(run, message, percentage),
-    end_progress(run, message), started(run, argv), worker_output(run, line), log(text)
+    running_changed(run) (a trace was registered or has ended), begin_progress(run) ->
+    awaitable, report_progress(run, message, percentage), end_progress(run, message),
+    started(run, argv), worker_output(run, line), log(text)
     """
 
     def __init__(self, hooks: Any, settings: Callable[[], Settings]):
@@ -199,6 +200,7 @@ class TraceRunner:
             old.stop("replaced")
         run = RunningTrace(req, msg_id)
         self.running[tid] = run
+        self.hooks.running_changed(run)
         settings = self.settings()
         python = python_executable(settings.python or req.target.python)
         snapshot = self.snapshot_path(req.target)
@@ -233,8 +235,9 @@ class TraceRunner:
             result = await worker.run()
             return run, result, snapshot
         finally:
-            if self.running.get(tid) is run:
+            if self.running.get(tid) is run:  # not replaced by a newer run
                 del self.running[tid]
+                self.hooks.running_changed(run)
 
     def by_msg_id(self, msg_id: Any) -> RunningTrace | None:
         return next((r for r in self.running.values() if r.msg_id == msg_id), None)

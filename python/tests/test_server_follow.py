@@ -1,0 +1,88 @@
+"""The language server keeps what it shows in step with the editor, driven by pytest-lsp as VS
+Code would drive it: CodeLenses while a trace runs, annotations through typing, saves and index
+refreshes, and settings changes.
+
+One server and one trace of the example GPT for the module; the tests run in file order.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import json
+import os
+from pathlib import Path
+
+import pytest
+import pytest_lsp
+from lsprotocol import types as lsp
+from pytest_lsp import ClientServerConfig
+
+from lsp_support import (SERVER_COMMAND, MemlensClient, execute, inlay_hints, line_of,
+                         make_client, make_workspace, open_document, server_env, start_session,
+                         uri)
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+SETTINGS = {"device": "cpu", "timeLimitSeconds": 300}
+GPT = "model:model.py:GPT"
+MLP_LINE = "return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))"
+versions = itertools.count(2)
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    return make_workspace(tmp_path_factory.mktemp("ws"))
+
+
+@pytest_lsp.fixture(scope="module", config=ClientServerConfig(
+    server_command=SERVER_COMMAND, server_env=server_env(), client_factory=make_client))
+async def client(lsp_client: MemlensClient, workspace):
+    await start_session(lsp_client, workspace, SETTINGS)
+    yield
+    await lsp_client.shutdown_session()
+
+
+def edit(client: MemlensClient, path: Path, start: tuple[int, int], end: tuple[int, int],
+         text: str) -> None:
+    client.text_document_did_change(lsp.DidChangeTextDocumentParams(
+        lsp.VersionedTextDocumentIdentifier(uri=uri(path), version=next(versions)),
+        [lsp.TextDocumentContentChangePartial(
+            range=lsp.Range(lsp.Position(*start), lsp.Position(*end)), text=text)]))
+
+
+async def hint_labels(client: MemlensClient, path: Path) -> dict[int, str]:
+    return {h.position.line: h.label for h in await inlay_hints(client, path)}
+
+
+def newest_snapshot(workspace: Path) -> Path:
+    return sorted((workspace / ".memlens").glob("model-GPT-*/*.json"))[-1]
+
+
+async def annotations_after(client: MemlensClient, path: Path, n: int, what: str,
+                            accept=lambda params: True) -> dict:
+    """The first memlens/annotations for `path` among those received after the `n`th."""
+    sent = await client.wait_until(
+        lambda: [p for p in client.received("memlens/annotations")[n:]
+                 if p["uri"] == uri(path) and accept(p)], 60, what)
+    return sent[0]
+
+
+async def test_codelens_is_refreshed_as_a_trace_starts_and_ends(client: MemlensClient,
+                                                                workspace):
+    path = workspace / "model.py"
+    open_document(client, path)
+    client.lens_uri = uri(path)
+    n = len(client.events)
+    result = await execute(client, "memlens.trace", {"targetId": GPT})
+    assert result["status"] == "ok", result
+    await client.wait_until(lambda: any(
+        m == "lenses" and any(t.startswith("Open Report") for t in titles)
+        for m, titles in client.events[n:]), 60, "the CodeLens of the finished trace")
+    events = client.events[n:]
+    finished = next(i for i, (m, _) in enumerate(events) if m == "memlens/traceFinished")
+    lenses = [(i, titles) for i, (m, titles) in enumerate(events) if m == "lenses"]
+    assert any(titles == ["Tracing… (cancel)"] for i, titles in lenses if i < finished)
+    # The lens goes back to "Trace Memory" when the worker ends, before the server has read the
+    # new snapshot (which memlens/traceFinished waits for).
+    assert any(titles == ["Trace Memory"] for i, titles in lenses if i < finished), events
