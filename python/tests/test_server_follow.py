@@ -86,3 +86,28 @@ async def test_codelens_is_refreshed_as_a_trace_starts_and_ends(client: MemlensC
     # The lens goes back to "Trace Memory" when the worker ends, before the server has read the
     # new snapshot (which memlens/traceFinished waits for).
     assert any(titles == ["Trace Memory"] for i, titles in lenses if i < finished), events
+
+
+async def test_a_budget_change_republishes_annotations_and_the_warning(client: MemlensClient,
+                                                                       workspace):
+    path = workspace / "model.py"
+    MiB = 1024**2
+    for budget, pushed in ((MiB, True), (2 * MiB, False)):
+        n = len(client.received("memlens/annotations"))
+        client.set_configuration({**SETTINGS, "budget": budget}, section="memlens")
+        client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(
+            settings={"memlens": {**SETTINGS, "budget": budget}} if pushed else None))
+        sent = await annotations_after(
+            client, path, n, f"annotations with the budget {budget}",
+            lambda p: p["snapshot"] and p["snapshot"]["budgetBytes"] == budget)
+        assert sent["annotations"]
+        assert all(f"(budget {budget // MiB}.0 MiB)" in a["hover"] for a in sent["annotations"])
+        await client.wait_until(lambda: [
+            d for d in client.diagnostics.get(uri(path), []) if d.code == "over-budget"
+            and f"exceeds the budget of {budget // MiB}.0 MiB" in d.message], 30,
+            f"the over-budget warning for {budget}")
+    client.set_configuration(SETTINGS, section="memlens")
+    client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(
+        settings={"memlens": SETTINGS}))
+    await client.wait_until(lambda: not [d for d in client.diagnostics.get(uri(path), [])
+                                         if d.code == "over-budget"], 30, "no budget warning")

@@ -118,12 +118,16 @@ class MemlensServer(TraceCommands, LanguageServer):
 
     # -- settings ---------------------------------------------------------------------------
     def apply_settings(self, raw: Any) -> None:
+        """New settings: everything they shape is sent again, so that a client need not ask
+        (the budget is in every annotation's snapshot info and hover, and in diagnostics)."""
         old = self.settings
         self.settings = parse_settings(raw, lambda m: self.log(m, lsp.MessageType.Warning))
-        if old.topLines != self.settings.topLines:
-            for state in self.docs.values():
+        if self.settings == old:
+            return
+        for state in self.docs.values():
+            if old.topLines != self.settings.topLines:
                 state.attach(state.entry, self.settings.topLines)
-                self.publish_annotations(state)
+            self.publish_annotations(state)
         self.update_budget_diagnostics()
         self.refresh_client_views()
 
