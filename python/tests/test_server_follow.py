@@ -88,6 +88,25 @@ async def test_codelens_is_refreshed_as_a_trace_starts_and_ends(client: MemlensC
     assert any(titles == ["Trace Memory"] for i, titles in lenses if i < finished), events
 
 
+async def test_enter_after_typing_moves_the_annotation_with_its_code(client: MemlensClient,
+                                                                     workspace):
+    path = workspace / "model.py"
+    line = line_of(path, MLP_LINE)
+    fresh = await hint_labels(client, path)
+    assert line in fresh
+    edit(client, path, (line, 0), (line, 0), "y")  # typed at the start of the line ...
+    edit(client, path, (line, 1), (line, 1), "\n")  # ... then Enter: the code moves down
+    moved = await hint_labels(client, path)
+    assert line not in moved and moved[line + 1] == fresh[line] + " (stale)"
+    # The same after the indentation, with VS Code's auto-indent on Enter.
+    edit(client, path, (line + 1, 8), (line + 1, 8), "z = x")
+    edit(client, path, (line + 1, 13), (line + 1, 13), "\n        ")
+    moved = await hint_labels(client, path)
+    assert moved.get(line + 2) == fresh[line] + " (stale)", moved
+    edit(client, path, (line, 0), (line + 2, 8), "        ")  # undo: exact again
+    assert await hint_labels(client, path) == fresh
+
+
 async def test_a_budget_change_republishes_annotations_and_the_warning(client: MemlensClient,
                                                                        workspace):
     path = workspace / "model.py"

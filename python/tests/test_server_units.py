@@ -146,6 +146,22 @@ def test_line_map_follows_inserts_deletes_and_edits():
     assert moved[0] == 0 and moved[4] == 4 and moved[1] == 2 and moved[2] == 3
 
 
+def test_line_map_follows_the_content_of_a_line_split_by_enter():
+    old = ["def f(x):", "    y = 1; return g(x)", "", "z"]
+    split = ["def f(x):", "    y = 1;", "    return g(x)", "", "z"]  # Enter after "y = 1;"
+    assert line_map(old, split) == {0: 0, 1: 2, 2: 3, 3: 4}  # the half most like the line
+    # Typed at the start, then Enter: the typing is most of the line, but the code it had
+    # when traced (the anchor) is on the second half.
+    typed = ["a", "long_typed_prefix = 1; C", "b"]
+    enter = ["a", "long_typed_prefix = 1;", "C", "b"]
+    assert line_map(typed, enter)[1] == 1
+    assert line_map(typed, enter, {1: "C"})[1] == 2
+    assert line_map(typed, ["a", "long_typed_prefix = 1;", "    C  ", "b"], {1: "  C"})[1] == 2
+    assert line_map(typed, ["a", "x", "y = C + 1", "b"], {1: "C"})[1] == 2  # contains it
+    # Several lines edited in place still pair in order.
+    assert line_map(["a", "b1", "c1", "d"], ["a", "b2", "c2", "d"]) == {0: 0, 1: 1, 2: 2, 3: 3}
+
+
 def test_line_map_is_fast_on_a_keystroke_in_a_big_file():
     old = [f"line {i} = compute({i})" for i in range(20_000)]
     new = old[:10_000] + ["line 10000 = compute(10000)  # edited"] + old[10_001:]

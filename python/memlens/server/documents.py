@@ -22,6 +22,7 @@ from .outline import outline
 class Placed:
     line: int  # where it is now (0-based)
     annotation: Annotation
+    code: str  # the line's text when the annotation was placed: edits move it with this code
 
 
 @dataclass
@@ -59,7 +60,7 @@ class DocState:
         self.stale_at_attach = changed_since(self.path, self.text, entry)
         info = outline(self.text)
         anns = annotate(entry.digest, self.path, info.in_init, top_lines)
-        self.placed = [Placed(a.line, a) for a in anns]
+        self.placed = [Placed(a.line, a, self.line_text(a.line)) for a in anns]
         self._index()
 
     def update_text(self, text: str, top_lines: int) -> None:
@@ -72,12 +73,12 @@ class DocState:
             return
         new_lines = split_lines(text)
         if self.placed:
-            mapping = line_map(self.lines, new_lines)
+            mapping = line_map(self.lines, new_lines, {p.line: p.code for p in self.placed})
             moved = []
             for p in self.placed:
                 new = mapping.get(p.line)
                 if new is not None:
-                    moved.append(Placed(new, p.annotation))
+                    moved.append(Placed(new, p.annotation, p.code))
             self.placed = moved
             self._index()
         self.text, self.lines = text, new_lines
