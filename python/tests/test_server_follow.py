@@ -107,6 +107,51 @@ async def test_enter_after_typing_moves_the_annotation_with_its_code(client: Mem
     assert await hint_labels(client, path) == fresh
 
 
+async def test_a_refresh_after_a_save_keeps_annotations_with_their_text(client: MemlensClient,
+                                                                        workspace):
+    path = workspace / "model.py"
+    traced = path.read_text()
+    block = line_of(path, "class Block(")
+    fresh = await hint_labels(client, path)
+    moved = {ln + (2 if ln >= block else 0): label + " (stale)" for ln, label in fresh.items()}
+    edit(client, path, (block, 0), (block, 0), "# two lines\n# above Block\n")
+    lines = traced.split("\n")
+    path.write_text("\n".join(lines[:block] + ["# two lines", "# above Block"] + lines[block:]))
+    snapshot = newest_snapshot(workspace)
+    created = dt.datetime.fromisoformat(json.loads(snapshot.read_text())["meta"]["created"])
+    saved = created.timestamp() + 5  # well after the trace
+    os.utime(path, (saved, saved))
+    client.text_document_did_save(lsp.DidSaveTextDocumentParams(
+        lsp.TextDocumentIdentifier(uri(path))))
+    assert await hint_labels(client, path) == moved
+
+    # The index reads the snapshot again (touched, as a sync or a copy would): same places.
+    n = len(client.events)
+    os.utime(snapshot, (saved + 1, saved + 1))
+    await client.wait_until(lambda: [m for m, _ in client.events[n:]
+                                     if m == "memlens/snapshotsChanged"], 60, "the refresh")
+    sent = [p for m, p in client.events[n:]
+            if m == "memlens/annotations" and p["uri"] == uri(path)]
+    assert sent and sent[-1]["stale"] is True
+    assert {a["line"]: a["text"] for a in sent[-1]["annotations"]} == moved
+    assert await hint_labels(client, path) == moved
+
+    # Closed and opened again, from the saved file: the same.
+    client.text_document_did_close(lsp.DidCloseTextDocumentParams(
+        lsp.TextDocumentIdentifier(uri(path))))
+    n = len(client.received("memlens/annotations"))
+    open_document(client, path)
+    sent = await annotations_after(client, path, n, "annotations after opening again")
+    assert sent["stale"] is True and await hint_labels(client, path) == moved
+
+    # Back to the traced text: fresh, saved or not.
+    edit(client, path, (block, 0), (block + 2, 0), "")
+    path.write_text(traced)
+    client.text_document_did_save(lsp.DidSaveTextDocumentParams(
+        lsp.TextDocumentIdentifier(uri(path))))
+    assert await hint_labels(client, path) == fresh
+
+
 async def test_a_budget_change_republishes_annotations_and_the_warning(client: MemlensClient,
                                                                        workspace):
     path = workspace / "model.py"

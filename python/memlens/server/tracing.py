@@ -160,6 +160,7 @@ def explain_failure(result: WorkerResult, req: TraceRequest, settings: Settings,
 class RunningTrace:
     request: TraceRequest
     msg_id: Any
+    snapshot: str = ""  # the path the worker is told to write
     token: Any = None
     worker: Worker | None = None
     cancelled_before_start: str | None = None
@@ -177,7 +178,8 @@ class TraceRunner:
 
     running_changed(run) (a trace was registered or has ended), begin_progress(run) ->
     awaitable, report_progress(run, message, percentage), end_progress(run, message),
-    started(run, argv), worker_output(run, line), log(text)
+    spawning(run) (the worker is about to start), started(run, argv), worker_output(run, line),
+    log(text)
     """
 
     def __init__(self, hooks: Any, settings: Callable[[], Settings]):
@@ -198,12 +200,12 @@ class TraceRunner:
         old = self.running.get(tid)
         if old is not None:
             old.stop("replaced")
-        run = RunningTrace(req, msg_id)
+        snapshot = self.snapshot_path(req.target)
+        run = RunningTrace(req, msg_id, snapshot)
         self.running[tid] = run
         self.hooks.running_changed(run)
         settings = self.settings()
         python = python_executable(settings.python or req.target.python)
-        snapshot = self.snapshot_path(req.target)
         argv, cwd, env = build_command(req, snapshot, python)
         iterations = req.iterations or 2
         try:
@@ -222,6 +224,7 @@ class TraceRunner:
             if run.cancelled_before_start:
                 return run, None, snapshot
             run.worker = worker
+            self.hooks.spawning(run)
             try:
                 await worker.start()
             except OSError as e:
