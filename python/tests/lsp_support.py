@@ -55,12 +55,16 @@ def _plain_converter():
 
 
 class MemlensClient(LanguageClient):
-    """Records memlens/* notifications (as plain dicts) next to pytest-lsp's records."""
+    """Records memlens/* notifications (as plain dicts) next to pytest-lsp's records. Like VS
+    Code, it asks for the CodeLenses of `lens_uri` again on each CodeLens refresh; `events`
+    holds, in order, the notifications, the refreshes and those CodeLenses' titles."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.notifications: list[tuple[str, Any]] = []
+        self.events: list[tuple[str, Any]] = []
         self.inlay_refreshes = 0
+        self.lens_uri: str | None = None
 
     def received(self, method: str) -> list[Any]:
         return [p for m, p in self.notifications if m == method]
@@ -82,6 +86,7 @@ def make_client() -> MemlensClient:
                    "memlens/snapshotsChanged"):
         def record(ls, params, method=method):
             ls.notifications.append((method, params))
+            ls.events.append((method, params))
         client.feature(method)(record)
 
     @client.feature(lsp.WORKSPACE_INLAY_HINT_REFRESH)
@@ -90,9 +95,18 @@ def make_client() -> MemlensClient:
 
     @client.feature(lsp.WORKSPACE_CODE_LENS_REFRESH)
     def code_lens_refresh(ls, params):
+        ls.events.append((lsp.WORKSPACE_CODE_LENS_REFRESH, None))
+        if ls.lens_uri is not None:
+            asyncio.ensure_future(_ask_lenses(ls, ls.lens_uri))
         return None
 
     return client
+
+
+async def _ask_lenses(client: MemlensClient, lens_uri: str) -> None:
+    lenses = await client.text_document_code_lens_async(lsp.CodeLensParams(
+        lsp.TextDocumentIdentifier(lens_uri)))
+    client.events.append(("lenses", [lens.command.title for lens in lenses or []]))
 
 
 def vscode_capabilities() -> lsp.ClientCapabilities:
@@ -118,6 +132,18 @@ def open_document(client: LanguageClient, path: Path, language: str = "python") 
     client.text_document_did_open(lsp.DidOpenTextDocumentParams(lsp.TextDocumentItem(
         uri=u, language_id=language, version=1, text=path.read_text())))
     return u
+
+
+async def execute(client: LanguageClient, name: str, args: dict, timeout: float = SLOW):
+    """workspace/executeCommand with one argument object."""
+    return await asyncio.wait_for(client.workspace_execute_command_async(
+        lsp.ExecuteCommandParams(command=name, arguments=[args])), timeout)
+
+
+async def inlay_hints(client: LanguageClient, path: Path, lines: int = 10_000):
+    return await client.text_document_inlay_hint_async(lsp.InlayHintParams(
+        text_document=lsp.TextDocumentIdentifier(uri(path)),
+        range=lsp.Range(lsp.Position(0, 0), lsp.Position(lines, 0))))
 
 
 def pid_alive(pid: int) -> bool:

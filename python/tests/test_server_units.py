@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import keyword
+import os
 import subprocess
 import sys
 import time
@@ -13,10 +14,13 @@ import pytest
 
 from memlens.server import protocol as P
 from memlens.server.annotations import age_text, annotate, hint_text, hover_markdown
+from memlens.server.documents import DocState
 from memlens.server.edits import line_map
+from memlens.server.index import SnapshotEntry
 from memlens.server.outline import outline
 from memlens.server.settings import Settings, parse_settings
 from memlens.server.targets import document_targets, scan_workspace
+from memlens.server.traced import TracedTexts
 from memlens.units import format_bytes
 
 from conftest import REPO
@@ -146,6 +150,22 @@ def test_line_map_follows_inserts_deletes_and_edits():
     assert moved[0] == 0 and moved[4] == 4 and moved[1] == 2 and moved[2] == 3
 
 
+def test_line_map_follows_the_content_of_a_line_split_by_enter():
+    old = ["def f(x):", "    y = 1; return g(x)", "", "z"]
+    split = ["def f(x):", "    y = 1;", "    return g(x)", "", "z"]  # Enter after "y = 1;"
+    assert line_map(old, split) == {0: 0, 1: 2, 2: 3, 3: 4}  # the half most like the line
+    # Typed at the start, then Enter: the typing is most of the line, but the code it had
+    # when traced (the anchor) is on the second half.
+    typed = ["a", "long_typed_prefix = 1; C", "b"]
+    enter = ["a", "long_typed_prefix = 1;", "C", "b"]
+    assert line_map(typed, enter)[1] == 1
+    assert line_map(typed, enter, {1: "C"})[1] == 2
+    assert line_map(typed, ["a", "long_typed_prefix = 1;", "    C  ", "b"], {1: "  C"})[1] == 2
+    assert line_map(typed, ["a", "x", "y = C + 1", "b"], {1: "C"})[1] == 2  # contains it
+    # Several lines edited in place still pair in order.
+    assert line_map(["a", "b1", "c1", "d"], ["a", "b2", "c2", "d"]) == {0: 0, 1: 1, 2: 2, 3: 3}
+
+
 def test_line_map_is_fast_on_a_keystroke_in_a_big_file():
     old = [f"line {i} = compute({i})" for i in range(20_000)]
     new = old[:10_000] + ["line 10000 = compute(10000)  # edited"] + old[10_001:]
@@ -153,6 +173,46 @@ def test_line_map_is_fast_on_a_keystroke_in_a_big_file():
     mapping = line_map(old, new)
     assert time.perf_counter() - start < 0.5
     assert mapping[19_999] == 19_999 and mapping[10_000] == 10_000
+
+
+def _entry(path="/s/1.json", created="2026-01-01T00:00:00+00:00"):
+    d = {**NET, "meta": {**NET["meta"], "created": created}}
+    return SnapshotEntry("/ws", "/ws/.memlens/x", path, 0.0, digest=d, files=frozenset([F]))
+
+
+def test_a_document_places_annotations_by_the_traced_text():
+    traced = "\n".join(f"line {i}" for i in range(1, 51))
+    at = [10, 12, 14, 15, 30, 40, 41, 42]  # NET's annotated lines (no __init__ in this text)
+    edited = "# new\n# lines\n" + traced  # saved after the trace
+    doc = DocState("file:///src/model.py", F, edited)
+    doc.attach(_entry(), traced, top_lines=5)
+    assert doc.stale and sorted(p.line + 1 for p in doc.placed) == [n + 2 for n in at]
+    doc.update_text(traced)  # back to the traced text: exact and fresh
+    assert not doc.stale and sorted(p.line + 1 for p in doc.placed) == at
+    doc.update_text(edited)
+    doc.attach(_entry(), None, top_lines=5)  # the traced text unknown: the snapshot's lines
+    assert doc.stale and sorted(p.line + 1 for p in doc.placed) == at
+    crlf = DocState("file:///src/model.py", F, edited)  # an editor holding a CRLF file as LF
+    crlf.attach(_entry(), traced.replace("\n", "\r\n"), top_lines=5)
+    assert sorted(p.line + 1 for p in crlf.placed)[0] == 12
+
+
+def test_traced_texts_keep_what_a_trace_read(tmp_path):
+    src = tmp_path / "model.py"
+    src.write_text("old\n")
+    os.utime(src, (1000.0, 1000.0))
+    texts = TracedTexts()
+    texts.capture(str(tmp_path / "a.json"), [str(src), str(tmp_path / "missing.py")])
+    src.write_text("new\n")
+    ours = SnapshotEntry(str(tmp_path), str(tmp_path), str(tmp_path / "a.json"), 0.0)
+    assert texts.text_of(ours, str(src)) == "old\n"  # as the worker saw it
+    # Another snapshot (the CLI's): the file on disk if not written since the snapshot.
+    cli = SnapshotEntry(str(tmp_path), str(tmp_path), str(tmp_path / "b.json"), time.time())
+    assert texts.text_of(cli, str(src)) == "new\n"
+    os.utime(src, (time.time() + 60, time.time() + 60))
+    assert texts.text_of(cli, str(src)) is None  # written since: unknown
+    texts.retain({str(tmp_path / "b.json")})
+    assert texts.text_of(ours, str(src)) is None
 
 
 SCRIPT = """

@@ -6,6 +6,7 @@ import * as path from 'node:path';
 import * as vscode from 'vscode';
 import { isWebviewMessage, type HostMessage, type SavedWebviewState, type WebviewMessage } from '../../webview/messages';
 import { makeNonce, panelHtml } from './html';
+import { fileTitle, panelTitle } from './title';
 
 export const VIEW_TYPE = 'memlens.memoryPanel';
 
@@ -22,7 +23,7 @@ export class MemoryPanel implements vscode.Disposable {
       existing.panel.reveal();
       return existing;
     }
-    const panel = vscode.window.createWebviewPanel(VIEW_TYPE, title(snapshot), vscode.ViewColumn.Beside, options(context));
+    const panel = vscode.window.createWebviewPanel(VIEW_TYPE, fileTitle(snapshot.fsPath), vscode.ViewColumn.Beside, options(context));
     return new MemoryPanel(context, panel, snapshot, compare, log);
   }
 
@@ -55,7 +56,7 @@ export class MemoryPanel implements vscode.Disposable {
       styleUri: webview.asWebviewUri(vscode.Uri.joinPath(dist, 'webview.css')).toString(),
       cspSource: webview.cspSource,
       nonce: makeNonce(),
-      title: title(snapshot),
+      title: fileTitle(snapshot.fsPath),
     });
     this.disposables.push(
       webview.onDidReceiveMessage((m: unknown) => void this.receive(m)),
@@ -105,6 +106,8 @@ export class MemoryPanel implements vscode.Disposable {
   private async send(): Promise<void> {
     const doc = await readJson(this.snapshot);
     if (!doc.ok) return void (await this.post({ type: 'error', message: `${this.snapshot.fsPath}: ${doc.error}` }));
+    // The file's name until now: the snapshot itself says what was traced.
+    this.panel.title = panelTitle(doc.value, this.snapshot.fsPath);
     const message: HostMessage = { type: 'snapshot', snapshot: doc.value, source: this.snapshot.fsPath };
     if (this.compareUri) {
       const other = await readJson(this.compareUri);
@@ -153,11 +156,6 @@ function options(context: vscode.ExtensionContext): vscode.WebviewPanelOptions &
     retainContextWhenHidden: false,
     localResourceRoots: [vscode.Uri.joinPath(context.extensionUri, 'dist')],
   };
-}
-
-function title(snapshot: vscode.Uri): string {
-  const dir = path.basename(path.dirname(snapshot.fsPath));
-  return `Memory: ${dir && dir !== '.memlens' ? `${dir}/` : ''}${path.basename(snapshot.fsPath, '.json')}`;
 }
 
 async function readJson(uri: vscode.Uri): Promise<{ ok: true; value: unknown } | { ok: false; error: string }> {

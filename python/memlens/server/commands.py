@@ -38,6 +38,19 @@ class TraceCommands:
             run.stop("cancelled")
 
     # TraceRunner hooks
+    def running_changed(self, run: RunningTrace) -> None:
+        """A trace was registered or its worker ended: the target's CodeLens says "Tracing…"
+        exactly while it runs, not until the snapshot has been read."""
+        self.refresh_code_lenses()
+
+    def spawning(self, run: RunningTrace) -> None:
+        """The worker is about to read the sources: keep them as it will see them, for placing
+        its snapshot's lines in text edited since (traced.py)."""
+        t = run.request.target
+        files = {state.path for state in self.docs.values()}
+        files.update(normalize_path(f) for f in (t.path, t.program) if f)
+        self.traced.capture(run.snapshot, files)
+
     async def begin_progress(self, run: RunningTrace) -> None:
         if not self._client_can("window", "work_done_progress"):
             return
@@ -72,7 +85,6 @@ class TraceCommands:
         self.protocol.notify(P.NOTIFY_TRACE_STARTED, {
             "targetId": t.id, "target": self.target_json(t), "pid": run.worker.pid,
             "command": argv})
-        self.refresh_client_views()
 
     async def request_from(self, params: dict[str, Any]) -> TraceRequest:
         t = None
@@ -163,6 +175,7 @@ class TraceCommands:
                      lsp.MessageType.Warning)
         elif result is not None and result.status in ("cancelled", "replaced"):
             out["status"] = result.status
+        self.forget_unused_sources()
         message = {"ok": "done", "failed": "failed", "timeout": "timed out",
                    "cancelled": "cancelled", "replaced": "replaced by a newer trace"}
         self.end_progress(run, message.get(out["status"], out["status"]))
@@ -172,6 +185,12 @@ class TraceCommands:
         self.protocol.notify(P.NOTIFY_TRACE_FINISHED, out)
         self.refresh_client_views()
         return out
+
+    def forget_unused_sources(self) -> None:
+        """Drop the sources kept for snapshots no longer in use (superseded, or never written
+        because the trace failed); those of traces still running stay."""
+        self.traced.retain({e.path for e in self.index.entries.values()}
+                           | {r.snapshot for r in self.runner.running.values()})
 
     def trace_on_save(self, path: str) -> None:
         if not self.settings.traceOnSave:

@@ -99,7 +99,7 @@ def register(ls: MemlensServer) -> MemlensServer:
             ls.open_document(uri, text, params.text_document.version)
             return
         state.version = params.text_document.version
-        state.update_text(text, ls.settings.topLines)
+        state.update_text(text)
         ls.update_document_targets(state, delay=0.3)  # parsing on every keystroke is waste
         ls.publish_annotations(state, delay=0.05)
 

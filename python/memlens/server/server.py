@@ -26,6 +26,7 @@ from .index import SnapshotEntry, SnapshotIndex
 from .settings import Settings, parse_settings
 from .commands import TraceCommands
 from .targets import RecipeCache, TargetInfo, document_targets, scan_workspace
+from .traced import TracedTexts
 from .tracing import TraceRequest, TraceRunner
 
 POLL_SECONDS = 2.0
@@ -66,6 +67,7 @@ class MemlensServer(TraceCommands, LanguageServer):
         self._scan: asyncio.Future | None = None
         self.recipes = RecipeCache()
         self.index = SnapshotIndex(log=lambda m: self.log(m, lsp.MessageType.Warning))
+        self.traced = TracedTexts()
         self.runner = TraceRunner(self, lambda: self.settings)
         self.diagnostics = DiagnosticStore(self._publish_diagnostics)
         self.last_requests: dict[str, TraceRequest] = {}
@@ -118,12 +120,16 @@ class MemlensServer(TraceCommands, LanguageServer):
 
     # -- settings ---------------------------------------------------------------------------
     def apply_settings(self, raw: Any) -> None:
+        """New settings: everything they shape is sent again, so that a client need not ask
+        (the budget is in every annotation's snapshot info and hover, and in diagnostics)."""
         old = self.settings
         self.settings = parse_settings(raw, lambda m: self.log(m, lsp.MessageType.Warning))
-        if old.topLines != self.settings.topLines:
-            for state in self.docs.values():
-                state.attach(state.entry, self.settings.topLines)
-                self.publish_annotations(state)
+        if self.settings == old:
+            return
+        for state in self.docs.values():
+            if old.topLines != self.settings.topLines:
+                self.attach(state, state.entry)
+            self.publish_annotations(state)
         self.update_budget_diagnostics()
         self.refresh_client_views()
 
@@ -259,12 +265,22 @@ class MemlensServer(TraceCommands, LanguageServer):
         self._entry_targets = None
         for state in self.docs.values():
             entry = self.index.covering(state.path)
-            if entry is not state.entry:
-                state.attach(entry, self.settings.topLines)
+            if entry is not state.entry:  # another snapshot, or the same one read again
+                self.attach(state, entry)
                 self.publish_annotations(state)
         self.update_budget_diagnostics()
         self.refresh_client_views()
         self.protocol.notify(P.NOTIFY_SNAPSHOTS_CHANGED, self.snapshots_json())
+
+    def attach(self, state: DocState, entry: SnapshotEntry | None) -> None:
+        """Show `entry` in a document, placed by the text its lines refer to. The snapshot
+        attached already (read again, or new settings) keeps the text it had: the document
+        may have been edited and saved since."""
+        if entry is not None and state.entry is not None and entry.path == state.entry.path:
+            base = state.base
+        else:
+            base = self.traced.text_of(entry, state.path) if entry is not None else None
+        state.attach(entry, base, self.settings.topLines)
 
     def snapshots_json(self) -> dict[str, Any]:
         return {"snapshots": [self.snapshot_info(e) for e in self.index.usable()]}
@@ -284,6 +300,9 @@ class MemlensServer(TraceCommands, LanguageServer):
     def refresh_client_views(self) -> None:
         if self._client_can("workspace", "inlay_hint", "refresh_support"):
             self.protocol.send_request(lsp.WORKSPACE_INLAY_HINT_REFRESH, None)
+        self.refresh_code_lenses()
+
+    def refresh_code_lenses(self) -> None:
         if self._client_can("workspace", "code_lens", "refresh_support"):
             self.protocol.send_request(lsp.WORKSPACE_CODE_LENS_REFRESH, None)
 
@@ -323,7 +342,7 @@ class MemlensServer(TraceCommands, LanguageServer):
         path = normalize_path(uris.to_fs_path(uri) or uri)
         state = DocState(uri, path, text, version)
         self.docs[uri] = state
-        state.attach(self.index.covering(path), self.settings.topLines)
+        self.attach(state, self.index.covering(path))
         self.update_document_targets(state)
         self.publish_annotations(state)
         return state

@@ -160,6 +160,7 @@ def explain_failure(result: WorkerResult, req: TraceRequest, settings: Settings,
 class RunningTrace:
     request: TraceRequest
     msg_id: Any
+    snapshot: str = ""  # the path the worker is told to write
     token: Any = None
     worker: Worker | None = None
     cancelled_before_start: str | None = None
@@ -175,8 +176,10 @@ class RunningTrace:
 class TraceRunner:
     """Runs workers; the server supplies the LSP side through `hooks`:
 
-    begin_progress(run) -> awaitable, report_progress(run, message, percentage),
-    end_progress(run, message), started(run, argv), worker_output(run, line), log(text)
+    running_changed(run) (a trace was registered or has ended), begin_progress(run) ->
+    awaitable, report_progress(run, message, percentage), end_progress(run, message),
+    spawning(run) (the worker is about to start), started(run, argv), worker_output(run, line),
+    log(text)
     """
 
     def __init__(self, hooks: Any, settings: Callable[[], Settings]):
@@ -197,11 +200,12 @@ class TraceRunner:
         old = self.running.get(tid)
         if old is not None:
             old.stop("replaced")
-        run = RunningTrace(req, msg_id)
+        snapshot = self.snapshot_path(req.target)
+        run = RunningTrace(req, msg_id, snapshot)
         self.running[tid] = run
+        self.hooks.running_changed(run)
         settings = self.settings()
         python = python_executable(settings.python or req.target.python)
-        snapshot = self.snapshot_path(req.target)
         argv, cwd, env = build_command(req, snapshot, python)
         iterations = req.iterations or 2
         try:
@@ -220,6 +224,7 @@ class TraceRunner:
             if run.cancelled_before_start:
                 return run, None, snapshot
             run.worker = worker
+            self.hooks.spawning(run)
             try:
                 await worker.start()
             except OSError as e:
@@ -233,8 +238,9 @@ class TraceRunner:
             result = await worker.run()
             return run, result, snapshot
         finally:
-            if self.running.get(tid) is run:
+            if self.running.get(tid) is run:  # not replaced by a newer run
                 del self.running[tid]
+                self.hooks.running_changed(run)
 
     def by_msg_id(self, msg_id: Any) -> RunningTrace | None:
         return next((r for r in self.running.values() if r.msg_id == msg_id), None)
