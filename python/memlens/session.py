@@ -7,6 +7,21 @@ from typing import Any
 from .devices import DeviceSpec
 
 
+def prepare_process(device: DeviceSpec, device_count: int = 1) -> None:
+    """Before torch is imported: a GPU target on a machine without one needs the fake-CUDA
+    shim (memlens.cuda.build) for autograd on fake cuda tensors; `device_count` GPUs per node
+    (a simulated rank selects cuda:LOCAL_RANK)."""
+    if device.type != "cuda":
+        return
+    from .cuda.build import FakeCudaError, ensure_fake_cuda_support
+    from .errors import MemlensError
+
+    try:
+        ensure_fake_cuda_support(device_count=device_count)
+    except FakeCudaError as e:
+        raise MemlensError(f"cannot simulate a {device.name} here: {e}") from None
+
+
 def trace_target(target, device: DeviceSpec, iterations: int, progress_mode: str = "none",
                  console=None, command: list[str] | None = None,
                  max_allocations: int | None = None, rank=None) -> dict[str, Any]:
