@@ -1,6 +1,8 @@
 """Torch Memory Lens: how much device memory one training step needs, and where the bytes go.
 
     import memlens
+    memlens.prepare("h100-80gb")  # before `import torch`: a GPU target on a machine without one
+    import torch
     with memlens.Tracer("h100-80gb") as tracer:
         ...  # build a model and run training steps, as on the GPU
     memlens.print_report(tracer.snapshot())
@@ -12,6 +14,7 @@ loaded on first use.
 __version__ = "0.1.0"
 
 _LAZY = {
+    "prepare": ("memlens.session", "prepare_process"),
     "Tracer": ("memlens.tracer", "Tracer"),
     "get_device": ("memlens.devices", "get_device"),
     "read_snapshot": ("memlens.snapshot", "read_snapshot"),

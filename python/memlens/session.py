@@ -7,10 +7,14 @@ from typing import Any
 from .devices import DeviceSpec
 
 
-def prepare_process(device: DeviceSpec, device_count: int = 1) -> None:
+def prepare_process(device: DeviceSpec | str, device_count: int = 1) -> None:
     """Before torch is imported: a GPU target on a machine without one needs the fake-CUDA
     shim (memlens.cuda.build) for autograd on fake cuda tensors; `device_count` GPUs per node
-    (a simulated rank selects cuda:LOCAL_RANK)."""
+    (a simulated rank selects cuda:LOCAL_RANK). `memlens.prepare` in the Python API."""
+    if isinstance(device, str):
+        from .devices import get_device
+
+        device = get_device(device)
     if device.type != "cuda":
         return
     from .cuda.build import FakeCudaError, ensure_fake_cuda_support
