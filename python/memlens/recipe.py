@@ -19,8 +19,12 @@ PRECISIONS = ("fp32", "bf16", "fp16", "autocast-bf16", "autocast-fp16")
 OPTIMIZERS = ("adamw", "adam", "sgd", "none")
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8",
           "bool")
-_KEYS = {"target", "device", "iterations", "precision", "optimizer", "optimizer_args", "lr", "loss",
-         "batch", "init", "inputs", "budget"}
+# Each key's TOML type (inputs are checked on their own).
+_TYPES: dict[str, tuple[type, ...]] = {
+    "target": (str,), "device": (str,), "iterations": (int,), "precision": (str,),
+    "optimizer": (str,), "optimizer_args": (dict,), "lr": (int, float), "loss": (str,),
+    "batch": (int,), "init": (dict,), "budget": (str,)}
+_KEYS = {*_TYPES, "inputs"}
 
 
 @dataclass
@@ -102,6 +106,9 @@ def _apply(recipe: Recipe, raw: dict[str, Any], source: str) -> None:
                 raise MemlensError("`inputs` must be a table (keyword inputs) or an array "
                                    "(positional inputs)", where)
         else:
+            if not isinstance(value, _TYPES[key]) or isinstance(value, bool):
+                kind = " or ".join(t.__name__ for t in _TYPES[key])
+                raise MemlensError(f"recipe key {key!r} must be {kind}, got {value!r}", where)
             setattr(recipe, key, value)
     if recipe.precision not in PRECISIONS:
         raise MemlensError(f"unknown precision {recipe.precision!r}; one of {', '.join(PRECISIONS)}",
@@ -111,6 +118,25 @@ def _apply(recipe: Recipe, raw: dict[str, Any], source: str) -> None:
                            f"{', '.join(OPTIMIZERS)}", where)
     if not isinstance(recipe.batch, int) or recipe.batch < 1:
         raise MemlensError(f"batch must be a positive integer, got {recipe.batch!r}", where)
+    if recipe.iterations is not None and recipe.iterations < 1:
+        raise MemlensError(f"iterations must be at least 1, got {recipe.iterations!r}", where)
+    if recipe.device is not None:
+        from .devices import get_device
+
+        try:
+            get_device(recipe.device)
+        except MemlensError as e:
+            raise MemlensError(f"recipe key 'device': {e.message}", where) from None
+    if recipe.budget is not None:
+        from .units import parse_bytes
+
+        try:
+            parse_bytes(recipe.budget)
+        except ValueError as e:
+            raise MemlensError(f"recipe key 'budget': {e}", where) from None
+    if recipe.loss not in ("sum", "mean") and not recipe.loss.startswith("output."):
+        raise MemlensError(f"unknown loss {recipe.loss!r}; use sum, mean or output.<attribute>",
+                           where)
 
 
 def find_recipe_file(start: Path) -> tuple[Path, dict[str, Any]] | None:
