@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 from .. import categories as C
@@ -41,32 +40,10 @@ def normalize_path(path: str) -> str:
 
 
 def read_checked(path: str | os.PathLike) -> dict[str, Any]:
-    """Read and validate a snapshot (format, version, schema, cross-references), leaving out the
-    allocation stream."""
-    from ..snapshot.io import MAX_SNAPSHOT_BYTES, validate_snapshot
+    """Read and validate a snapshot, leaving out the allocation stream."""
+    from ..snapshot.io import read_snapshot
 
-    path = Path(path)
-    if not path.is_file():
-        raise SnapshotError(f"{path}: no such snapshot file")
-    if path.stat().st_size > MAX_SNAPSHOT_BYTES:
-        raise SnapshotError(f"{path}: file is larger than {MAX_SNAPSHOT_BYTES} bytes")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise SnapshotError(f"{path}: not a snapshot (not UTF-8 text)") from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        hint = " (the file looks truncated)" if e.pos >= len(text) - 1 else ""
-        raise SnapshotError(f"{path}: not valid JSON at line {e.lineno} column {e.colno}{hint}"
-                            ) from None
-    except RecursionError:
-        raise SnapshotError(f"{path}: not a snapshot (nested too deeply)") from None
-    del text
-    if isinstance(doc, dict) and doc.get("allocations") is not None:
-        doc["allocations"] = None
-    validate_snapshot(doc, str(path))
-    return doc
+    return read_snapshot(path, keep_allocations=False)
 
 
 def _cats(values: dict[str, int]) -> dict[str, int]:

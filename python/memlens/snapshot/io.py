@@ -47,7 +47,10 @@ def write_snapshot(snapshot: dict[str, Any], path: str | os.PathLike) -> Path:
     return path
 
 
-def read_snapshot(path: str | os.PathLike) -> dict[str, Any]:
+def read_snapshot(path: str | os.PathLike, keep_allocations: bool = True) -> dict[str, Any]:
+    """Read and validate a snapshot (format, version, schema, cross-references).
+    `keep_allocations=False` drops the allocation stream before validating it (the language
+    server's digest needs none of it: less memory and time on large snapshots)."""
     path = Path(path)
     if not path.is_file():
         raise SnapshotError(f"{path}: no such snapshot file")
@@ -62,6 +65,11 @@ def read_snapshot(path: str | os.PathLike) -> dict[str, Any]:
     except json.JSONDecodeError as e:
         hint = " (the file looks truncated)" if e.pos >= len(text) - 1 else ""
         raise SnapshotError(f"{path}: not valid JSON at line {e.lineno} column {e.colno}{hint}") from None
+    except RecursionError:
+        raise SnapshotError(f"{path}: not a snapshot (nested too deeply)") from None
+    del text
+    if not keep_allocations and isinstance(doc, dict) and doc.get("allocations") is not None:
+        doc["allocations"] = None
     validate_snapshot(doc, str(path))
     return doc
 
