@@ -17,7 +17,6 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from . import categories as C
 
 _NONE = object()
 

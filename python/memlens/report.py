@@ -94,7 +94,6 @@ def print_report(snap: dict[str, Any], console: Console, snapshot_path: str | No
     meta, summary = snap["meta"], snap["summary"]
     device = meta["device"]
     total = device["total_memory_bytes"]
-    key = meta["device_key"]
     peak = summary["peak_bytes"]
     target = meta.get("target", {})
     console.print(f"[bold]memlens[/] {target.get('kind', '')} [cyan]{target.get('name', '')}[/] on "

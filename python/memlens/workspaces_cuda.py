@@ -97,7 +97,7 @@ def _flash_backward(args, kwargs, out) -> list[int]:
     to 128), dq_accum (fp32, batch x seqlen_q rounded x heads x head size rounded to 32, or 64
     above 128; `loop` is always true there) and, for grouped-query attention, dk/dv expanded to
     all query heads. All are freed when the op returns (softmax_d is dropped by the aten op)."""
-    grad_out, query, key = args[0], args[1], args[2]
+    query, key = args[1], args[2]  # args[0] is grad_out
     b, h, s_q, d = query.shape
     h_k, s_k = key.shape[1], key.shape[2]
     head = _round_up(d, 8)

@@ -127,6 +127,27 @@ async def start_session(client: MemlensClient, workspace: Path, settings: dict[s
         initialization_options={"settings": settings}))
 
 
+def session_fixtures(settings: dict[str, Any]):
+    """A test module's `workspace` (a copy of lsp_workspace) and `client` (a server of its own,
+    initialised with `settings`), both module-scoped: `workspace, client = session_fixtures(S)`."""
+    import pytest
+    import pytest_lsp
+    from pytest_lsp import ClientServerConfig
+
+    @pytest.fixture(scope="module")
+    def workspace(tmp_path_factory):
+        return make_workspace(tmp_path_factory.mktemp("ws"))
+
+    @pytest_lsp.fixture(scope="module", config=ClientServerConfig(
+        server_command=SERVER_COMMAND, server_env=server_env(), client_factory=make_client))
+    async def client(lsp_client: MemlensClient, workspace):
+        await start_session(lsp_client, workspace, settings)
+        yield
+        await lsp_client.shutdown_session()
+
+    return workspace, client
+
+
 def open_document(client: LanguageClient, path: Path, language: str = "python") -> str:
     u = uri(path)
     client.text_document_did_open(lsp.DidOpenTextDocumentParams(lsp.TextDocumentItem(

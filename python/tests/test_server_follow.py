@@ -14,13 +14,10 @@ import os
 from pathlib import Path
 
 import pytest
-import pytest_lsp
 from lsprotocol import types as lsp
-from pytest_lsp import ClientServerConfig
 
-from lsp_support import (SERVER_COMMAND, MemlensClient, execute, inlay_hints, line_of,
-                         make_client, make_workspace, open_document, server_env, start_session,
-                         uri)
+from lsp_support import (MemlensClient, execute, inlay_hints, line_of, open_document,
+                         session_fixtures, uri)
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -30,17 +27,7 @@ MLP_LINE = "return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))"
 versions = itertools.count(2)
 
 
-@pytest.fixture(scope="module")
-def workspace(tmp_path_factory):
-    return make_workspace(tmp_path_factory.mktemp("ws"))
-
-
-@pytest_lsp.fixture(scope="module", config=ClientServerConfig(
-    server_command=SERVER_COMMAND, server_env=server_env(), client_factory=make_client))
-async def client(lsp_client: MemlensClient, workspace):
-    await start_session(lsp_client, workspace, SETTINGS)
-    yield
-    await lsp_client.shutdown_session()
+workspace, client = session_fixtures(SETTINGS)
 
 
 def edit(client: MemlensClient, path: Path, start: tuple[int, int], end: tuple[int, int],

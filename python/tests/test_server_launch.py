@@ -8,13 +8,11 @@ import asyncio
 import json
 
 import pytest
-import pytest_lsp
 from lsprotocol import types as lsp
-from pytest_lsp import ClientServerConfig
 
-from lsp_support import (SERVER_COMMAND, SLOW, MemlensClient, line_of, make_client,
-                         make_workspace, open_document, pid_alive, server_env, start_session,
-                         uri)
+from lsp_support import (MemlensClient, line_of, open_document, pid_alive,
+                         session_fixtures, uri)
+from lsp_support import execute as command
 from memlens.units import format_bytes
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -23,22 +21,8 @@ SETTINGS = {"device": "cpu"}
 TRAIN = "launch:.vscode/launch.json:Train GPT (small)"
 
 
-@pytest.fixture(scope="module")
-def workspace(tmp_path_factory):
-    return make_workspace(tmp_path_factory.mktemp("ws"))
+workspace, client = session_fixtures(SETTINGS)
 
-
-@pytest_lsp.fixture(scope="module", config=ClientServerConfig(
-    server_command=SERVER_COMMAND, server_env=server_env(), client_factory=make_client))
-async def client(lsp_client: MemlensClient, workspace):
-    await start_session(lsp_client, workspace, SETTINGS)
-    yield
-    await lsp_client.shutdown_session()
-
-
-async def command(client: MemlensClient, name: str, args: dict, timeout: float = SLOW):
-    return await asyncio.wait_for(client.workspace_execute_command_async(
-        lsp.ExecuteCommandParams(command=name, arguments=[args])), timeout)
 
 
 async def test_missing_torch_says_so(client: MemlensClient, workspace):

@@ -10,16 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 
 import pytest
-import pytest_lsp
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcException
-from pytest_lsp import ClientServerConfig
 
-from lsp_support import (SERVER_COMMAND, MemlensClient, line_of, make_client,
-                         make_workspace, open_document, pid_alive, server_env, start_session,
+from lsp_support import (MemlensClient, line_of, open_document, pid_alive, session_fixtures,
                          uri)
 from lsp_support import execute as command
 from lsp_support import inlay_hints as hints
@@ -31,17 +27,7 @@ SETTINGS = {"device": "cpu", "timeLimitSeconds": 300}
 GPT = "model:model.py:GPT"
 
 
-@pytest.fixture(scope="module")
-def workspace(tmp_path_factory):
-    return make_workspace(tmp_path_factory.mktemp("ws"))
-
-
-@pytest_lsp.fixture(scope="module", config=ClientServerConfig(
-    server_command=SERVER_COMMAND, server_env=server_env(), client_factory=make_client))
-async def client(lsp_client: MemlensClient, workspace):
-    await start_session(lsp_client, workspace, SETTINGS)
-    yield
-    await lsp_client.shutdown_session()
+workspace, client = session_fixtures(SETTINGS)
 
 
 def snapshot_of(workspace) -> dict:

@@ -21,7 +21,6 @@ from memlens.server.outline import outline
 from memlens.server.settings import Settings, parse_settings
 from memlens.server.targets import document_targets, scan_workspace
 from memlens.server.traced import TracedTexts
-from memlens.units import format_bytes
 
 from conftest import REPO
 

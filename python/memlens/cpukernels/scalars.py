@@ -12,7 +12,6 @@ division by the wrapped count (ReduceOps.cpp `mean_out`)."""
 
 from __future__ import annotations
 
-import math
 
 import torch
 

@@ -5,7 +5,6 @@ flattens each wrapped module's parameters into one FlatParameter and pads it to 
 the world size, so every rank holds the same number of elements.
 """
 
-import functools
 import os
 
 import torch

@@ -10,7 +10,6 @@ Megatron's DistributedDataParallel and optimizer, and the pipeline schedules.
 
 import argparse
 import os
-from functools import partial
 
 import torch
 from megatron.core import parallel_state
