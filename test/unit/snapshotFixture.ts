@@ -2,20 +2,11 @@
 // repeated blocks, an output layer) plus a loss module and tensors of no module. Module rows are
 // inclusive sums of the tensors made for them, as the engine writes them.
 import type { CategoryBytes, ModuleRow, Snapshot, TensorRow } from '../../webview/data/snapshot';
+import { emptyCategoryBytes } from '../../webview/data/categories';
 import { CATEGORIES } from '../../webview/data/snapshot';
 
 export function cat(partial: Partial<CategoryBytes> = {}): CategoryBytes {
-  return {
-    parameter: 0,
-    buffer: 0,
-    gradient: 0,
-    optimizer_state: 0,
-    activation: 0,
-    temporary: 0,
-    input: 0,
-    other: 0,
-    ...partial,
-  };
+  return { ...emptyCategoryBytes(), ...partial };
 }
 
 export interface FixtureOptions {
