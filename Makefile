@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 
 .PHONY: demo test setup setup-system setup-python setup-node setup-web setup-node24 \
 	setup-code-server setup-e2e build vsix test-python test-ts test-webview test-e2e \
-	test-cuda-build bench bench-webview bench-ext clean
+	test-cuda-build bench bench-ranks bench-megatron bench-webview bench-ext clean
 
 # -- set-up (each step is idempotent: quick when already done) -------------------------------
 setup-python:
@@ -77,8 +77,19 @@ test-webview: setup build
 test-e2e: setup-e2e vsix
 	npm run test:e2e
 
+# The engine's and the language server's benchmarks (minutes); bench/README.md says what each
+# measures and records the results.
 bench: setup
-	$(PY) bench/run.py
+	$(PY) bench/engine_overhead.py --shape all --device h100-80gb
+	$(PY) bench/lsp_latency.py
+
+# --ranks all against one rank at a time on an 8-rank FSDP2 job (several minutes)
+bench-ranks: setup
+	$(PY) bench/ranks_parallel.py
+
+# One rank of a Llama-2-70B-shaped megatron.core job: wall time and host memory
+bench-megatron: setup
+	$(PY) bench/megatron_llama70b.py
 
 bench-webview: setup build
 	MEMLENS_PYTHON=$(abspath $(PY)) node bench/webview_render.mjs
