@@ -67,7 +67,11 @@ def child(shape: str, mode: str, device: str) -> dict:
 
     from memlens import Tracer
 
-    if on_gpu:  # memlens' own lazy imports of a GPU trace, outside the timing like transformers
+    # memlens' own lazy imports, outside the timing like transformers'
+    import memlens.tracer  # noqa: F401
+    import memlens.workspaces_cpu  # noqa: F401
+
+    if on_gpu:
         import memlens.allocator  # noqa: F401
         import memlens.cuda.simulate  # noqa: F401
         import memlens.patches.torch_cuda_semantics  # noqa: F401

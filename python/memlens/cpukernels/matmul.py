@@ -17,6 +17,8 @@ fp32 products go to MKL's sgemm, whose buffers are not the CPU allocator's: no r
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from . import onednn
@@ -29,6 +31,13 @@ def _supported(dtype: torch.dtype) -> bool:
     if not (onednn.available() and torch.backends.mkldnn.is_available()
             and torch._C._get_mkldnn_enabled()):
         return False
+    return _host_supports(dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _host_supports(dtype: torch.dtype) -> bool:
+    """Whether this CPU has oneDNN's bf16/fp16 matmul: a fact of the host, asked once (each ask
+    is an op call through fake mode and the accountant, half a millisecond per matmul)."""
     if dtype == torch.bfloat16:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     if dtype == torch.float16:
