@@ -2,6 +2,7 @@
 # System packages the tests need, from Debian's archive. Idempotent: installs only what is
 # missing, with sudo when not root. Each entry: a command that proves the package is there, and
 # the package that provides it.
+#   g++: compiles the fake-CUDA shim (python/memlens/cuda) at first use, for GPU targets
 #   neovim: the second, independent LSP client of the language-server tests
 set -euo pipefail
 
@@ -11,6 +12,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 missing=()
+command -v "${CXX:-g++}" >/dev/null 2>&1 || missing+=(g++)
 command -v nvim >/dev/null 2>&1 || missing+=(neovim)
 
 if [ "${#missing[@]}" -gt 0 ]; then
