@@ -2,7 +2,7 @@ import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import { eventIndex } from '../../webview/data/events';
 import { firstUserFrame, isUserFrame, orderedStack } from '../../webview/data/frames';
-import { devicePhases, phaseAtSeq } from '../../webview/data/phases';
+import { devicePhases, phaseAtSeq, phaseAxisLines } from '../../webview/data/phases';
 import { isWebviewMessage } from '../../webview/messages';
 import { makeSnapshot } from './snapshotFixture';
 
@@ -64,4 +64,11 @@ test('messages from the webview are checked before the host acts on them', () =>
   assert.ok(!isWebviewMessage({ type: 'openFile', file: '/a.py', line: '3' }));
   assert.ok(!isWebviewMessage({ type: 'runCommand' }));
   assert.ok(!isWebviewMessage(null));
+});
+
+test('phase names break into axis lines at the iteration and at "_and_"', () => {
+  assert.deepEqual(phaseAxisLines('forward_backward_iter_12'), ['forward_backward', 'iter 12']);
+  assert.deepEqual(phaseAxisLines('optimizer_step_iter_0'), ['optimizer_step', 'iter 0']);
+  assert.deepEqual(phaseAxisLines('setup_model_and_optimizer'), ['setup_model_and_', 'optimizer']);
+  assert.deepEqual(phaseAxisLines('warmup'), ['warmup']);
 });

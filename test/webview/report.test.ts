@@ -53,6 +53,17 @@ async function clean(o: Opened): Promise<void> {
   assert.deepEqual(o.log.dialogs, [], 'dialogs');
 }
 
+test('the phase chart renders in a narrow panel (names on two lines), with no page error', T, async () => {
+  // 520 px: the panel beside an editor on a laptop. The chart's axis labels are drawn on the
+  // canvas; the screenshot shows that neighbouring phase names do not overlap.
+  const o = await openReport(report, 'dark', 'validated', 520);
+  await o.page.waitForSelector('#view-phases #phases-chart');
+  const box = (await o.page.locator('#phases-chart').boundingBox())!;
+  assert.ok(box.width > 300 && box.width < 520, `chart width ${box.width}`);
+  await screenshot(o.page, 'dark-phases-narrow');
+  await clean(o);
+});
+
 const bytesOf = async (o: Opened, selector: string) => Number(await o.page.getAttribute(selector, 'data-bytes'));
 const sum = (xs: number[]) => xs.reduce((x, y) => x + y, 0);
 const total = (c: Record<string, number>) => sum(Object.values(c));

@@ -114,9 +114,9 @@ export async function closeBrowser(): Promise<void> {
 }
 
 /** Opens a report file in a fresh context (light or dark) and waits for its first render. */
-export async function openReport(file: string, colorScheme: 'light' | 'dark' = 'dark', wait: 'validated' | 'ready' = 'validated'): Promise<Opened> {
+export async function openReport(file: string, colorScheme: 'light' | 'dark' = 'dark', wait: 'validated' | 'ready' = 'validated', width = 1400): Promise<Opened> {
   const b = await browser();
-  const context = await b.newContext({ viewport: { width: 1400, height: 900 }, colorScheme });
+  const context = await b.newContext({ viewport: { width, height: 900 }, colorScheme });
   const page = await context.newPage();
   const log: PageLog = { errors: [], console: [], csp: [], dialogs: [] };
   page.on('pageerror', (e) => log.errors.push(`${e.name}: ${e.message}`));

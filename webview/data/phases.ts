@@ -30,3 +30,12 @@ export function phaseAtSeq(phases: readonly PhaseRef[], seq: number): PhaseRef |
   }
   return undefined;
 }
+
+/** A phase name as chart axis lines: `forward_backward_iter_1` → [`forward_backward`, `iter 1`],
+ * so that neighbouring phases' names do not run into each other on a narrow panel. */
+export function phaseAxisLines(name: string): string[] {
+  const m = /^(.*)_iter_(\d+)$/.exec(name);
+  if (m) return [m[1]!, `iter ${m[2]}`];
+  const parts = name.split('_and_');
+  return parts.length === 2 ? [`${parts[0]}_and_`, parts[1]!] : [name];
+}

@@ -5,6 +5,7 @@ import type { ActiveElement, ChartEvent, Plugin } from 'chart.js';
 import { CATEGORY_LABELS, emptyCategoryBytes } from '../data/categories';
 import { withAlpha } from '../data/colors';
 import { formatBytes, formatDelta } from '../data/format';
+import { phaseAxisLines } from '../data/phases';
 import { CATEGORIES, type CategoryBytes, type Phase } from '../data/snapshot';
 import type { Context } from '../context';
 import { Chart, bytesAxis } from '../charts';
@@ -89,6 +90,14 @@ export class PhasesView {
         g.textAlign = 'center';
         g.textBaseline = 'top';
         const y = chart.chartArea.bottom + 4;
+        // Bars closer than the widest word would overlap their labels: leave them out (the
+        // sentence above the chart and the tooltips say which bar is which).
+        const first = chart.getDatasetMeta(0).data;
+        const spacing = first.length > 0 ? chart.scales['x']!.width / first.length / MOMENTS.length : 0;
+        if (spacing < g.measureText('before').width + 4) {
+          g.restore();
+          return;
+        }
         for (let m = 0; m < MOMENTS.length; m++) {
           // The first visible dataset of each stack gives the bar positions.
           const di = chart.data.datasets.findIndex((d, i) => (d as { stack?: string }).stack === MOMENTS[m]!.key && chart.isDatasetVisible(i));
@@ -147,7 +156,12 @@ export class PhasesView {
           x: {
             stacked: true,
             grid: { display: false },
-            ticks: { color: theme.foreground, padding: 18, autoSkip: false, maxRotation: 0 },
+            // Names on two lines, turned when even that does not fit (chart.js rotates up to
+            // maxRotation only as far as needed).
+            ticks: {
+              color: theme.foreground, padding: 18, autoSkip: false, maxRotation: 60,
+              callback: (_value, index) => phaseAxisLines(phases[index]?.phase.name ?? ''),
+            },
           },
           y: bytesAxis(theme, { stacked: true, ...(yMax !== undefined ? { max: yMax } : {}) }),
         },
