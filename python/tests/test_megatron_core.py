@@ -13,21 +13,13 @@ optimizer and pipeline schedules) traced for rank 0 and for the last pipeline ra
 
 from __future__ import annotations
 
-import shutil
 import sys
-from importlib.util import find_spec
 
 import pytest
 
-from memlens.cuda.build import find_torch
 from support import megatron as M
 
-pytestmark = [
-    pytest.mark.skipif(find_spec("megatron") is None or find_spec("megatron.core") is None,
-                       reason="megatron-core is not installed"),
-    pytest.mark.skipif(not find_torch().cuda_build and not shutil.which("g++"),
-                       reason="fake CUDA on a CPU-only torch needs a C++ compiler"),
-]
+pytestmark = M.NEEDS
 
 WORLD, TP, PP, DP = 8, 2, 2, 2
 LAST = WORLD - 1  # Megatron's default order puts the pipeline outermost: ranks 4-7 are stage 1

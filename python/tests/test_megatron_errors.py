@@ -4,20 +4,10 @@ tensor parallelism of 3 does not divide the test model's 8 attention heads."""
 from __future__ import annotations
 
 import json
-import shutil
-from importlib.util import find_spec
 
-import pytest
-
-from memlens.cuda.build import find_torch
 from support import megatron as M
 
-pytestmark = [
-    pytest.mark.skipif(find_spec("megatron") is None or find_spec("megatron.core") is None,
-                       reason="megatron-core is not installed"),
-    pytest.mark.skipif(not find_torch().cuda_build and not shutil.which("g++"),
-                       reason="fake CUDA on a CPU-only torch needs a C++ compiler"),
-]
+pytestmark = M.NEEDS
 
 # megatron.core's TransformerConfig: "num_attention_heads (8) must be a multiple of
 # tensor_model_parallel_size (3)."

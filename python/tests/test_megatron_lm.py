@@ -14,14 +14,13 @@ import os
 import shutil
 import subprocess
 from argparse import Namespace
-from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO, TESTS
-from memlens.cuda.build import find_torch
 from memlens.plugins import megatron_args
+from support import megatron as M
 
 PATCH = REPO / "patches" / "megatron-lm.patch"
 COMMIT = "55ac7082517c3878ae653c07c09c534b8aed49f6"  # tag core_v0.16.1
@@ -33,10 +32,7 @@ SMALL_GPT = ("--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --
              "--train-iters 100 --lr 1e-4 --bf16 --mock-data --tokenizer-type NullTokenizer "
              "--vocab-size 1024 --use-distributed-optimizer").split()
 
-needs_megatron = pytest.mark.skipif(
-    find_spec("megatron") is None or find_spec("megatron.core") is None or
-    (not find_torch().cuda_build and not shutil.which("g++")),
-    reason="needs megatron-core, and a C++ compiler for fake CUDA on a CPU-only torch")
+needs_megatron = M.NEEDS
 needs_checkout = pytest.mark.skipif(
     not CHECKOUT or not Path(CHECKOUT, "pretrain_gpt.py").is_file(),
     reason="set MEMLENS_MEGATRON_LM to a Megatron-LM checkout at core_v0.16.1")

@@ -4,20 +4,12 @@ whole; routing is drop-and-pad at capacity 1.0 (uniform load) and the snapshot s
 
 from __future__ import annotations
 
-import shutil
-from importlib.util import find_spec
 
 import pytest
 
-from memlens.cuda.build import find_torch
 from support import megatron as M
 
-pytestmark = [
-    pytest.mark.skipif(find_spec("megatron") is None or find_spec("megatron.core") is None,
-                       reason="megatron-core is not installed"),
-    pytest.mark.skipif(not find_torch().cuda_build and not shutil.which("g++"),
-                       reason="fake CUDA on a CPU-only torch needs a C++ compiler"),
-]
+pytestmark = M.NEEDS
 
 EXPERTS, EP, TOPK, LAYERS = 4, 2, 2, 2
 GPT = M.Gpt(layers=LAYERS)
