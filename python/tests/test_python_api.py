@@ -1,39 +1,26 @@
-"""The Python API as the README shows it: `memlens.prepare` before torch, then `memlens.Tracer`
-around ordinary GPU code, in a fresh interpreter that has nothing loaded beforehand."""
+"""The Python API as the README shows it (its code block is what runs): `memlens.prepare` before
+torch, then `memlens.Tracer` around ordinary GPU code, in a fresh interpreter."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
-PROGRAM = """
-import json, sys
-import memlens
-memlens.prepare("h100-80gb")
 
-import torch
-from torch import nn
-
-with memlens.Tracer("h100-80gb") as tracer:
-    model = nn.Sequential(nn.Linear(4096, 16384), nn.GELU(), nn.Linear(16384, 4096)).cuda()
-    opt = torch.optim.AdamW(model.parameters())
-    for _ in range(2):
-        loss = model(torch.randn(64, 4096, device="cuda")).sum()
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-snap = tracer.snapshot()
-memlens.write_snapshot(snap, sys.argv[1])
-print("RESULT " + json.dumps(snap["summary"]))
-"""
+def readme_example() -> str:
+    """The Python block of the README's "Python API" section, as a user would copy it."""
+    section = (REPO / "README.md").read_text().split("## Python API", 1)[1]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
-def test_prepare_then_tracer_counts_mixed_precision_free_adamw_exactly(tmp_path):
+def test_the_readme_example_counts_fp32_adamw_exactly(tmp_path):
+    program = readme_example() + '\nprint("RESULT " + json.dumps(snap["summary"]))\n'
     env = {**os.environ, "PYTHONPATH": str(REPO / "python")}
-    out = subprocess.run([sys.executable, "-c", PROGRAM, str(tmp_path / "s.json")], env=env,
+    out = subprocess.run([sys.executable, "-c", "import json\n" + program], env=env,
                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout.split("RESULT ", 1)[1])
@@ -46,7 +33,9 @@ def test_prepare_then_tracer_counts_mixed_precision_free_adamw_exactly(tmp_path)
     assert at_peak["optimizer_state"] == 8 * params
     assert summary["peak_phase"].startswith("optimizer_step_iter_")
     assert summary["devices"]["cuda:0"]["peak_bytes"] == summary["peak_bytes"]
-    assert (tmp_path / "s.json").stat().st_size > 0
+    assert (tmp_path / "mlp.json").stat().st_size > 0
+    # The number the README's last line prints (and its comment claims).
+    assert "\n1073905664\n" in out.stdout
 
 
 def test_prepare_names_an_unknown_device(tmp_path):
