@@ -19,6 +19,19 @@ def run_memlens(*args: str, cwd: str | os.PathLike | None = None, env: dict | No
                           capture_output=True, text=True, timeout=timeout)
 
 
+def real_and_traced_on_cpu(case: str, args: list[str]) -> tuple[dict, dict]:
+    """The same step run for real on the CPU, measured by the CPU allocator's own memory events
+    (support/measure_cpu.py, its own process), and traced by `memlens run --device cpu --json`."""
+    import json
+
+    out = subprocess.run([sys.executable, str(TESTS / "support" / "measure_cpu.py"), case, *args],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    run = run_memlens("run", "--device", "cpu", "--json", "--no-snapshot", "--", case, *args)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(out.stdout), json.loads(run.stdout)
+
+
 @pytest.fixture
 def memlens():
     return run_memlens

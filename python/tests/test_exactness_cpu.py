@@ -2,13 +2,9 @@
 the same step run for real peaks, as the CPU allocator itself records it (torch.profiler memory
 events, measured in a separate process by support/measure_cpu.py)."""
 
-import json
-import subprocess
-import sys
-
 import pytest
 
-from conftest import TESTS
+from conftest import TESTS, real_and_traced_on_cpu
 
 CASE = str(TESTS / "cases" / "train_case.py")
 TOLERANCE = 0.001  # 0.1 %
@@ -26,20 +22,10 @@ CASES = {
 }
 
 
-def measured(args):
-    out = subprocess.run([sys.executable, str(TESTS / "support" / "measure_cpu.py"), CASE, *args],
-                         capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return json.loads(out.stdout)
-
-
 @pytest.mark.parametrize("name", list(CASES))
-def test_cpu_estimate_matches_the_allocator(name, memlens):
+def test_cpu_estimate_matches_the_allocator(name):
     args = CASES[name]
-    real = measured(args)
-    run = memlens("run", "--device", "cpu", "--json", "--no-snapshot", "--", CASE, *args)
-    assert run.returncode == 0, run.stderr[-3000:]
-    est = json.loads(run.stdout)
+    real, est = real_and_traced_on_cpu(CASE, args)
 
     assert [p["name"] for p in est["phases"]] == [p["name"] for p in real["phases"]]
     assert est["peak_bytes"] == pytest.approx(real["peak_bytes"], rel=TOLERANCE)

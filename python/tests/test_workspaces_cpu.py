@@ -4,13 +4,9 @@ must peak at the same byte count (0.1 % tolerance, as the exactness cases). The 
 that no constant could pass: channel counts off the 16-block, strides, padding, dilation,
 groups, batch sizes, conv1d, bf16, strided gradients, channels-last."""
 
-import json
-import subprocess
-import sys
-
 import pytest
 
-from conftest import TESTS
+from conftest import TESTS, real_and_traced_on_cpu
 
 CASE = str(TESTS / "cases" / "kernel_case.py")
 TOLERANCE = 0.001
@@ -49,20 +45,10 @@ CASES = {
 }
 
 
-def measured(args):
-    out = subprocess.run([sys.executable, str(TESTS / "support" / "measure_cpu.py"), CASE, *args],
-                         capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return json.loads(out.stdout)
-
-
 @pytest.mark.parametrize("name", list(CASES))
-def test_kernel_buffers_match_the_allocator(name, memlens):
+def test_kernel_buffers_match_the_allocator(name):
     args = CASES[name]
-    real = measured(args)
-    run = memlens("run", "--device", "cpu", "--json", "--no-snapshot", "--", CASE, *args)
-    assert run.returncode == 0, run.stderr[-3000:]
-    est = json.loads(run.stdout)
+    real, est = real_and_traced_on_cpu(CASE, args)
     assert est["peak_bytes"] == pytest.approx(real["peak_bytes"], rel=TOLERANCE)
     for e, r in zip(est["phases"], real["phases"]):
         assert e["peak_bytes"] == pytest.approx(r["peak_bytes"], rel=TOLERANCE), e["name"]
