@@ -1,5 +1,6 @@
 // Debian's Chromium driven by playwright-core (no browser download: the machine is offline).
 import { chromium, type Browser, type Page } from 'playwright-core';
+import { CHROMIUM_ARGS } from './chromium';
 import { chromiumPath } from './paths';
 
 export interface BrowserLog {
@@ -15,19 +16,8 @@ export interface OpenBrowser {
   log: BrowserLog;
 }
 
-const args = [
-  '--headless',
-  '--no-sandbox', // running as root in a container
-  '--disable-gpu',
-  '--disable-quic',
-  '--no-first-run',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-];
-
 export async function launchBrowser(): Promise<OpenBrowser> {
-  const browser = await chromium.launch({ executablePath: chromiumPath, headless: true, args });
+  const browser = await chromium.launch({ executablePath: chromiumPath, headless: true, args: CHROMIUM_ARGS });
   try {
     const context = await browser.newContext({ viewport: { width: 1400, height: 900 } });
     const page = await context.newPage();

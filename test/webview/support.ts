@@ -7,22 +7,13 @@ import { existsSync, mkdirSync, readFileSync, readdirSync, statSync, writeFileSy
 import * as path from 'node:path';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import type { Snapshot } from '../../webview/data/snapshot';
+import { CHROMIUM_ARGS } from '../e2e/chromium';
 
 export const root = path.resolve(__dirname, '../../..');
 export const artifacts = path.join(root, 'test/e2e/artifacts/webview');
 const cache = path.join(root, 'out/test-snapshots');
 
 export const chromiumPath = process.env['CHROMIUM_PATH'] ?? '/usr/bin/chromium';
-const chromiumArgs = [
-  '--headless',
-  '--no-sandbox',
-  '--disable-gpu',
-  '--disable-quic',
-  '--no-first-run',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-];
 
 /** The Python that runs memlens: $MEMLENS_PYTHON, the repository's .venv, or python3. */
 export function python(): string {
@@ -104,7 +95,7 @@ let shared: Browser | null = null;
 
 export async function browser(): Promise<Browser> {
   if (!existsSync(chromiumPath)) throw new Error(`no Chromium at ${chromiumPath}: apt-get install -y chromium (or set CHROMIUM_PATH)`);
-  shared ??= await chromium.launch({ executablePath: chromiumPath, headless: true, args: chromiumArgs });
+  shared ??= await chromium.launch({ executablePath: chromiumPath, headless: true, args: CHROMIUM_ARGS });
   return shared;
 }
 
