@@ -127,8 +127,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _print_error(e: MemlensError, console, args) -> None:
+    from rich.markup import escape
+
     where = f"{e.location}: " if e.location else ""
-    console.print(f"[bold red]error:[/] {where}{e.message}", highlight=False, markup=True,
+    console.print(f"[bold red]error:[/] {escape(where + e.message)}", highlight=False,
                   soft_wrap=True)
     if e.details:
         console.print(e.details.rstrip(), highlight=False, markup=False)

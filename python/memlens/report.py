@@ -142,8 +142,9 @@ def print_report(snap: dict[str, Any], console: Console, snapshot_path: str | No
         console.print(table)
 
     for ph in summary.get("placeholders", [])[:5]:
-        console.print(f"[yellow]note:[/] {ph['file']}:{ph['line']} read a tensor value "
-                      f"({ph['op']}); the trace answered {ph['value']!r}")
+        text = (f"{ph['file']}:{ph['line']} read a tensor value ({ph['op']}); "
+                f"the trace answered {ph['value']!r}")
+        console.print(f"[yellow]note:[/] {escape(text)}", highlight=False)
     for text in meta.get("notes", []):  # what an integration changed about the run
         console.print(f"[yellow]note:[/] {escape(text)}", highlight=False)
     if summary.get("reserved_peak_bytes") is not None:

@@ -141,13 +141,16 @@ def _print_notes(first, console) -> None:
 
 
 def _print_failures(rows, console, first_ok: bool, world_size: int) -> None:
+    from rich.markup import escape
+
     for row in rows:
         if row["status"] == "ok":
             continue
         e = row["error"]
         where = f"{e['file']}:{e['line']}: " if e.get("file") else ""
-        console.print(f"[bold red]rank {row['rank']} failed:[/] {where}{e.get('message', '')}",
-                      highlight=False)
+        # soft_wrap: an error is copied and searched for whole, so the terminal wraps it, not rich
+        console.print(f"[bold red]rank {row['rank']} failed:[/] "
+                      f"{escape(where + e.get('message', ''))}", highlight=False, soft_wrap=True)
     if not first_ok and world_size > 1:
         console.print("[yellow]the other ranks were not traced: which of them are alike is "
                       "learnt from rank 0's trace[/]")

@@ -53,7 +53,7 @@ class RanksProgress:
     def done(self, rank: int, ok: bool, text: str) -> None:
         self.update(rank, "done" if ok else "failed")
         if self.mode == "lines":
-            self.console.print(f"rank {rank}: {text}", highlight=False)
+            self.console.print(f"rank {rank}: {text}", highlight=False, markup=False)
 
     def _table(self) -> Table:
         table = Table(title="tracing ranks", box=box.SIMPLE, title_justify="left")
