@@ -72,9 +72,11 @@ def test_values_that_decide_sizes_stop_with_the_users_line(memlens, script, line
 
 
 def test_a_script_that_raises_points_at_its_line(memlens):
-    out = memlens("run", "--device", "cpu", "--no-snapshot", "--", str(SCRIPTS / "raises.py"))
+    out = memlens("run", "--device", "cpu", "--no-snapshot", "--", str(SCRIPTS / "raises.py"),
+                  env={"COLUMNS": "40"})
     assert out.returncode == 1
     assert "raises.py:7: " in out.stderr
+    # whole on one line even in a narrow terminal: errors are copied and searched for
     assert "ValueError: the learning rate schedule is empty" in out.stderr
     assert "memlens/" not in out.stderr  # no traceback from memlens itself
 

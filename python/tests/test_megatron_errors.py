@@ -27,9 +27,9 @@ def test_one_rank(memlens, tmp_path):
 def test_all_ranks(memlens, tmp_path):
     out = memlens("run", "--world-size", "6", "--ranks", "all", "--progress", "none",
                   "--snapshot", str(tmp_path / "s.json"), "--", str(M.SCRIPT), "--tp", "3",
-                  cwd=tmp_path)
+                  cwd=tmp_path, env={"COLUMNS": "40"})
     assert out.returncode != 0
-    text = out.stdout + out.stderr
+    text = out.stdout + out.stderr  # a narrow terminal: the error line is still whole
     assert "rank 0 failed" in text and MEGATRON_SAYS in text, text[-3000:]
     index = json.loads((tmp_path / "s.ranks" / "index.json").read_text())
     assert index["ranks"][0]["status"] == "failed"
