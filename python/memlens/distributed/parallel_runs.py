@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
 from .env import RankSpec
 from .rank_table import RanksProgress, rank_table, worst_rank
 from .roles import RankGroup, group_ranks
@@ -134,15 +136,11 @@ def _write(index: dict, outputs: Outputs) -> None:
 def _print_notes(first, console) -> None:
     """What an integration changed about the run (the Megatron plugin's mock data, ...): the
     same for every rank of one script, so rank 0's."""
-    from rich.markup import escape
-
     for text in (first.summary or {}).get("notes", []):
         console.print(f"[yellow]note:[/] {escape(text)}", highlight=False)
 
 
 def _print_failures(rows, console, first_ok: bool, world_size: int) -> None:
-    from rich.markup import escape
-
     for row in rows:
         if row["status"] == "ok":
             continue
