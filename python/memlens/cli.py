@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .errors import MemlensError
+from .errors import DataDependentError, MemlensError
 
 EXIT_USAGE, EXIT_ERROR = 2, 1
 
@@ -47,6 +47,10 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--json", action="store_true",
                         help="print one JSON object on stdout (tables go to stderr)")
         sp.add_argument("--progress", choices=("auto", "rich", "json", "none"), default="auto")
+        sp.add_argument("--dynamic-sizes", type=_dynamic_sizes, default=None, metavar="POLICY",
+                        help="size of results that depend on tensor values (x[mask], "
+                        "nonzero, unique): bound (the default: their upper bound), a fraction "
+                        "of the bound such as 0.5, or error")
         sp.add_argument("--max-allocations", type=int, default=None,
                         help="keep the full allocation stream in the snapshot up to this many "
                         "allocations (default 1,000,000)")
@@ -218,9 +222,17 @@ def _trace(args, console, err) -> int:
     # With --json, stdout carries one JSON object: what the script prints goes to stderr.
     quiet = _stdout_to_stderr() if args.json else contextlib.nullcontext()
     with quiet:
-        snap = trace_target(target, device, iterations, progress_mode=progress_mode,
-                            console=err, command=command, max_allocations=args.max_allocations,
-                            rank=spec)
+        try:
+            snap = trace_target(target, device, iterations, progress_mode=progress_mode,
+                                console=err, command=command,
+                                max_allocations=args.max_allocations, rank=spec,
+                                dynamic_sizes=args.dynamic_sizes or "bound")
+        except DataDependentError as e:
+            # What was traced until the script needed a value: the report, then the error.
+            from .report import print_report
+
+            print_report(e.partial_snapshot, console, None)
+            raise
     path = None
     if not args.no_snapshot:
         path = args.snapshot or default_snapshot_path(target.name)
@@ -355,7 +367,8 @@ def _worker_argv(args, spec, rank: int, snapshot: Path | None) -> list[str]:
     argv = ["run", "--world-size", str(spec.world_size), "--nproc-per-node",
             str(spec.local_world_size), "--rank", str(rank), "--json", "--progress", "json"]
     for flag, value in (("--device", args.device), ("--iterations", args.iterations),
-                        ("--max-allocations", args.max_allocations)):
+                        ("--max-allocations", args.max_allocations),
+                        ("--dynamic-sizes", args.dynamic_sizes)):
         if value is not None:
             argv += [flag, str(value)]
     argv += ["--snapshot", str(snapshot)] if snapshot else ["--no-snapshot"]
@@ -367,6 +380,15 @@ def _worker_argv(args, spec, rank: int, snapshot: Path | None) -> list[str]:
         return argv + ["--from-script", args.from_script]
     script = list(args.script)
     return argv + (script if script[:1] == ["--"] else ["--", *script])
+
+
+def _dynamic_sizes(text: str) -> str:
+    from .dynamic_sizes import parse_policy
+
+    try:
+        return parse_policy(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def default_snapshot_path(name: str) -> Path:
