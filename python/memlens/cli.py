@@ -234,15 +234,20 @@ def _trace(args, console, err) -> int:
             print_report(e.partial_snapshot, console, None)
             raise
     path = None
+    unwritten = None  # the snapshot could not be written: the report still comes first
     if not args.no_snapshot:
-        path = args.snapshot or default_snapshot_path(target.name)
+        from .output_files import OutputError
         from .snapshot import write_snapshot
 
-        write_snapshot(snap, path)
-        path = str(path)
+        try:
+            path = str(write_snapshot(snap, args.snapshot or default_snapshot_path(target.name)))
+        except OutputError as e:
+            unwritten = e
     from .report import print_report, summary_json
 
     print_report(snap, console, path)
+    if unwritten is not None:
+        raise unwritten
     if args.json:
         print(json.dumps(summary_json(snap, path)))
     return 0
