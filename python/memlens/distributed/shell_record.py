@@ -1,0 +1,137 @@
+"""Run a launch shell script with recording launchers first on its PATH, and collect what it
+would have launched: `--from-script` sees what the shell computes (arrays, `${1:-default}`,
+`$((...))`, `cd`, `source`d files, `export`s) because the shell itself computes it.
+
+The script's other commands do run (echo, mkdir, sourcing files): it runs in the current
+directory, as `bash script.sh ARGS` would, with stdin closed and a time limit. The launchers
+(torchrun, python -m torch.distributed.run/launch, accelerate launch, python train.py) only
+record; srun/mpirun/mpiexec run their command once, here, so the launcher inside is recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import MemlensError
+from . import launch_recorder as recorder
+
+TIMEOUT_ENV = "MEMLENS_SCRIPT_TIMEOUT"
+DEFAULT_TIMEOUT_S = 60.0
+SHIMS = ("torchrun", "accelerate", "python", "python3",
+         f"python{sys.version_info.major}.{sys.version_info.minor}", "srun", "mpirun", "mpiexec")
+# What bash itself changes, not the script: never part of the rank's environment.
+SHELL_OWN = {"_", "SHLVL", "PWD", "OLDPWD", "BASH_ENV"}
+
+# Before the script's first line (BASH_ENV): every command exports its line and file, so a
+# launcher knows where it was called from (with functrace, also inside functions and subshells).
+_INIT = f"""\
+if [ -n "${{__MEMLENS_USER_BASH_ENV-}}" ]; then . "$__MEMLENS_USER_BASH_ENV"; fi
+set -o functrace
+trap 'export {recorder.LINE}=$LINENO {recorder.SOURCE}="${{BASH_SOURCE[0]-}}"' DEBUG
+"""
+
+
+@dataclass
+class Launch:
+    """One launch command the script ran."""
+
+    launcher: str  # torchrun | torch.distributed.run | torch.distributed.launch | accelerate | python
+    args: list[str]  # the launcher's arguments, after the shell's expansion
+    cwd: str
+    env: dict[str, str]  # what the script set or changed (exports, VAR=value prefixes)
+    line: int | None  # the line of `source` that ran it, as bash tells it
+    source: str | None
+
+    @property
+    def command(self) -> str:
+        return shlex.join([self.launcher, *self.args])
+
+
+@dataclass
+class ShellRun:
+    launches: list[Launch] = field(default_factory=list)
+    returncode: int | None = None  # None: stopped at the time limit
+    stderr: str = ""
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+
+def record_launches(script: str, args: list[str]) -> ShellRun:
+    """Run `bash script ARGS` with the recorders and return what it launched."""
+    timeout = _timeout()
+    base = dict(os.environ)
+    with tempfile.TemporaryDirectory(prefix="memlens-launch-") as tmp:
+        shims, records = Path(tmp, "bin"), Path(tmp, "records")
+        shims.mkdir()
+        records.mkdir()
+        _write_shims(shims)
+        init = Path(tmp, "init.sh")
+        init.write_text(_INIT, encoding="utf-8")
+        env = dict(base)
+        env.update({"PATH": f"{shims}{os.pathsep}{base.get('PATH', '')}",
+                    "BASH_ENV": str(init), recorder.RECORD_DIR: str(records),
+                    recorder.REAL_PATH: base.get("PATH", "")})
+        if base.get("BASH_ENV"):
+            env["__MEMLENS_USER_BASH_ENV"] = base["BASH_ENV"]
+        run = ShellRun(timeout_s=timeout)
+        try:
+            proc = subprocess.Popen(["bash", script, *args], stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+                                    start_new_session=True)
+        except OSError as e:
+            raise MemlensError(f"cannot run bash for {script}: {e}") from None
+        try:
+            _, err = proc.communicate(timeout=timeout)
+            run.returncode = proc.returncode
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the script and whatever it started
+            _, err = proc.communicate()
+        run.stderr = err.decode("utf-8", "replace")
+        for path in sorted(records.glob("*.json")):
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            run.launches.append(Launch(raw["launcher"], raw["args"], raw["cwd"],
+                                       _changed_env(raw["env"], base, str(shims)),
+                                       raw["line"], raw["source"]))
+    return run
+
+
+def _write_shims(folder: Path) -> None:
+    body = (f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -I -S "
+            f"{shlex.quote(recorder.__file__)} \"$0\" \"$@\"\n")
+    for name in SHIMS:
+        path = folder / name
+        path.write_text(body, encoding="utf-8")
+        path.chmod(0o755)
+
+
+def _changed_env(env: dict[str, str], base: dict[str, str], shims: str) -> dict[str, str]:
+    """The variables the script set or changed, without the recorders' own."""
+    out = {}
+    for key, value in env.items():
+        if key in SHELL_OWN or key.startswith("BASH_FUNC_"):
+            continue
+        if key == "PATH":
+            value = os.pathsep.join(p for p in value.split(os.pathsep) if p != shims)
+        if base.get(key) != value:
+            out[key] = value
+    return out
+
+
+def _timeout() -> float:
+    text = os.environ.get(TIMEOUT_ENV)
+    if not text:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        raise MemlensError(f"{TIMEOUT_ENV}={text!r} is not a number of seconds") from None
+    if value <= 0:
+        raise MemlensError(f"{TIMEOUT_ENV} must be more than 0 seconds")
+    return value
