@@ -31,11 +31,13 @@ SHIMS = ("torchrun", "accelerate", "python", "python3",
 SHELL_OWN = {"_", "SHLVL", "PWD", "OLDPWD", "BASH_ENV"}
 
 # Before the script's first line (BASH_ENV): every command exports its line and file, so a
-# launcher knows where it was called from (with functrace, also inside functions and subshells).
+# launcher knows where it was called from (with functrace, also inside functions and subshells;
+# a `bash -c '...'` has no file and keeps the line of the command that started it).
 _INIT = f"""\
 if [ -n "${{__MEMLENS_USER_BASH_ENV-}}" ]; then . "$__MEMLENS_USER_BASH_ENV"; fi
 set -o functrace
-trap 'export {recorder.LINE}=$LINENO {recorder.SOURCE}="${{BASH_SOURCE[0]-}}"' DEBUG
+trap 'if [ -n "${{BASH_SOURCE[0]-}}" ]; then export {recorder.LINE}=$LINENO \
+{recorder.SOURCE}="${{BASH_SOURCE[0]}}"; fi' DEBUG
 """
 
 
