@@ -112,10 +112,18 @@ def test_several_launches_trace_the_first_with_a_note_and_line_picks_another(tmp
 
 def test_torch_distributed_launch_passes_local_rank_unless_use_env(tmp_path):
     (tmp_path / "legacy.sh").write_text(
-        f"python -m torch.distributed.launch --nproc_per_node 2 {TINY} --report {tmp_path}/r.json\n")
+        "python -m torch.distributed.launch --nproc_per_node 2 "
+        f"{TINY} --report {tmp_path}/r.json\n"
+        f"python3 -u -m torch.distributed.launch --use-env --nproc_per_node 2 "
+        f"{TINY} --report {tmp_path}/r2.json\n")
     trace(tmp_path, "--rank", "1", "--no-snapshot", "--from-script", "legacy.sh")
     report = json.loads((tmp_path / "r.json").read_text())
-    assert report["argv"][0] == "--local-rank=1" and report["local_rank_arg"] == 1
+    assert report["argv"] == ["--local-rank=1", "--report", str(tmp_path / "r.json")]
+    assert report["local_rank_arg"] == 1
+    trace(tmp_path, "--rank", "1", "--no-snapshot", "--from-script", "legacy.sh:2")
+    report = json.loads((tmp_path / "r2.json").read_text())
+    assert report["argv"] == ["--report", str(tmp_path / "r2.json")]
+    assert (report["local_rank_arg"], report["LOCAL_RANK"]) == (None, "1")
 
 
 def test_ranks_all_records_the_script_once(tmp_path):

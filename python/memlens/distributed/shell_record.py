@@ -45,7 +45,8 @@ trap 'if [ -n "${{BASH_SOURCE[0]-}}" ]; then export {recorder.LINE}=$LINENO \
 class Launch:
     """One launch command the script ran."""
 
-    launcher: str  # torchrun | torch.distributed.run | torch.distributed.launch | accelerate | python
+    # torchrun | torch.distributed.run | torch.distributed.launch | accelerate | python
+    launcher: str
     args: list[str]  # the launcher's arguments, after the shell's expansion
     cwd: str
     env: dict[str, str]  # what the script set or changed (exports, VAR=value prefixes)
