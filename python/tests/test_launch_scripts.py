@@ -4,6 +4,7 @@ exports reach the traced rank. The scripts are ours, in the styles of Megatron-L
 torchtitan's run script and accelerate (python/tests/scripts/launch/)."""
 
 import json
+import sys
 
 import pytest
 
@@ -124,6 +125,24 @@ def test_torch_distributed_launch_passes_local_rank_unless_use_env(tmp_path):
     report = json.loads((tmp_path / "r2.json").read_text())
     assert report["argv"] == ["--report", str(tmp_path / "r2.json")]
     assert (report["local_rank_arg"], report["LOCAL_RANK"]) == (None, "1")
+
+
+def test_launchers_by_full_path_and_python_probes(tmp_path):
+    """A launcher PATH does not find is still recorded (the script's PYTHONPATH starts with a
+    sitecustomize that catches it); other Python runs for real, the user's sitecustomize too."""
+    site = tmp_path / "user_site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import os\nos.environ['USER_SITE_RAN'] = 'yes'\n")
+    (tmp_path / "full_path.sh").write_text(
+        "set -euo pipefail\n"
+        "NGPU=$(python3 -c 'print(1 + 1)')\n"
+        "export NCCL_SITE=$(python3 -c 'import os; print(os.environ.get(\"USER_SITE_RAN\"))')\n"
+        f"{sys.executable} -m torch.distributed.run --nproc_per_node $NGPU {TINY} "
+        f"--report {tmp_path}/r.json\n")
+    summary, _ = trace(tmp_path, "--no-snapshot", "--from-script", "full_path.sh",
+                       env={"PYTHONPATH": str(site)})
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert (summary["world_size"], report["world"], report["NCCL_SITE"]) == (2, 2, "yes")
 
 
 def test_ranks_all_records_the_script_once(tmp_path):

@@ -7,7 +7,13 @@ environment and the script line that ran it -- and exits 0 without running anyth
 else (`python -c ...`, `python -m pip ...`, `accelerate config`) runs the real program.
 
     launch_recorder.py NAME ARGS...     # NAME: the name the shim was called by
+
+A launcher the PATH does not find (`/opt/conda/bin/torchrun`, `$CONDA_PREFIX/bin/python -m
+torch.distributed.run`) is caught by the `sitecustomize` the script's PYTHONPATH starts with,
+which loads this file and calls from_site() before the interpreter runs anything else.
 """
+
+from __future__ import annotations  # any Python 3 the script runs may load this file
 
 import json
 import os
@@ -17,7 +23,8 @@ import time
 RECORD_DIR = "__MEMLENS_RECORD_DIR"  # where records go
 REAL_PATH = "__MEMLENS_REAL_PATH"  # the PATH without the shims, to find the real programs
 LINE, SOURCE = "__MEMLENS_LINE", "__MEMLENS_SOURCE"  # set by the shell's DEBUG trap
-OWN = (RECORD_DIR, REAL_PATH, LINE, SOURCE, "__MEMLENS_USER_BASH_ENV")
+SITE_DIR = "__MEMLENS_SITE_DIR"  # the folder of our sitecustomize, first on PYTHONPATH
+OWN = (RECORD_DIR, REAL_PATH, LINE, SOURCE, SITE_DIR, "__MEMLENS_USER_BASH_ENV")
 
 LAUNCH_MODULES = ("torch.distributed.run", "torch.distributed.launch", "accelerate.commands.launch")
 # Python's own options that take a value (`python -W ignore train.py`).
@@ -49,16 +56,55 @@ def main(argv: list[str]) -> int:
 def python(name: str, args: list[str]) -> int:
     """`python -m torch.distributed.run ...` or `python train.py ...` is a launch; any other
     use of Python (`-c`, `-m pip`, a prompt) runs the real interpreter."""
+    launch = python_launch(args)
+    if launch is not None:
+        return record(*launch)
+    return run_real(name, args)
+
+
+def python_launch(args: list[str]) -> tuple[str, list[str]] | None:
+    """(launcher, its arguments) when the interpreter's arguments launch training, else None.
+    A script named torchrun or accelerate is that console script, run by an interpreter."""
     i = 0
     while i < len(args) and args[i].startswith("-") and args[i] not in ("-", "-m", "-c"):
         i += 2 if args[i] in PYTHON_VALUE_OPTIONS else 1
     rest = args[i:]
     if rest[:1] == ["-m"] and len(rest) > 1 and rest[1] in LAUNCH_MODULES:
         launcher = "accelerate" if rest[1] == "accelerate.commands.launch" else rest[1]
-        return record(launcher, rest[2:])
-    if rest and not rest[0].startswith("-") and rest[0].endswith(".py"):
-        return record("python", rest)
-    return run_real(name, args)
+        return launcher, rest[2:]
+    if not rest or rest[0].startswith("-"):
+        return None
+    script = os.path.basename(rest[0])
+    if script == "torchrun":
+        return "torchrun", rest[1:]
+    if script == "accelerate" and rest[1:2] == ["launch"]:
+        return "accelerate", rest[2:]
+    if rest[0].endswith(".py"):
+        return "python", rest
+    return None
+
+
+def from_site() -> None:
+    """From sitecustomize, in any interpreter the script starts: record a distributed launch and
+    end the process, or hand over to the sitecustomize ours hides. (Not `python file.py`: Python
+    programs the script runs start helpers of their own, pip's build backends for one.)"""
+    argv = getattr(sys, "orig_argv", None)  # Python 3.10+
+    launch = python_launch(argv[1:]) if argv else None
+    if launch is not None and launch[0] != "python" and RECORD_DIR in os.environ:
+        record(*launch)
+        sys.stdout.flush()
+        os._exit(0)
+    import importlib
+
+    own, saved = os.environ.get(SITE_DIR, ""), sys.path[:]
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != own]
+    sys.modules.pop("sitecustomize", None)
+    try:
+        importlib.import_module("sitecustomize")
+    except ImportError:
+        pass
+    finally:
+        sys.path[:] = saved
 
 
 def run_wrapped(args: list[str]) -> int:

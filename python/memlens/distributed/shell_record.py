@@ -41,6 +41,16 @@ trap 'if [ -n "${{BASH_SOURCE[0]-}}" ]; then export {recorder.LINE}=$LINENO \
 """
 
 
+# First on the script's PYTHONPATH: catches launchers the PATH does not find (by full path).
+_SITE = """\
+import importlib.util
+_spec = importlib.util.spec_from_file_location("_memlens_launch_recorder", {recorder!r})
+_recorder = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_recorder)
+_recorder.from_site()
+"""
+
+
 @dataclass
 class Launch:
     """One launch command the script ran."""
@@ -75,12 +85,18 @@ def record_launches(script: str, args: list[str]) -> ShellRun:
         shims.mkdir()
         records.mkdir()
         _write_shims(shims)
+        site = Path(tmp, "site")
+        site.mkdir()
+        (site / "sitecustomize.py").write_text(_SITE.format(recorder=str(recorder.__file__)),
+                                               encoding="utf-8")
         init = Path(tmp, "init.sh")
         init.write_text(_INIT, encoding="utf-8")
         env = dict(base)
         env.update({"PATH": f"{shims}{os.pathsep}{base.get('PATH', '')}",
                     "BASH_ENV": str(init), recorder.RECORD_DIR: str(records),
-                    recorder.REAL_PATH: base.get("PATH", "")})
+                    recorder.REAL_PATH: base.get("PATH", ""), recorder.SITE_DIR: str(site),
+                    "PYTHONPATH": os.pathsep.join(
+                        p for p in (str(site), base.get("PYTHONPATH", "")) if p)})
         if base.get("BASH_ENV"):
             env["__MEMLENS_USER_BASH_ENV"] = base["BASH_ENV"]
         run = ShellRun(timeout_s=timeout)
@@ -100,7 +116,7 @@ def record_launches(script: str, args: list[str]) -> ShellRun:
         for path in sorted(records.glob("*.json")):
             raw = json.loads(path.read_text(encoding="utf-8"))
             run.launches.append(Launch(raw["launcher"], raw["args"], raw["cwd"],
-                                       _changed_env(raw["env"], base, str(shims)),
+                                       _changed_env(raw["env"], base, (str(shims), str(site))),
                                        raw["line"], raw["source"]))
     return run
 
@@ -114,14 +130,17 @@ def _write_shims(folder: Path) -> None:
         path.chmod(0o755)
 
 
-def _changed_env(env: dict[str, str], base: dict[str, str], shims: str) -> dict[str, str]:
+def _changed_env(env: dict[str, str], base: dict[str, str], ours: tuple[str, ...]
+                 ) -> dict[str, str]:
     """The variables the script set or changed, without the recorders' own."""
     out = {}
     for key, value in env.items():
         if key in SHELL_OWN or key.startswith("BASH_FUNC_"):
             continue
-        if key == "PATH":
-            value = os.pathsep.join(p for p in value.split(os.pathsep) if p != shims)
+        if key in ("PATH", "PYTHONPATH"):
+            value = os.pathsep.join(p for p in value.split(os.pathsep) if p not in ours)
+            if not value and key not in base:
+                continue
         if base.get(key) != value:
             out[key] = value
     return out
