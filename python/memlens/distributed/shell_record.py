@@ -110,8 +110,9 @@ def record_launches(script: str, args: list[str]) -> ShellRun:
             _, err = proc.communicate(timeout=timeout)
             run.returncode = proc.returncode
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the script and whatever it started
+            _kill_group(proc.pid)
             _, err = proc.communicate()
+        _kill_group(proc.pid)  # what the script left running in the background
         run.stderr = err.decode("utf-8", "replace")
         for path in sorted(records.glob("*.json")):
             raw = json.loads(path.read_text(encoding="utf-8"))
@@ -119,6 +120,14 @@ def record_launches(script: str, args: list[str]) -> ShellRun:
                                        _changed_env(raw["env"], base, (str(shims), str(site))),
                                        raw["line"], raw["source"]))
     return run
+
+
+def _kill_group(pid: int) -> None:
+    """The script's session: bash and whatever it started (start_new_session)."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _write_shims(folder: Path) -> None:
