@@ -145,6 +145,16 @@ def test_launchers_by_full_path_and_python_probes(tmp_path):
     assert (summary["world_size"], report["world"], report["NCCL_SITE"]) == (2, 2, "yes")
 
 
+def test_srun_runs_its_command_once_so_the_torchrun_inside_is_the_job(tmp_path):
+    (tmp_path / "job.sbatch").write_text(
+        "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --gpus-per-node=2\n"
+        "srun -N 2 --ntasks-per-node=1 --container-image img \\\n"
+        f"    torchrun --nnodes 2 --nproc_per_node 2 {TINY} --report {tmp_path}/r.json\n")
+    summary, _ = trace(tmp_path, "--rank", "3", "--no-snapshot", "--from-script", "job.sbatch")
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert (summary["world_size"], report["RANK"], report["LOCAL_RANK"]) == (4, "3", "1")
+
+
 def test_ranks_all_records_the_script_once(tmp_path):
     out = run_memlens("run", "--device", DEVICE, "--ranks", "all", "--json", "--no-snapshot",
                       "--from-script", str(LAUNCH / "megatron_style.sh"), "--", "ckpt", "32",
