@@ -166,7 +166,7 @@ def _devices(console) -> int:
 
 
 def _show(args, console) -> int:
-    from .report import print_report, summary_json
+    from .reports.terminal import print_report, summary_json
     from .snapshot import read_snapshot
 
     if args.compare and not args.html:
@@ -174,7 +174,7 @@ def _show(args, console) -> int:
     snap = read_snapshot(args.snapshot)
     print_report(snap, console, args.snapshot)
     if args.html:
-        from .html_report import write_html_report
+        from .reports.html import write_html_report
 
         other = read_snapshot(args.compare) if args.compare else None
         path = write_html_report(snap, args.html, source=Path(args.snapshot).name, compare=other,
@@ -186,7 +186,7 @@ def _show(args, console) -> int:
 
 
 def _export(args, console) -> int:
-    from .export_memory_viz import export_memory_viz
+    from .reports.memory_viz import export_memory_viz
     from .snapshot import read_snapshot
 
     path = export_memory_viz(read_snapshot(args.snapshot), args.memory_viz)
@@ -208,7 +208,7 @@ def _trace(args, console, err) -> int:
     if getattr(args, "ranks", None):
         return _trace_all_ranks(args, spec, target, device, command, console, err)
 
-    from .session import prepare_process, trace_target
+    from .engine.session import prepare_process, trace_target
 
     prepare_process(device, spec.local_world_size if spec else 1)
 
@@ -228,7 +228,7 @@ def _trace(args, console, err) -> int:
 
         write_snapshot(snap, path)
         path = str(path)
-    from .report import print_report, summary_json
+    from .reports.terminal import print_report, summary_json
 
     print_report(snap, console, path)
     if args.json:
@@ -260,7 +260,7 @@ def _target(args):
             job.target.env.update(spec.env())  # torchrun's variables win over the launch's
         return job.target, None, spec
 
-    from .recipe import load_recipe
+    from .targets.recipe import load_recipe
     from .targets.model import ModelTarget, parse_target
 
     file, symbol = parse_target(args.target)
@@ -271,7 +271,7 @@ def _target(args):
             setattr(recipe, key, value)
     if args.iterations:
         recipe.iterations = args.iterations
-    from .recipe import OPTIMIZERS, PRECISIONS
+    from .targets.recipe import OPTIMIZERS, PRECISIONS
 
     if recipe.precision not in PRECISIONS:
         raise MemlensError(f"unknown precision {recipe.precision!r}; one of {', '.join(PRECISIONS)}")
@@ -282,7 +282,7 @@ def _target(args):
 
 def _job(args):
     """The script to run: after `--`, from --launch or from --from-script."""
-    from .distributed.launchers import Job, from_launch, from_script
+    from .targets.launchers import Job, from_launch, from_script
     from .targets.script import ScriptTarget
 
     script = list(args.script)

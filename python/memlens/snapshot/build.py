@@ -14,9 +14,9 @@ from typing import Any
 
 from .. import __version__
 from .. import categories as C
-from ..analysis import DeviceStats, group_key, live_at, replay
-from ..device_memory import device_memory
-from ..ledger import Ledger
+from .analysis import DeviceStats, group_key, live_at, replay
+from .device_memory import device_memory
+from ..engine.ledger import Ledger
 
 FORMAT = "memlens.snapshot"
 VERSION = 1

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import Location, MemlensError, StopTracing
-from ..recipe import Recipe
+from .recipe import Recipe
 from .failure import script_error
 
 _DTYPES = {"float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8",
