@@ -14,7 +14,7 @@ loaded on first use.
 __version__ = "0.1.0"
 
 _LAZY = {
-    "prepare": ("memlens.engine.session", "prepare_process"),
+    "prepare": ("memlens.targets.session", "prepare_process"),
     "Tracer": ("memlens.engine.tracer", "Tracer"),
     "get_device": ("memlens.devices", "get_device"),
     "read_snapshot": ("memlens.snapshot", "read_snapshot"),

@@ -208,7 +208,7 @@ def _trace(args, console, err) -> int:
     if getattr(args, "ranks", None):
         return _trace_all_ranks(args, spec, target, device, command, console, err)
 
-    from .engine.session import prepare_process, trace_target
+    from .targets.session import prepare_process, trace_target
 
     prepare_process(device, spec.local_world_size if spec else 1)
 

@@ -108,7 +108,7 @@ def test_plugin_is_undone_after_the_trace():
     """In one process: trace a megatron.core import, then check that Megatron is as before."""
     code = """
 from memlens.devices import get_device
-from memlens.engine.session import prepare_process; prepare_process(get_device("h100-80gb"))
+from memlens.targets.session import prepare_process; prepare_process(get_device("h100-80gb"))
 import torch, sys
 from memlens.engine.tracer import Tracer
 from megatron.core.tensor_parallel import random as r

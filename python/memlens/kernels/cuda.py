@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from ..allocator.outside import cublas_workspace_bytes
-from .buffers import Persistent
+from .plan import Persistent
 
 aten = torch.ops.aten
 CUBLAS_WORKSPACE_OP = "cublas_workspace"

@@ -38,7 +38,7 @@ def prepare(argv: list[str] | None = None) -> None:
     if not enabled(argv):
         return
     from ..devices import DEFAULT_DEVICE, get_device
-    from ..engine.session import prepare_process
+    from ..targets.session import prepare_process
 
     device = get_device(os.environ.get("MEMLENS_DEVICE", DEFAULT_DEVICE))
     prepare_process(device, _rank().local_world_size)

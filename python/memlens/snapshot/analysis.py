@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .. import categories as C
-from ..engine.ledger import Ledger
+
+if TYPE_CHECKING:  # the ledger comes in; the snapshot room never imports the engine
+    from ..engine.ledger import Ledger
 
 N_CAT = len(C.NAMES)
 TIMELINE_POINTS = 2000

@@ -36,7 +36,7 @@ import math
 
 import torch
 
-from ..buffers import Plan
+from ..plan import Plan
 from . import onednn
 from .onednn import Memory
 

@@ -28,7 +28,7 @@ import math
 
 import torch
 
-from ..buffers import Plan
+from ..plan import Plan
 
 
 def _nbytes(t: torch.Tensor) -> int:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from ..buffers import Plan
+from ..plan import Plan
 
 _WRAPPED = {bool: (torch.bool, 1), int: (torch.int64, 8), float: (torch.float64, 8),
             complex: (torch.complex128, 16)}

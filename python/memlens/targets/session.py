@@ -34,9 +34,9 @@ def trace_target(target, device: DeviceSpec, iterations: int, progress_mode: str
     from ..progress import Progress
     from ..snapshot import build_snapshot
     from ..snapshot.build import DEFAULT_MAX_ALLOCATIONS
-    from ..targets.model import ModelTarget, run_model
-    from ..targets.script import run_script
-    from .tracer import Tracer
+    from .model import ModelTarget, run_model
+    from .script import run_script
+    from ..engine.tracer import Tracer
 
     tracer = Tracer(device, iterations=iterations, rank=rank)
     with Progress(progress_mode, console, rank.rank if rank else None) as progress:
