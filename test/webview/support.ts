@@ -6,7 +6,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import * as path from 'node:path';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
-import type { Snapshot } from '../../webview/data/snapshot';
+import type { Snapshot } from '../../common/snapshot';
 import { CHROMIUM_ARGS } from '../e2e/chromium';
 
 export const root = path.resolve(__dirname, '../../..');

@@ -1,6 +1,5 @@
 // The only channel between the panel and its host (the VS Code extension, src/panel/): typed
 // messages. The standalone HTML report has no host; see webview/host.ts.
-import type { PanelState } from './data/state';
 
 /** Host → webview. `snapshot` and `compare` are untrusted JSON; the webview validates them. */
 export type HostMessage =
@@ -19,9 +18,10 @@ export type WebviewMessage =
   /** Something went wrong in the webview: for the extension's log. */
   | { type: 'log'; level: 'info' | 'error'; message: string };
 
-/** The state the webview stores with setState (and the host reads back to restore a panel). */
-export interface SavedWebviewState {
-  panel: PanelState;
+/** The state the webview stores with setState (and the host reads back to restore a panel); the
+ * host keeps `panel` (the webview's PanelState) without looking inside. */
+export interface SavedWebviewState<Panel = unknown> {
+  panel: Panel;
   source?: string;
   compareSource?: string;
 }
