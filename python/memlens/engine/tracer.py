@@ -61,6 +61,7 @@ class Tracer:
         self._cuda = None  # the torch.cuda simulation of a CUDA target
         self.sdpa_backends: dict[str, int] = {}  # attention kernel -> calls (CUDA targets)
         self._patcher = Patcher()
+        self._undo = contextlib.ExitStack()  # what __enter__ applied, undone by __exit__
         self._step_hooks: list = []
         self.end_seq = -1
         self.allocator_settings: dict | None = None  # set when a CUDA allocator starts
@@ -71,56 +72,52 @@ class Tracer:
 
     # -- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> "Tracer":
+        """Each step registers its undoing as it is applied, so a failure half-way undoes what
+        was applied and `__exit__` undoes the rest in reverse order."""
         from torch.optim import optimizer as o
 
         self.started = time.time()
-        torch_core.apply(self._patcher, self._external_tensor, self.accountant.storage_resized)
-        if self.rank is not None:
-            from ..patches import torch_distributed
+        with contextlib.ExitStack() as undo:
+            undo.callback(self._patcher.undo)  # every patch below, last of all
+            torch_core.apply(self._patcher, self._external_tensor, self.accountant.storage_resized)
+            if self.rank is not None:
+                from ..patches import torch_distributed
 
-            torch_distributed.apply(self._patcher, self.rank, self.layout,
-                                    lambda t: self.classifier.mark(t, C.GRADIENT))
-        self.modules.install()
-        self.classifier.install()
-        self.plugins.install()
-        self._step_hooks = [
-            o.register_optimizer_step_pre_hook(lambda *a: self.phases.on_step_begin()),
-            o.register_optimizer_step_post_hook(lambda *a: self.phases.on_step_end()),
-        ]
-        if self.device.type == "cuda":
-            from ..cuda.ledger_memory import LedgerMemory
-            from ..cuda.simulate import simulate_cuda
-            from ..patches import torch_cuda_device, torch_cuda_semantics
+                torch_distributed.apply(self._patcher, self.rank, self.layout,
+                                        lambda t: self.classifier.mark(t, C.GRADIENT))
+                undo.callback(torch_distributed.destroy_if_initialized)
+            self.modules.install()
+            undo.callback(self.modules.uninstall)
+            self.classifier.install()
+            undo.callback(self.classifier.uninstall)
+            self.plugins.install()
+            undo.callback(self.plugins.uninstall)
+            self._step_hooks = [
+                o.register_optimizer_step_pre_hook(lambda *a: self.phases.on_step_begin()),
+                o.register_optimizer_step_post_hook(lambda *a: self.phases.on_step_end()),
+            ]
+            undo.callback(lambda: [h.remove() for h in self._step_hooks])
+            if self.device.type == "cuda":
+                from ..cuda.ledger_memory import LedgerMemory
+                from ..cuda.simulate import simulate_cuda
+                from ..patches import torch_cuda_device, torch_cuda_semantics
 
-            torch_cuda_semantics.apply(self._patcher, self)
-            torch_cuda_device.apply(self._patcher)
-            # Before FakeTensorMode: entering it asks torch.cuda.is_available().
-            self._cuda = simulate_cuda(self.device, LedgerMemory(self.ledger),
-                                       device_count=self.device_count, device=self.device_index)
-            self._cuda.__enter__()
-        self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
-        self.fake_mode.__enter__()
-        self.accountant.__enter__()
+                torch_cuda_semantics.apply(self._patcher, self)
+                torch_cuda_device.apply(self._patcher)
+                # Before FakeTensorMode: entering it asks torch.cuda.is_available().
+                self._cuda = simulate_cuda(self.device, LedgerMemory(self.ledger),
+                                           device_count=self.device_count, device=self.device_index)
+                undo.callback(setattr, self, "_cuda", None)
+                undo.enter_context(self._cuda)
+            self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+            undo.enter_context(self.fake_mode)
+            undo.enter_context(self.accountant)
+            self._undo = undo.pop_all()
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         self.mark_end()
-        self.accountant.__exit__(None, None, None)
-        if self.fake_mode is not None:
-            self.fake_mode.__exit__(None, None, None)
-        if self._cuda is not None:
-            self._cuda.__exit__(None, None, None)
-            self._cuda = None
-        for h in self._step_hooks:
-            h.remove()
-        self.plugins.uninstall()
-        self.classifier.uninstall()
-        self.modules.uninstall()
-        if self.rank is not None:
-            from ..patches import torch_distributed
-
-            torch_distributed.destroy_if_initialized()
-        self._patcher.undo()
+        self._undo.close()
         self.finished = time.time()
         # Tracing stopped the workload after the requested iterations: a normal end.
         return exc_type is StopTracing

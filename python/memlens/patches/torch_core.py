@@ -23,9 +23,8 @@ import sys
 
 import torch
 
-from .patcher import Patcher, check_version
+from .patcher import Patcher, check_tested
 
-TESTED = ("2.9.0", "2.16.0")
 
 
 def _set_data(t1: torch.Tensor, t2: torch.Tensor) -> None:
@@ -38,7 +37,7 @@ def _set_data(t1: torch.Tensor, t2: torch.Tensor) -> None:
 
 
 def apply(patcher: Patcher, on_external_tensor, on_storage_resized) -> None:
-    check_version("torch", torch.__version__, TESTED)
+    check_tested("torch_core", torch.__version__)
     original_swap = torch.utils.swap_tensors
 
     def swap_tensors(t1, t2):
