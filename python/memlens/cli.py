@@ -175,7 +175,7 @@ def _devices(console) -> int:
 
 
 def _show(args, console) -> int:
-    from .report import print_report, summary_json
+    from .reports.terminal import print_report, summary_json
     from .snapshot import read_snapshot
 
     if args.compare and not args.html:
@@ -183,7 +183,7 @@ def _show(args, console) -> int:
     snap = read_snapshot(args.snapshot)
     print_report(snap, console, args.snapshot)
     if args.html:
-        from .html_report import write_html_report
+        from .reports.html import write_html_report
 
         other = read_snapshot(args.compare) if args.compare else None
         path = write_html_report(snap, args.html, source=Path(args.snapshot).name, compare=other,
@@ -195,7 +195,7 @@ def _show(args, console) -> int:
 
 
 def _export(args, console) -> int:
-    from .export_memory_viz import export_memory_viz
+    from .reports.memory_viz import export_memory_viz
     from .snapshot import read_snapshot
 
     path = export_memory_viz(read_snapshot(args.snapshot), args.memory_viz)
@@ -220,7 +220,7 @@ def _trace(args, console, err) -> int:
     if getattr(args, "ranks", None):
         return _trace_all_ranks(args, spec, job, target, device, command, console, err)
 
-    from .session import prepare_process, trace_target
+    from .targets.session import prepare_process, trace_target
 
     prepare_process(device, spec.local_world_size if spec else 1)
 
@@ -237,21 +237,21 @@ def _trace(args, console, err) -> int:
                                 dynamic_sizes=args.dynamic_sizes or "bound")
         except DataDependentError as e:
             # What was traced until the script needed a value: the report, then the error.
-            from .report import print_report
+            from .reports.terminal import print_report
 
             print_report(e.partial_snapshot, console, None)
             raise
     path = None
     unwritten = None  # the snapshot could not be written: the report still comes first
     if not args.no_snapshot:
-        from .output_files import OutputError
+        from .snapshot.output_files import OutputError
         from .snapshot import write_snapshot
 
         try:
             path = str(write_snapshot(snap, args.snapshot or default_snapshot_path(target.name)))
         except OutputError as e:
             unwritten = e
-    from .report import print_report, summary_json
+    from .reports.terminal import print_report, summary_json
 
     print_report(snap, console, path)
     if unwritten is not None:
@@ -287,7 +287,7 @@ def _target(args):
                 job.target.args.insert(0, f"--local-rank={spec.local_rank}")
         return job.target, None, spec, job
 
-    from .recipe import load_recipe
+    from .targets.recipe import load_recipe
     from .targets.model import ModelTarget, parse_target
 
     file, symbol = parse_target(args.target)
@@ -298,7 +298,7 @@ def _target(args):
             setattr(recipe, key, value)
     if args.iterations is not None:
         recipe.iterations = args.iterations
-    from .recipe import check_values
+    from .targets.recipe import check_values
 
     # The overrides obey the recipe's own rules (--batch 0 is no batch).
     check_values(recipe, names={k: f"--{k}" for k in ("batch", "precision", "optimizer", "loss",
@@ -309,7 +309,7 @@ def _target(args):
 def _job(args):
     """The script to run: after `--`, from --launch or from --from-script (what follows `--`
     is then the shell script's arguments)."""
-    from .distributed.launchers import Job, from_launch, from_script
+    from .targets.launchers import Job, from_launch, from_script
     from .targets.script import ScriptTarget
 
     script = list(args.script)
@@ -320,7 +320,7 @@ def _job(args):
     if args.launch and script:
         raise MemlensError("--launch names the script; remove what follows `--`")
     if args.recorded_job:
-        from .distributed.job import read_job
+        from .targets.job import read_job
 
         return read_job(args.recorded_job)
     if args.launch:
@@ -356,7 +356,7 @@ def _rank_spec(args, job):
 def _trace_all_ranks(args, spec, job, target, device, command, console, err) -> int:
     import tempfile
 
-    from .distributed.job import write_job
+    from .targets.job import write_job
     from .distributed.parallel_runs import Outputs, run_all
 
     if spec is None:
@@ -411,7 +411,7 @@ def _worker_argv(args, spec, rank: int, snapshot: Path | None,
 
 
 def _dynamic_sizes(text: str) -> str:
-    from .dynamic_sizes import parse_policy
+    from .engine.dynamic_sizes import parse_policy
 
     try:
         return parse_policy(text)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from memlens.errors import MemlensError
-from memlens.recipe import load_recipe
+from memlens.targets.recipe import load_recipe
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -15,7 +15,7 @@
 - `torch.Tensor.__format__`: `f"{loss:.4f}"` formats a 0-dim tensor's value only for exact
   Tensors; a fake one reads its (placeholder) value the same way.
 - `torch.isfinite` (and the method): composite, so the accountant never sees it; its result
-  is marked as a healthy run's (all finite: healthy_values.py).
+  is handed to `on_finite_check` (engine/healthy_values.py: a healthy run's, all finite).
 - the foreach "supported types" lists of torch.optim and torch.utils: optimizers and
   clip_grad_norm_ take their multi-tensor (foreach) path only for exact Tensor/Parameter types,
   so fake parameters would silently take the per-tensor path a real run does not take.
@@ -27,9 +27,8 @@ import sys
 
 import torch
 
-from .patcher import Patcher, check_version
+from .patcher import Patcher, check_tested
 
-TESTED = ("2.9.0", "2.16.0")
 
 
 def _set_data(t1: torch.Tensor, t2: torch.Tensor) -> None:
@@ -41,8 +40,8 @@ def _set_data(t1: torch.Tensor, t2: torch.Tensor) -> None:
         t1.fake_device = t2.fake_device
 
 
-def apply(patcher: Patcher, on_external_tensor, on_storage_resized) -> None:
-    check_version("torch", torch.__version__, TESTED)
+def apply(patcher: Patcher, on_external_tensor, on_storage_resized, on_finite_check) -> None:
+    check_tested("torch_core", torch.__version__)
     original_swap = torch.utils.swap_tensors
 
     def swap_tensors(t1, t2):
@@ -92,13 +91,11 @@ def apply(patcher: Patcher, on_external_tensor, on_storage_resized) -> None:
 
     patcher.setattr(torch.Tensor, "__format__", __format__)
 
-    from ..healthy_values import HEALTHY_VALUE
-
     def finite_check(original):
         def isfinite(*args, **kwargs):
             out = original(*args, **kwargs)
             if isinstance(out, FakeTensor):
-                setattr(out, HEALTHY_VALUE, True)
+                on_finite_check(out)
             return out
         return isfinite
 

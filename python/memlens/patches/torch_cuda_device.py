@@ -13,13 +13,12 @@ import functools
 
 import torch
 
-from .patcher import Patcher, check_version
+from .patcher import Patcher, check_tested
 
-TESTED = ("2.13.0", "2.16.0")
 
 
 def apply(patcher: Patcher) -> None:
-    check_version("torch", torch.__version__, TESTED)
+    check_tested("torch_cuda_device", torch.__version__)
     for name in ("tensor", "as_tensor"):
         patcher.setattr(torch, name, _on_current_device(getattr(torch, name)))
 

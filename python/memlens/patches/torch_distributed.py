@@ -32,9 +32,8 @@ from typing import Any, Callable
 import torch
 
 from . import torch_distributed_users
-from .patcher import Patcher, check_version
+from .patcher import Patcher, check_tested
 
-TESTED = ("2.9.0", "2.16.0")
 
 
 def _noop(*args: Any, **kwargs: Any) -> None:
@@ -58,7 +57,7 @@ def apply(patcher: Patcher, spec, layout, is_gradient: Callable[[torch.Tensor], 
     `is_gradient(t)`: t's storage holds gradients (DDP's buckets)."""
     import torch.distributed as dist
 
-    check_version("torch", torch.__version__, TESTED)
+    check_tested("torch_distributed", torch.__version__)
     if not dist.is_available():
         from ..errors import MemlensError
 

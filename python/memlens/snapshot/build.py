@@ -10,13 +10,15 @@ import datetime as _dt
 import platform
 import sys
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from .. import categories as C
-from ..analysis import DeviceStats, group_key, live_at, replay
-from ..device_memory import device_memory
-from ..ledger import Ledger
+from .analysis import DeviceStats, group_key, live_at, replay
+from .device_memory import device_memory
+
+if TYPE_CHECKING:  # the ledger comes in; the snapshot room never imports the engine
+    from ..engine.ledger import Ledger
 
 FORMAT = "memlens.snapshot"
 VERSION = 1

@@ -33,7 +33,7 @@ def _validator():
 def write_snapshot(snapshot: dict[str, Any], path: str | os.PathLike) -> Path:
     """Write atomically (a reader never sees half a file), never over a file that is not a
     snapshot (output_files.py); raises OutputError naming the path and the cause."""
-    from ..output_files import write_atomically
+    from .output_files import write_atomically
 
     return write_atomically(path, lambda f: json.dump(snapshot, f, separators=(",", ":")),
                             "snapshot", only_over_snapshots=True)
