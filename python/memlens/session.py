@@ -31,6 +31,7 @@ def trace_target(target, device: DeviceSpec, iterations: int, progress_mode: str
                  max_allocations: int | None = None, rank=None) -> dict[str, Any]:
     """`rank`: a RankSpec to simulate that rank of a distributed job (the script target must
     already carry the rank's environment)."""
+    from .interrupt import stop_on_interrupt
     from .progress import Progress
     from .snapshot import build_snapshot
     from .snapshot.build import DEFAULT_MAX_ALLOCATIONS
@@ -41,14 +42,15 @@ def trace_target(target, device: DeviceSpec, iterations: int, progress_mode: str
     tracer = Tracer(device, iterations=iterations, rank=rank)
     with Progress(progress_mode, console, rank.rank if rank else None) as progress:
         tracer.phases.on_phase = progress.update
-        if isinstance(target, ModelTarget):
-            stopped = run_model(target, tracer, "cpu" if device.type == "cpu" else "cuda")
-            precision = target.recipe.precision
-        else:
-            stopped = run_script(target, tracer)
-            precision = None
+        with stop_on_interrupt(tracer):
+            if isinstance(target, ModelTarget):
+                stopped = run_model(target, tracer, "cpu" if device.type == "cpu" else "cuda")
+                precision = target.recipe.precision
+            else:
+                stopped = run_script(target, tracer)
+                precision = None
         progress.update("building snapshot")
     meta = {"command": command or [], "target": target.to_json(), "precision": precision,
-            "stopped_after_iterations": stopped,
+            "stopped_after_iterations": stopped and not tracer.interrupted,
             "kernels": {"scaled_dot_product_attention": dict(tracer.sdpa_backends)}}
     return build_snapshot(tracer, meta, max_allocations or DEFAULT_MAX_ALLOCATIONS)
