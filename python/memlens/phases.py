@@ -139,8 +139,10 @@ class PhaseTracker:
         self._begin_iteration(module)
 
     def _name_finished_iteration(self) -> None:
-        """An iteration with no backward was a forward only: say so in its name."""
-        if self._iteration_phase < 0 or self._backward_in_iteration:
+        """An evaluation iteration (no optimizer, no backward) was a forward only: say so in
+        its name."""
+        if self._iteration_phase < 0 or self._backward_in_iteration or self.counted != \
+                FORWARD_PASSES:
             return
         phase = self.phases[self._iteration_phase]
         if phase.name == f"forward_backward_iter_{self.iteration}":
