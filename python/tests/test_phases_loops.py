@@ -128,3 +128,35 @@ def test_ctrl_c_ends_the_trace_with_the_report_of_what_was_traced():
     assert "2 iterations (optimizer steps; interrupted; 1000 requested)" in \
         stderr.replace("\n", " ")
     assert "caught KeyboardInterrupt" not in stdout + stderr
+
+
+def test_ctrl_c_while_memlens_books_an_op_stops_the_script_at_its_next_op():
+    """SIGINT arriving inside memlens' own bookkeeping (here: the phase tracker starting
+    iteration 1) is not raised there, half-way through an update of the ledger: the next op
+    of the script stops it, and the trace ends as interrupted."""
+    import torch
+
+    from memlens import Tracer
+    from memlens.interrupt import stop_on_interrupt
+
+    ops_after = []
+    with Tracer("cpu", iterations=1000) as tracer:
+        def on_phase(name):
+            if name == "forward_backward_iter_1":
+                os.kill(os.getpid(), signal.SIGINT)  # handled right here, in phases.py
+                ops_after.append(name)  # the handler did not raise: bookkeeping went on
+        tracer.phases.on_phase = on_phase
+        with stop_on_interrupt(tracer):
+            model = torch.nn.Linear(16, 16)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for step in range(1000):
+                model(torch.randn(4, 16)).sum().backward()
+                opt.step()
+                opt.zero_grad()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert ops_after == ["forward_backward_iter_1"]
+    assert tracer.interrupted and tracer.phases.iterations_traced == 2
+    snap = tracer.snapshot()
+    assert snap["meta"]["interrupted"] is True
+    assert [p["name"] for p in snap["phases"]][-1] == "forward_backward_iter_1"
+    assert snap["summary"]["category_peaks"]["parameter"] == (16 * 16 + 16) * 4
