@@ -52,11 +52,11 @@ def stop_on_interrupt(tracer):
     previous_alarm = []  # the script's SIGALRM handler, while a retry is armed
 
     def interrupt(signum, frame):
-        if signum != signal.SIGINT and tracer.end_seq >= 0:
-            return  # a retry after the trace has ended anyway
         if signum == signal.SIGINT:
             tracer.interrupted = True
             signal.signal(signal.SIGINT, signal.default_int_handler)  # a second one: exit now
+        if tracer.end_seq >= 0:
+            return  # the trace has ended already (the script is being stopped): report it
         if not _in_bookkeeping(frame):
             tracer.mark_end()
             raise Interrupted()
