@@ -25,7 +25,7 @@ from .errors import StopTracing
 from .ledger import Ledger
 from .modules import ModuleTracker
 from .patches import Patcher
-from .patches import torch_compile, torch_core, torch_loops
+from .patches import torch_compile, torch_core, torch_data, torch_loops
 from .phases import PhaseTracker
 from .plugins import PluginHost
 from .stacks import StackTable
@@ -34,12 +34,14 @@ from .workspaces import WorkspaceModel
 
 class Tracer:
     def __init__(self, device: DeviceSpec | str = "h100-80gb", iterations: int = 2,
-                 rank: RankSpec | None = None, device_count: int = 1, device_index: int = 0):
+                 rank: RankSpec | None = None, device_count: int = 1, device_index: int = 0,
+                 dynamic_sizes: str = "bound"):
         """`rank`: simulate that rank of a distributed job (fake process groups; see
         patches/torch_distributed.py; the caller gives the script the rank's environment): its
         node's GPUs are simulated and the trace describes its local GPU. Without a rank,
         `device_count` GPUs of `device` are simulated and the trace describes
-        `cuda:{device_index}`."""
+        `cuda:{device_index}`. `dynamic_sizes`: how ops whose result's size depends on tensor
+        values are sized (dynamic_sizes.py: "bound", "error" or a fraction of the bound)."""
         if isinstance(device, str):
             from .devices import get_device
 
@@ -48,6 +50,7 @@ class Tracer:
         self.device_count = max(device_count, rank.local_world_size if rank else 1)
         self.device_index = device_index
         self.iterations = iterations
+        self.dynamic_size_policy = dynamic_sizes
         self.rank = rank
         self.layout = Layout(rank.world_size, rank.rank) if rank else None
         self.ledger = Ledger(device.round_size, allocator_for=self._allocator_for)
@@ -76,6 +79,7 @@ class Tracer:
 
         self.started = time.time()
         torch_core.apply(self._patcher, self._external_tensor, self.accountant.storage_resized)
+        torch_data.apply(self._patcher)
         torch_loops.apply(self._patcher, self.phases.on_optimizer_created,
                           self.phases.on_backward_end)
         torch_compile.apply(self._patcher, self.add_note)
