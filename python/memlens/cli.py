@@ -27,7 +27,7 @@ from typing import Any
 
 from .errors import DataDependentError, MemlensError
 
-EXIT_USAGE, EXIT_ERROR = 2, 1
+EXIT_USAGE, EXIT_ERROR, EXIT_INTERRUPTED = 2, 1, 130
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -116,23 +116,23 @@ def _distributed_options(run: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from rich.console import Console
+    from .report import make_console
 
-    err = Console(stderr=True)
+    err = make_console(stderr=True)
     try:
         if args.command == "devices":
-            return _devices(Console())
+            return _devices(make_console())
         if args.command == "show":
-            return _show(args, Console(stderr=args.json))
+            return _show(args, make_console(stderr=args.json))
         if args.command == "export":
             return _export(args, err)
-        return _trace(args, Console(stderr=args.json or args.progress == "json"), err)
+        return _trace(args, make_console(stderr=args.json or args.progress == "json"), err)
     except MemlensError as e:
         _print_error(e, err, args)
         return EXIT_ERROR
     except KeyboardInterrupt:
         err.print("[red]interrupted[/]")
-        return 130
+        return EXIT_INTERRUPTED
 
 
 def _print_error(e: MemlensError, console, args) -> None:
@@ -258,7 +258,8 @@ def _trace(args, console, err) -> int:
         raise unwritten
     if args.json:
         print(json.dumps(summary_json(snap, path)))
-    return 0
+    # Ctrl-C ended the trace: the report of what was traced, then the status of an interrupt.
+    return EXIT_INTERRUPTED if snap["meta"].get("interrupted") else 0
 
 
 @contextlib.contextmanager

@@ -25,7 +25,7 @@ from ..errors import StopTracing
 from .ledger import Ledger
 from .modules import ModuleTracker
 from ..patches import Patcher
-from ..patches import torch_core, torch_data
+from ..patches import torch_compile, torch_core, torch_data, torch_loops
 from .healthy_values import mark_finite_check
 from .phases import PhaseTracker
 from ..plugins import PluginHost
@@ -71,6 +71,7 @@ class Tracer:
         self.allocator_settings: dict | None = None  # set when a CUDA allocator starts
         self.started = self.finished = 0.0
         self.stopped = False  # the trace stopped the workload after its iterations
+        self.interrupted = False  # Ctrl-C ended the trace (see interrupt.py)
         self.notes: list[str] = []  # what plugins changed about the run (snapshot meta.notes)
         self.plugins = PluginHost(self)
 
@@ -86,6 +87,9 @@ class Tracer:
             torch_core.apply(self._patcher, self._external_tensor, self.accountant.storage_resized,
                              mark_finite_check)
             torch_data.apply(self._patcher)
+            torch_loops.apply(self._patcher, self.phases.on_optimizer_created,
+                              self.phases.on_backward_end)
+            torch_compile.apply(self._patcher, self.add_note)
             if self.rank is not None:
                 from ..patches import torch_distributed
 
@@ -135,10 +139,16 @@ class Tracer:
         self.phases.begin(name)
         yield
 
+    def add_note(self, text: str) -> None:
+        """Something about the run the reader should know (report and snapshot meta.notes)."""
+        if text not in self.notes:
+            self.notes.append(text)
+
     def mark_end(self) -> None:
         """The trace ends here: what the workload frees while it is torn down (its globals,
         the frames an exception unwinds) is not part of the step. Safe to call twice."""
         if self.end_seq < 0:
+            self.phases.finish()
             self.end_seq = self.ledger.seq
             self.ledger.untrack_all()
 
@@ -189,7 +199,7 @@ class Tracer:
 
     def _on_top_level_forward(self, module: torch.nn.Module) -> None:
         self.classifier.scan_model(module)
-        self.phases.on_top_level_forward()
+        self.phases.on_top_level_forward(module)
 
     def _allocator_for(self, device_key: str):
         """The CUDA caching allocator of a simulated GPU, configured as PyTorch would configure

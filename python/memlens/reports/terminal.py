@@ -18,6 +18,17 @@ from ..units import format_bytes
 TOP_MODULES = 12
 MAX_PLACEHOLDER_NOTES = 20  # one note per line that read a value; the rest are counted
 TOP_LINES = 10
+LOG_WIDTH = 240  # columns of a report written to a file or a pipe
+
+
+def make_console(stderr: bool = False) -> Console:
+    """A console that fits the terminal, or, writing to a file or a pipe (`2>log`), where
+    rich would assume 80 columns and cut module names, prints tables at their natural width
+    (up to LOG_WIDTH). COLUMNS, where set, wins."""
+    console = Console(stderr=stderr)
+    if not console.is_terminal and not os.environ.get("COLUMNS", "").isdigit():
+        console.width = LOG_WIDTH
+    return console
 
 
 def summary_json(snap: dict[str, Any], snapshot_path: str | None) -> dict[str, Any]:
@@ -30,6 +41,10 @@ def summary_json(snap: dict[str, Any], snapshot_path: str | None) -> dict[str, A
         "device_key": meta["device_key"],
         "world_size": meta.get("world_size", 1), "rank": meta.get("rank", 0),
         "parallel": meta.get("parallel", {}),
+        "iterations": meta["iterations"],
+        "iterations_traced": meta.get("iterations_traced", meta["iterations"]),
+        "iteration_unit": meta.get("iteration_unit"),
+        "interrupted": meta.get("interrupted", False),
         "categories_at_peak": summary["categories_at_peak"],
         "category_peaks": summary["category_peaks"],
         "phases": [{k: p[k] for k in ("name", "device", "current_before_bytes",
@@ -89,7 +104,7 @@ def _short(path: str) -> str:
 
 
 def print_report_to_terminal(snap: dict[str, Any], snapshot_path: str | None = None) -> None:
-    print_report(snap, Console(), snapshot_path)
+    print_report(snap, make_console(), snapshot_path)
 
 
 def print_report(snap: dict[str, Any], console: Console, snapshot_path: str | None = None) -> None:
@@ -101,7 +116,7 @@ def print_report(snap: dict[str, Any], console: Console, snapshot_path: str | No
     target = meta.get("target", {})
     console.print(f"[bold]memlens[/] {target.get('kind', '')} [cyan]{target.get('name', '')}[/] on "
                   f"[bold]{device['name']}[/] ({device.get('display_name', '')}, "
-                  f"{format_bytes(total)}), {meta['iterations']} iterations")
+                  f"{format_bytes(total)}), {escape(iterations_line(meta))}")
 
     console.print(_phase_table(snap))
 
@@ -165,6 +180,22 @@ def print_report(snap: dict[str, Any], console: Console, snapshot_path: str | No
                          f", over by {format_bytes(peak - total)}"))
     if snapshot_path:
         console.print(f"Snapshot: {_short(snapshot_path)}")
+
+
+def iterations_line(meta: dict[str, Any]) -> str:
+    """'2 iterations (optimizer steps)': what was traced and counted, never only what was
+    asked for."""
+    requested = meta["iterations"]
+    traced = meta.get("iterations_traced", requested)  # older snapshots: the request
+    text = f"{traced} iteration{'' if traced == 1 else 's'}"
+    unit = meta.get("iteration_unit")
+    why = []
+    if meta.get("interrupted"):
+        why.append(f"interrupted; {requested} requested")
+    elif traced < requested and "iterations_traced" in meta:
+        why.append(f"the script ended; {requested} requested")
+    details = "; ".join(([unit] if unit else []) + why)
+    return f"{text} ({details})" if details else text
 
 
 def _phase_table(snap: dict[str, Any]) -> Table:

@@ -33,6 +33,7 @@ def trace_target(target, device: DeviceSpec, iterations: int, progress_mode: str
     """`rank`: a RankSpec to simulate that rank of a distributed job (the script target must
     already carry the rank's environment). A script stopped by a value the trace cannot make
     up raises DataDependentError carrying the snapshot of what was traced until then."""
+    from ..engine.interrupt import stop_on_interrupt
     from ..progress import Progress
     from ..snapshot import build_snapshot
     from ..snapshot.build import DEFAULT_MAX_ALLOCATIONS
@@ -46,10 +47,12 @@ def trace_target(target, device: DeviceSpec, iterations: int, progress_mode: str
         tracer.phases.on_phase = progress.update
         precision = target.recipe.precision if isinstance(target, ModelTarget) else None
         try:
-            if isinstance(target, ModelTarget):
-                stopped = run_model(target, tracer, "cpu" if device.type == "cpu" else "cuda")
-            else:
-                stopped = run_script(target, tracer)
+            with stop_on_interrupt(tracer):
+                if isinstance(target, ModelTarget):
+                    stopped = run_model(target, tracer,
+                                        "cpu" if device.type == "cpu" else "cuda")
+                else:
+                    stopped = run_script(target, tracer)
         except DataDependentError as e:
             e.partial_snapshot = build_snapshot(tracer, {
                 "command": command or [], "target": target.to_json(), "precision": precision,
@@ -57,6 +60,6 @@ def trace_target(target, device: DeviceSpec, iterations: int, progress_mode: str
             raise
         progress.update("building snapshot")
     meta = {"command": command or [], "target": target.to_json(), "precision": precision,
-            "stopped_after_iterations": stopped,
+            "stopped_after_iterations": stopped and not tracer.interrupted,
             "kernels": {"scaled_dot_product_attention": dict(tracer.sdpa_backends)}}
     return build_snapshot(tracer, meta, max_allocations or DEFAULT_MAX_ALLOCATIONS)
