@@ -43,8 +43,9 @@ class Attention(nn.Module):
         self.wo = nn.Linear(HEADS * HEAD_DIM, DIM, bias=False)
 
     def init_weights(self, std: float):
-        for linear in (self.wq, self.wk, self.wv):
+        for linear in (self.wq, self.wk):
             nn.init.trunc_normal_(linear.weight, mean=0.0, std=0.02)
+        nn.init.uniform_(self.wv.weight, -0.02, 0.02)
         nn.init.trunc_normal_(self.wo.weight, mean=0.0, std=std)
 
     def forward(self, x, table):
@@ -66,10 +67,10 @@ class FeedForward(nn.Module):
         self.w2 = nn.Linear(FFN, DIM, bias=False)
         self.w3 = nn.Linear(DIM, FFN, bias=False)
 
-    def init_weights(self, std: float):
+    def init_weights(self):
         nn.init.xavier_uniform_(self.w1.weight)
         nn.init.xavier_normal_(self.w3.weight)
-        nn.init.uniform_(self.w2.weight, -std, std)
+        nn.init.zeros_(self.w2.weight)  # the residual branch starts as the identity
 
     def forward(self, x):
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
@@ -88,7 +89,7 @@ class Block(nn.Module):
         for norm in (self.attention_norm, self.ffn_norm):
             norm.reset_parameters()
         self.attention.init_weights(self.init_std)
-        self.feed_forward.init_weights(self.init_std)
+        self.feed_forward.init_weights()
 
     def forward(self, x, table):
         x = x + self.attention(self.attention_norm(x), table)
