@@ -9,8 +9,9 @@
   one parameter's old copy longer than a real run keeps it. Where `.data` cannot take the new
   tensor (`to_empty(device="cuda")` of a model built on the meta device: meta and CUDA tensors
   are of incompatible kinds; a DTensor parameter), the tensors are swapped as torch would,
-  without its refusal of weakrefs: the only weakrefs are FakeTensorMode's memo of converted
-  tensors, which never looks them up again for a parameter.
+  without its refusal of weakrefs: the weakrefs on a fake parameter are FakeTensorMode's own
+  memo (MetaConverter.tensor_memo, a WeakValueDictionary), whose entry then names the
+  swapped object, as the module does.
 - `torch.get_rng_state` (and `torch.random.get_rng_state`): activation checkpointing saves the
   CPU generator state, a real tensor made without any op, so the accountant would not see it.
 - `torch.UntypedStorage.resize_`: resizing a storage directly is no op a dispatch mode sees, and
