@@ -80,7 +80,9 @@ class Accountant(TorchDispatchMode):
         if phases.stop_pending and not phases.in_step:
             raise self.tracer.stop()
         if func is _local_scalar_dense:
-            return self._read_value(args[0])
+            # A DTensor's value (`.item()` of a clipped grad norm) is its local tensor's: let
+            # DTensor dispatch, and read the local tensor when it comes back here.
+            return self._read_value(args[0]) if _plain(types) else NotImplemented
         if func is _WAIT_TENSOR:
             # Eager wait_tensor hands back its input; the fake kernel makes a new tensor that
             # would be booked as a second copy of every functional collective's output.
@@ -184,6 +186,8 @@ class Accountant(TorchDispatchMode):
                     self._book_tensor(func, t)
 
     def _book_tensor(self, func, t: torch.Tensor) -> None:
+        if t.device.type == "meta":  # shapes only (a model built on meta): no memory anywhere
+            return
         try:
             st = t.untyped_storage()
         except (RuntimeError, NotImplementedError):
