@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 from typing import Iterator
 
@@ -25,7 +26,7 @@ from .errors import StopTracing
 from .ledger import Ledger
 from .modules import ModuleTracker
 from .patches import Patcher
-from .patches import torch_core
+from .patches import torch_core, torch_values
 from .phases import PhaseTracker
 from .plugins import PluginHost
 from .stacks import StackTable
@@ -68,6 +69,7 @@ class Tracer:
         self.stopped = False  # the trace stopped the workload after its iterations
         self.notes: list[str] = []  # what plugins changed about the run (snapshot meta.notes)
         self.plugins = PluginHost(self)
+        self._placeheld: set[tuple[int, str]] = set()  # (stack, op) of placeholders noted
 
     # -- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> "Tracer":
@@ -75,6 +77,7 @@ class Tracer:
 
         self.started = time.time()
         torch_core.apply(self._patcher, self._external_tensor, self.accountant.storage_resized)
+        torch_values.apply(self._patcher, self._placeholder)
         if self.rank is not None:
             from .patches import torch_distributed
 
@@ -223,6 +226,14 @@ class Tracer:
                 "expandable_segments": config.expandable_segments,
                 "capacity_bytes": total, "limit_bytes": total - context}
         return config, self.allocator_settings
+
+    def _placeholder(self, op: str, value) -> None:
+        """A value made up for the script where a fake tensor has none: a note at the line
+        (once per line: a checkpoint pickles many tensors at one line)."""
+        stack = self.stacks.capture(sys._getframe(2))
+        if (stack, op) not in self._placeheld:
+            self._placeheld.add((stack, op))
+            self.accountant.placeholders.append((stack, op, value))
 
     def _external_tensor(self, t: torch.Tensor, op: str) -> None:
         """A real tensor created without any op (e.g. an RNG state) that still takes memory."""
