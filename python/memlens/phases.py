@@ -3,6 +3,10 @@
 setup_model_and_optimizer   from the start until the first top-level forward
 forward_backward_iter_N     from the top-level forward through backward
 optimizer_step_iter_N       from optimizer.step() (and the zero_grad after it) to the next forward
+evaluate_after_iter_N       an evaluation a library plugin recognises (the Hugging Face Trainer's
+                            `evaluate`) after iteration N's optimizer step, to the next forward;
+                            `evaluate_before_training` before the first step. Its forwards start
+                            no iteration: one iteration is one optimizer step.
 
 After the requested number of iterations the next top-level forward, or the next op outside
 an optimizer step, raises StopTracing into the script.
@@ -33,6 +37,7 @@ class PhaseTracker:
         self.state = SETUP
         self.iteration = 0
         self.in_step = 0  # nesting depth of optimizer.step()
+        self.in_evaluation = 0  # nesting depth of an evaluation (plugins: begin_evaluation)
         self.stop_pending = False
         self.on_phase = lambda name: None  # progress display
 
@@ -48,6 +53,8 @@ class PhaseTracker:
     def on_top_level_forward(self) -> None:
         if self.stop_pending:
             raise self._stop()
+        if self.in_evaluation:
+            return
         if self.state == OPTIMIZER:
             self.iteration += 1
         if self.state != FORWARD_BACKWARD:
@@ -65,3 +72,12 @@ class PhaseTracker:
         self.in_step = max(0, self.in_step - 1)
         if self.iteration + 1 >= self.iterations:
             self.stop_pending = True
+
+    def begin_evaluation(self) -> None:
+        self.in_evaluation += 1
+        if self.in_evaluation == 1:
+            self.begin(f"evaluate_after_iter_{self.iteration}" if self.state == OPTIMIZER
+                       else "evaluate_before_training")
+
+    def end_evaluation(self) -> None:
+        self.in_evaluation = max(0, self.in_evaluation - 1)
