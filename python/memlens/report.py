@@ -15,6 +15,7 @@ from . import categories as C
 from .units import format_bytes
 
 TOP_MODULES = 12
+MAX_PLACEHOLDER_NOTES = 20  # one note per line that read a value; the rest are counted
 TOP_LINES = 10
 
 
@@ -141,10 +142,14 @@ def print_report(snap: dict[str, Any], console: Console, snapshot_path: str | No
                           format_bytes(ln["total_bytes"]))
         console.print(table)
 
-    for ph in summary.get("placeholders", [])[:5]:
+    placeholders = summary.get("placeholders", [])
+    for ph in placeholders[:MAX_PLACEHOLDER_NOTES]:
         text = (f"{ph['file']}:{ph['line']} read a tensor value ({ph['op']}); "
                 f"the trace answered {ph['value']!r}")
         console.print(f"[yellow]note:[/] {escape(text)}", highlight=False)
+    if len(placeholders) > MAX_PLACEHOLDER_NOTES:
+        console.print(f"[yellow]note:[/] {len(placeholders) - MAX_PLACEHOLDER_NOTES} more lines "
+                      "read tensor values (the snapshot lists them all)", highlight=False)
     for text in meta.get("notes", []):  # what an integration changed about the run
         console.print(f"[yellow]note:[/] {escape(text)}", highlight=False)
     if summary.get("reserved_peak_bytes") is not None:

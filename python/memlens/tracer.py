@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import time
 from typing import Iterator
 
@@ -26,7 +25,7 @@ from .errors import StopTracing
 from .ledger import Ledger
 from .modules import ModuleTracker
 from .patches import Patcher
-from .patches import torch_core, torch_values
+from .patches import torch_core, torch_data, torch_values
 from .phases import PhaseTracker
 from .plugins import PluginHost
 from .stacks import StackTable
@@ -35,12 +34,14 @@ from .workspaces import WorkspaceModel
 
 class Tracer:
     def __init__(self, device: DeviceSpec | str = "h100-80gb", iterations: int = 2,
-                 rank: RankSpec | None = None, device_count: int = 1, device_index: int = 0):
+                 rank: RankSpec | None = None, device_count: int = 1, device_index: int = 0,
+                 dynamic_sizes: str = "bound"):
         """`rank`: simulate that rank of a distributed job (fake process groups; see
         patches/torch_distributed.py; the caller gives the script the rank's environment): its
         node's GPUs are simulated and the trace describes its local GPU. Without a rank,
         `device_count` GPUs of `device` are simulated and the trace describes
-        `cuda:{device_index}`."""
+        `cuda:{device_index}`. `dynamic_sizes`: how ops whose result's size depends on tensor
+        values are sized (dynamic_sizes.py: "bound", "error" or a fraction of the bound)."""
         if isinstance(device, str):
             from .devices import get_device
 
@@ -49,6 +50,7 @@ class Tracer:
         self.device_count = max(device_count, rank.local_world_size if rank else 1)
         self.device_index = device_index
         self.iterations = iterations
+        self.dynamic_size_policy = dynamic_sizes
         self.rank = rank
         self.layout = Layout(rank.world_size, rank.rank) if rank else None
         self.ledger = Ledger(device.round_size, allocator_for=self._allocator_for)
@@ -69,7 +71,6 @@ class Tracer:
         self.stopped = False  # the trace stopped the workload after its iterations
         self.notes: list[str] = []  # what plugins changed about the run (snapshot meta.notes)
         self.plugins = PluginHost(self)
-        self._placeheld: set[tuple[int, str]] = set()  # (stack, op) of placeholders noted
 
     # -- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> "Tracer":
@@ -77,7 +78,8 @@ class Tracer:
 
         self.started = time.time()
         torch_core.apply(self._patcher, self._external_tensor, self.accountant.storage_resized)
-        torch_values.apply(self._patcher, self._placeholder)
+        torch_data.apply(self._patcher)
+        torch_values.apply(self._patcher, self.accountant.note_value)
         if self.rank is not None:
             from .patches import torch_distributed
 
@@ -226,14 +228,6 @@ class Tracer:
                 "expandable_segments": config.expandable_segments,
                 "capacity_bytes": total, "limit_bytes": total - context}
         return config, self.allocator_settings
-
-    def _placeholder(self, op: str, value) -> None:
-        """A value made up for the script where a fake tensor has none: a note at the line
-        (once per line: a checkpoint pickles many tensors at one line)."""
-        stack = self.stacks.capture(sys._getframe(2))
-        if (stack, op) not in self._placeheld:
-            self._placeheld.add((stack, op))
-            self.accountant.placeholders.append((stack, op, value))
 
     def _external_tensor(self, t: torch.Tensor, op: str) -> None:
         """A real tensor created without any op (e.g. an RNG state) that still takes memory."""

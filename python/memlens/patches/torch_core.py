@@ -12,6 +12,10 @@
 - `torch.UntypedStorage.resize_`: resizing a storage directly is no op a dispatch mode sees, and
   FSDP frees and re-allocates unsharded parameters that way (`resize_(0)`, `resize_(n)`; FSDP1
   through `TypedStorage._resize_`, which calls it).
+- `torch.Tensor.__format__`: `f"{loss:.4f}"` formats a 0-dim tensor's value only for exact
+  Tensors; a fake one reads its (placeholder) value the same way.
+- `torch.isfinite` (and the method): composite, so the accountant never sees it; its result
+  is marked as a healthy run's (all finite: healthy_values.py).
 - the foreach "supported types" lists of torch.optim and torch.utils: optimizers and
   clip_grad_norm_ take their multi-tensor (foreach) path only for exact Tensor/Parameter types,
   so fake parameters would silently take the per-tensor path a real run does not take.
@@ -78,6 +82,29 @@ def apply(patcher: Patcher, on_external_tensor, on_storage_resized) -> None:
     patcher.setattr(torch.UntypedStorage, "resize_", resize_)
 
     from torch._subclasses.fake_tensor import FakeTensor
+
+    original_format = torch.Tensor.__format__
+
+    def __format__(self, format_spec):
+        if isinstance(self, FakeTensor) and self.dim() == 0:
+            return self.item().__format__(format_spec)
+        return original_format(self, format_spec)
+
+    patcher.setattr(torch.Tensor, "__format__", __format__)
+
+    from ..healthy_values import HEALTHY_VALUE
+
+    def finite_check(original):
+        def isfinite(*args, **kwargs):
+            out = original(*args, **kwargs)
+            if isinstance(out, FakeTensor):
+                setattr(out, HEALTHY_VALUE, True)
+            return out
+        return isfinite
+
+    patcher.setattr(torch, "isfinite", finite_check(torch.isfinite))
+    patcher.setattr(torch.Tensor, "isfinite", finite_check(torch.Tensor.isfinite))
+
     from torch.optim import optimizer
     from torch.utils import _foreach_utils
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -32,19 +31,12 @@ def _validator():
 
 
 def write_snapshot(snapshot: dict[str, Any], path: str | os.PathLike) -> Path:
-    """Write atomically (a reader never sees half a file)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(snapshot, f, separators=(",", ":"))
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    """Write atomically (a reader never sees half a file), never over a file that is not a
+    snapshot (output_files.py); raises OutputError naming the path and the cause."""
+    from ..output_files import write_atomically
+
+    return write_atomically(path, lambda f: json.dump(snapshot, f, separators=(",", ":")),
+                            "snapshot", only_over_snapshots=True)
 
 
 def read_snapshot(path: str | os.PathLike, keep_allocations: bool = True) -> dict[str, Any]:
