@@ -212,7 +212,8 @@ def _trace(args, console, err) -> int:
     if job is not None and job.note:
         err.print(f"note: {job.note}", highlight=False, markup=False, soft_wrap=True)
     device = get_device(args.device or (recipe.device if recipe else None) or DEFAULT_DEVICE)
-    iterations = args.iterations or (recipe.iterations if recipe else None) or 2
+    iterations = args.iterations if args.iterations is not None else (
+        (recipe.iterations if recipe else None) or 2)
     if iterations < 1:
         raise MemlensError("--iterations must be at least 1")
 
@@ -295,14 +296,13 @@ def _target(args):
         value = getattr(args, key)
         if value is not None:
             setattr(recipe, key, value)
-    if args.iterations:
+    if args.iterations is not None:
         recipe.iterations = args.iterations
-    from .recipe import OPTIMIZERS, PRECISIONS
+    from .recipe import check_values
 
-    if recipe.precision not in PRECISIONS:
-        raise MemlensError(f"unknown precision {recipe.precision!r}; one of {', '.join(PRECISIONS)}")
-    if str(recipe.optimizer).lower() not in OPTIMIZERS:
-        raise MemlensError(f"unknown optimizer {recipe.optimizer!r}; one of {', '.join(OPTIMIZERS)}")
+    # The overrides obey the recipe's own rules (--batch 0 is no batch).
+    check_values(recipe, names={k: f"--{k}" for k in ("batch", "precision", "optimizer", "loss",
+                                                      "iterations") if getattr(args, k) is not None})
     return ModelTarget(str(file), symbol, recipe), recipe, None, None
 
 
