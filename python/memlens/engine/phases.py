@@ -8,6 +8,10 @@ update_iter_N               with no torch optimizer: from the end of backward (a
                             update such as `p.data.add_(p.grad, alpha=-lr)`) to the next forward
 forward_iter_N              with no optimizer and no backward (evaluation): one forward of the
                             model (the first module called at top level) to its next
+evaluate_after_iter_N       an evaluation a library plugin recognises (the Hugging Face Trainer's
+                            `evaluate`) after iteration N's optimizer step, to the next forward;
+                            `evaluate_before_training` before the first step. Its forwards start
+                            no iteration: one iteration is one optimizer step.
 
 What ends an iteration is what the script has: an optimizer step if the script made a torch
 optimizer, else a backward pass, else the next forward of the model. After the requested number
@@ -45,6 +49,7 @@ class PhaseTracker:
         self.state = SETUP
         self.iteration = 0
         self.in_step = 0  # nesting depth of optimizer.step()
+        self.in_evaluation = 0  # nesting depth of an evaluation (plugins: begin_evaluation)
         self.stop_pending = False  # the accountant stops the script at its next op
         self.interrupt_requested = False  # Ctrl-C: stop at the next op, even after a step
         self.optimizers = 0  # torch optimizers the script has made
@@ -86,6 +91,8 @@ class PhaseTracker:
         schedule such as Megatron's, which stands for the whole model)."""
         if self.stop_pending:
             raise self._stop()
+        if self.in_evaluation:
+            return
         if self.state == SETUP:
             self._begin_iteration(module)
         elif self.state in (OPTIMIZER, UPDATE):
@@ -118,6 +125,15 @@ class PhaseTracker:
         self.in_step = max(0, self.in_step - 1)
         if self.iteration + 1 >= self.iterations:
             self.stop_pending = True
+
+    def begin_evaluation(self) -> None:
+        self.in_evaluation += 1
+        if self.in_evaluation == 1:
+            self.begin(f"evaluate_after_iter_{self.iteration}" if self.state == OPTIMIZER
+                       else "evaluate_before_training")
+
+    def end_evaluation(self) -> None:
+        self.in_evaluation = max(0, self.in_evaluation - 1)
 
     def request_interrupt(self) -> None:
         """Stop the script at its next op (Ctrl-C arrived while memlens was busy)."""

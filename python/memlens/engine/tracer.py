@@ -25,7 +25,7 @@ from ..errors import StopTracing
 from .ledger import Ledger
 from .modules import ModuleTracker
 from ..patches import Patcher
-from ..patches import torch_compile, torch_core, torch_data, torch_loops
+from ..patches import torch_compile, torch_core, torch_data, torch_loops, torch_values
 from .healthy_values import mark_finite_check
 from .phases import PhaseTracker
 from ..plugins import PluginHost
@@ -87,6 +87,7 @@ class Tracer:
             torch_core.apply(self._patcher, self._external_tensor, self.accountant.storage_resized,
                              mark_finite_check)
             torch_data.apply(self._patcher)
+            torch_values.apply(self._patcher, self.accountant.note_value)
             torch_loops.apply(self._patcher, self.phases.on_optimizer_created,
                               self.phases.on_backward_end)
             torch_compile.apply(self._patcher, self.add_note)
