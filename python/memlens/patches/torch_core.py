@@ -140,7 +140,3 @@ def apply(patcher: Patcher, on_external_tensor, on_storage_resized, on_finite_ch
 
     patcher.append(optimizer._foreach_supported_types, FakeTensor)
     patcher.append(_foreach_utils._foreach_supported_types, FakeTensor)
-
-    from . import torch_fake_values
-
-    torch_fake_values.apply(patcher)
