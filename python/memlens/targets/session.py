@@ -34,21 +34,25 @@ def trace_target(target, device: DeviceSpec, iterations: int, progress_mode: str
     from ..progress import Progress
     from ..snapshot import build_snapshot
     from ..snapshot.build import DEFAULT_MAX_ALLOCATIONS
-    from .model import ModelTarget, run_model
+    from .model import ModelTarget, run_model, unload
     from .script import run_script
     from ..engine.tracer import Tracer
 
-    tracer = Tracer(device, iterations=iterations, rank=rank)
-    with Progress(progress_mode, console, rank.rank if rank else None) as progress:
-        tracer.phases.on_phase = progress.update
+    try:
+        tracer = Tracer(device, iterations=iterations, rank=rank)
+        with Progress(progress_mode, console, rank.rank if rank else None) as progress:
+            tracer.phases.on_phase = progress.update
+            if isinstance(target, ModelTarget):
+                stopped = run_model(target, tracer, "cpu" if device.type == "cpu" else "cuda")
+                precision = target.recipe.precision
+            else:
+                stopped = run_script(target, tracer)
+                precision = None
+            progress.update("building snapshot")
+        meta = {"command": command or [], "target": target.to_json(), "precision": precision,
+                "stopped_after_iterations": stopped,
+                "kernels": {"scaled_dot_product_attention": dict(tracer.sdpa_backends)}}
+        return build_snapshot(tracer, meta, max_allocations or DEFAULT_MAX_ALLOCATIONS)
+    finally:  # after the snapshot: it finds the model classes' files through sys.modules
         if isinstance(target, ModelTarget):
-            stopped = run_model(target, tracer, "cpu" if device.type == "cpu" else "cuda")
-            precision = target.recipe.precision
-        else:
-            stopped = run_script(target, tracer)
-            precision = None
-        progress.update("building snapshot")
-    meta = {"command": command or [], "target": target.to_json(), "precision": precision,
-            "stopped_after_iterations": stopped,
-            "kernels": {"scaled_dot_product_attention": dict(tracer.sdpa_backends)}}
-    return build_snapshot(tracer, meta, max_allocations or DEFAULT_MAX_ALLOCATIONS)
+            unload(target)
