@@ -68,14 +68,14 @@ def child(shape: str, mode: str, device: str) -> dict:
     from memlens import Tracer
 
     # memlens' own lazy imports, outside the timing like transformers'
-    import memlens.tracer  # noqa: F401
-    import memlens.workspaces_cpu  # noqa: F401
+    import memlens.engine.tracer  # noqa: F401
+    import memlens.kernels.cpu.rules  # noqa: F401
 
     if on_gpu:
         import memlens.allocator  # noqa: F401
         import memlens.cuda.simulate  # noqa: F401
         import memlens.patches.torch_cuda_semantics  # noqa: F401
-        import memlens.workspaces_cuda  # noqa: F401
+        import memlens.kernels.cuda  # noqa: F401
 
     t0 = time.perf_counter()
     if mode == "memlens":

@@ -1,6 +1,6 @@
 // The panel with 1,000, 10,000 and 100,000 live tensors, in headless Chromium: time to first
 // render and to switch tabs. Snapshots are synthetic (bench/synthetic-snapshot.mjs), reports are
-// made by python/memlens/html_report.py from the built bundle (npm run build:webview first).
+// made by python/memlens/reports/html.py from the built bundle (npm run build:webview first).
 //   node bench/webview_render.mjs [--runs 5] [--sizes 1000,10000,100000]
 // Prints a table and writes bench/results/webview-render.json.
 //
@@ -35,7 +35,7 @@ function makeReport(n) {
   const html = `${work}/synthetic-${n}.html`;
   writeFileSync(json, JSON.stringify(syntheticSnapshot(n)));
   // The report as `memlens show --html` writes it, minus the (slow, Python) schema check.
-  execFileSync(python, ['-c', 'import json, sys\nfrom memlens.html_report import write_html_report\nwrite_html_report(json.load(open(sys.argv[1])), sys.argv[2], source=sys.argv[1].rsplit("/", 1)[-1])', json, html], {
+  execFileSync(python, ['-c', 'import json, sys\nfrom memlens.reports.html import write_html_report\nwrite_html_report(json.load(open(sys.argv[1])), sys.argv[2], source=sys.argv[1].rsplit("/", 1)[-1])', json, html], {
     env: { ...process.env, PYTHONPATH: `${root}python` },
   });
   return html;

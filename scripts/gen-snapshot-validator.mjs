@@ -11,7 +11,7 @@ import { createRequire } from 'node:module';
 const require = createRequire(import.meta.url);
 const root = fileURLToPath(new URL('..', import.meta.url));
 export const schemaPath = `${root}python/memlens/snapshot/schema.json`;
-export const outputPath = `${root}webview/data/schema-validator.generated.ts`;
+export const outputPath = `${root}common/schema-validator.generated.ts`;
 
 export function generateValidatorSource() {
   const Ajv2020 = require('ajv/dist/2020').default;
@@ -26,7 +26,7 @@ export function generateValidatorSource() {
   ajv.addSchema(schema);
   const id = schema.$id;
   // The whole document, and the two big parts on their own so the panel can check those in
-  // slices after its first paint (webview/data/validate.ts).
+  // slices after its first paint (common/validate.ts).
   const code = standalone(ajv, {
     validate: id,
     validateTensor: `${id}#/properties/tensors/items`,

@@ -7,7 +7,7 @@ import { ExecuteCommandRequest, type LanguageClient } from 'vscode-languageclien
 import { uriKey } from './annotations';
 import { traceParams, type TraceOptions } from './config';
 import type { Ctx } from './ctx';
-import { formatBytes } from './format';
+import { formatBytes } from '../common/format';
 import { groupTargets, targetAtLine } from './grouping';
 import * as P from './protocol';
 import { openSettings, updateSetting } from './settings';

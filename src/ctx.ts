@@ -9,7 +9,7 @@ import { AnnotationPainter, uriKey } from './annotations';
 import { createClient } from './client';
 import { serverSettings, type Config } from './config';
 import { Interpreters } from './interpreter';
-import { formatBytes, formatDate, formatRank } from './format';
+import { formatBytes, formatDate, formatRank } from '../common/format';
 import { createLog } from './log';
 import { MemoryPanel } from './panel/memoryPanel';
 import { registerMemoryPanel } from './panel/register';

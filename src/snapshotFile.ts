@@ -1,8 +1,8 @@
 // Reading a snapshot file for lists (the Snapshots tree, pickers): parse, check it against the
-// format's JSON Schema and its own tables (webview/data/validate.ts, shared with the panel), and
+// format's JSON Schema and its own tables (common/validate.ts, shared with the panel), and
 // keep what a list shows. A snapshot may come from anyone: a bad file is an error entry with a
 // message, never a crash. No `vscode` import.
-import { validateTop } from '../webview/data/validate';
+import { validateTop } from '../common/validate';
 import type { SnapshotEntry } from './grouping';
 
 export type SnapshotRead = { ok: true; entry: SnapshotEntry } | { ok: false; path: string; error: string };

@@ -3,7 +3,7 @@
 // it works in Restricted Mode too) and refreshed when files change.
 import * as path from 'node:path';
 import * as vscode from 'vscode';
-import { formatBytes, formatDate, formatRank } from './format';
+import { formatBytes, formatDate, formatRank } from '../common/format';
 import { groupSnapshots, type SnapshotEntry, type SnapshotGroup } from './grouping';
 import { readSnapshotEntry, SNAPSHOT_GLOB, type SnapshotRead } from './snapshotFile';
 

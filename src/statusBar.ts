@@ -2,7 +2,7 @@
 // in the warning colours above the budget, opening the report on click; otherwise what the
 // server is doing (starting, tracing, stopped) or why nothing is traced (Restricted Mode).
 import * as vscode from 'vscode';
-import { formatBytes, formatDate, formatPeakOfBudget } from './format';
+import { formatBytes, formatDate, formatPeakOfBudget } from '../common/format';
 import type { SnapshotInfo } from './protocol';
 
 export type ServerState =

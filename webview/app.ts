@@ -4,12 +4,12 @@
 import { applyThemeDefaults } from './charts';
 import type { Context, Part } from './context';
 import { Derived } from './context';
-import type { Snapshot } from './data/snapshot';
+import type { Snapshot } from '../common/snapshot';
 import { TABS, restoreState, snapshotKeyOf, type PanelState, type Tab } from './data/state';
-import { deepChecks, parseSnapshot, validateSnapshot, validateTop } from './data/validate';
+import { deepChecks, parseSnapshot, validateSnapshot, validateTop } from '../common/validate';
 import { el, replace } from './dom';
 import type { Host } from './host';
-import type { HostMessage } from './messages';
+import type { HostMessage } from '../common/messages';
 import { readTheme, watchTheme, type Theme } from './theme';
 import { CompareView } from './views/compare';
 import { DetailsView } from './views/details';

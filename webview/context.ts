@@ -3,7 +3,7 @@
 import { eventIndex, type EventIndex } from './data/events';
 import { moduleForest, type ModuleTreeNode } from './data/modules';
 import { devicePhases, type PhaseRef } from './data/phases';
-import type { Snapshot } from './data/snapshot';
+import type { Snapshot } from '../common/snapshot';
 import type { PanelState, Tab } from './data/state';
 import { TensorText, indexById } from './data/tensors';
 import type { Theme } from './theme';

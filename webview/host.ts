@@ -1,8 +1,9 @@
 // Where the panel runs: inside VS Code (data and file opening by message, state by
 // getState/setState) or as the standalone HTML report (data embedded in the page, state in the
 // page's history entry so it survives a reload, and a frame click copies "file:line").
-import type { HostMessage, SavedWebviewState, WebviewMessage } from './messages';
-import { isHostMessage } from './messages';
+import type { HostMessage, SavedWebviewState, WebviewMessage } from '../common/messages';
+import { isHostMessage } from '../common/messages';
+import type { PanelState } from './data/state';
 
 export interface Payload {
   snapshot: unknown;
@@ -16,8 +17,8 @@ export interface Payload {
 
 export interface Host {
   readonly kind: 'vscode' | 'standalone';
-  getState(): SavedWebviewState | undefined;
-  setState(state: SavedWebviewState): void;
+  getState(): SavedWebviewState<PanelState> | undefined;
+  setState(state: SavedWebviewState<PanelState>): void;
   /** Opens (VS Code) or copies and shows (standalone) a source position. */
   openFile(file: string, line: number): void;
   /** Asks the host for a second snapshot; undefined where the panel must read a file itself. */
@@ -43,7 +44,7 @@ export function createHost(notify: (text: string) => void): Host {
 function vscodeHost(api: VsCodeApi): Host {
   return {
     kind: 'vscode',
-    getState: () => api.getState() as SavedWebviewState | undefined,
+    getState: () => api.getState() as SavedWebviewState<PanelState> | undefined,
     setState: (state) => api.setState(state),
     openFile: (file, line) => api.postMessage({ type: 'openFile', file, line }),
     pickCompare: () => api.postMessage({ type: 'pickCompare' }),
@@ -67,7 +68,7 @@ function standaloneHost(notify: (text: string) => void): Host {
     getState() {
       const state: unknown = history.state;
       if (typeof state === 'object' && state !== null && STATE_KEY in state) {
-        return (state as Record<string, unknown>)[STATE_KEY] as SavedWebviewState;
+        return (state as Record<string, unknown>)[STATE_KEY] as SavedWebviewState<PanelState>;
       }
       return undefined;
     },

@@ -2,7 +2,7 @@
 // draws with concrete colours, so they are read from the computed style and read again when the
 // theme changes (VS Code swaps the body class and the variables; the standalone report follows
 // the system's light/dark preference).
-import { CATEGORIES, type Category } from './data/snapshot';
+import { CATEGORIES, type Category } from '../common/snapshot';
 import { FALLBACK_CATEGORY_COLORS, categoryVariable, withAlpha } from './data/colors';
 
 export interface Theme {

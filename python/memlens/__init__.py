@@ -14,12 +14,12 @@ loaded on first use.
 __version__ = "0.1.0"
 
 _LAZY = {
-    "prepare": ("memlens.session", "prepare_process"),
-    "Tracer": ("memlens.tracer", "Tracer"),
+    "prepare": ("memlens.targets.session", "prepare_process"),
+    "Tracer": ("memlens.engine.tracer", "Tracer"),
     "get_device": ("memlens.devices", "get_device"),
     "read_snapshot": ("memlens.snapshot", "read_snapshot"),
     "write_snapshot": ("memlens.snapshot", "write_snapshot"),
-    "print_report": ("memlens.report", "print_report_to_terminal"),
+    "print_report": ("memlens.reports.terminal", "print_report_to_terminal"),
 }
 
 __all__ = ["__version__", *_LAZY]

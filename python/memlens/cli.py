@@ -27,7 +27,7 @@ from typing import Any
 
 from .errors import DataDependentError, MemlensError
 
-EXIT_USAGE, EXIT_ERROR = 2, 1
+EXIT_USAGE, EXIT_ERROR, EXIT_INTERRUPTED = 2, 1, 130
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -116,23 +116,23 @@ def _distributed_options(run: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from rich.console import Console
+    from .reports.terminal import make_console
 
-    err = Console(stderr=True)
+    err = make_console(stderr=True)
     try:
         if args.command == "devices":
-            return _devices(Console())
+            return _devices(make_console())
         if args.command == "show":
-            return _show(args, Console(stderr=args.json))
+            return _show(args, make_console(stderr=args.json))
         if args.command == "export":
             return _export(args, err)
-        return _trace(args, Console(stderr=args.json or args.progress == "json"), err)
+        return _trace(args, make_console(stderr=args.json or args.progress == "json"), err)
     except MemlensError as e:
         _print_error(e, err, args)
         return EXIT_ERROR
     except KeyboardInterrupt:
         err.print("[red]interrupted[/]")
-        return 130
+        return EXIT_INTERRUPTED
 
 
 def _print_error(e: MemlensError, console, args) -> None:
@@ -175,7 +175,7 @@ def _devices(console) -> int:
 
 
 def _show(args, console) -> int:
-    from .report import print_report, summary_json
+    from .reports.terminal import print_report, summary_json
     from .snapshot import read_snapshot
 
     if args.compare and not args.html:
@@ -183,7 +183,7 @@ def _show(args, console) -> int:
     snap = read_snapshot(args.snapshot)
     print_report(snap, console, args.snapshot)
     if args.html:
-        from .html_report import write_html_report
+        from .reports.html import write_html_report
 
         other = read_snapshot(args.compare) if args.compare else None
         path = write_html_report(snap, args.html, source=Path(args.snapshot).name, compare=other,
@@ -195,7 +195,7 @@ def _show(args, console) -> int:
 
 
 def _export(args, console) -> int:
-    from .export_memory_viz import export_memory_viz
+    from .reports.memory_viz import export_memory_viz
     from .snapshot import read_snapshot
 
     path = export_memory_viz(read_snapshot(args.snapshot), args.memory_viz)
@@ -212,14 +212,15 @@ def _trace(args, console, err) -> int:
     if job is not None and job.note:
         err.print(f"note: {job.note}", highlight=False, markup=False, soft_wrap=True)
     device = get_device(args.device or (recipe.device if recipe else None) or DEFAULT_DEVICE)
-    iterations = args.iterations or (recipe.iterations if recipe else None) or 2
+    iterations = args.iterations if args.iterations is not None else (
+        (recipe.iterations if recipe else None) or 2)
     if iterations < 1:
         raise MemlensError("--iterations must be at least 1")
 
     if getattr(args, "ranks", None):
         return _trace_all_ranks(args, spec, job, target, device, command, console, err)
 
-    from .session import prepare_process, trace_target
+    from .targets.session import prepare_process, trace_target
 
     prepare_process(device, spec.local_world_size if spec else 1)
 
@@ -236,28 +237,29 @@ def _trace(args, console, err) -> int:
                                 dynamic_sizes=args.dynamic_sizes or "bound")
         except DataDependentError as e:
             # What was traced until the script needed a value: the report, then the error.
-            from .report import print_report
+            from .reports.terminal import print_report
 
             print_report(e.partial_snapshot, console, None)
             raise
     path = None
     unwritten = None  # the snapshot could not be written: the report still comes first
     if not args.no_snapshot:
-        from .output_files import OutputError
+        from .snapshot.output_files import OutputError
         from .snapshot import write_snapshot
 
         try:
             path = str(write_snapshot(snap, args.snapshot or default_snapshot_path(target.name)))
         except OutputError as e:
             unwritten = e
-    from .report import print_report, summary_json
+    from .reports.terminal import print_report, summary_json
 
     print_report(snap, console, path)
     if unwritten is not None:
         raise unwritten
     if args.json:
         print(json.dumps(summary_json(snap, path)))
-    return 0
+    # Ctrl-C ended the trace: the report of what was traced, then the status of an interrupt.
+    return EXIT_INTERRUPTED if snap["meta"].get("interrupted") else 0
 
 
 @contextlib.contextmanager
@@ -286,7 +288,7 @@ def _target(args):
                 job.target.args.insert(0, f"--local-rank={spec.local_rank}")
         return job.target, None, spec, job
 
-    from .recipe import load_recipe
+    from .targets.recipe import load_recipe
     from .targets.model import ModelTarget, parse_target
 
     file, symbol = parse_target(args.target)
@@ -295,21 +297,20 @@ def _target(args):
         value = getattr(args, key)
         if value is not None:
             setattr(recipe, key, value)
-    if args.iterations:
+    if args.iterations is not None:
         recipe.iterations = args.iterations
-    from .recipe import OPTIMIZERS, PRECISIONS
+    from .targets.recipe import check_values
 
-    if recipe.precision not in PRECISIONS:
-        raise MemlensError(f"unknown precision {recipe.precision!r}; one of {', '.join(PRECISIONS)}")
-    if str(recipe.optimizer).lower() not in OPTIMIZERS:
-        raise MemlensError(f"unknown optimizer {recipe.optimizer!r}; one of {', '.join(OPTIMIZERS)}")
+    # The overrides obey the recipe's own rules (--batch 0 is no batch).
+    check_values(recipe, names={k: f"--{k}" for k in ("batch", "precision", "optimizer", "loss",
+                                                      "iterations") if getattr(args, k) is not None})
     return ModelTarget(str(file), symbol, recipe), recipe, None, None
 
 
 def _job(args):
     """The script to run: after `--`, from --launch or from --from-script (what follows `--`
     is then the shell script's arguments)."""
-    from .distributed.launchers import Job, from_launch, from_script
+    from .targets.launchers import Job, from_launch, from_script
     from .targets.script import ScriptTarget
 
     script = list(args.script)
@@ -320,7 +321,7 @@ def _job(args):
     if args.launch and script:
         raise MemlensError("--launch names the script; remove what follows `--`")
     if args.recorded_job:
-        from .distributed.job import read_job
+        from .targets.job import read_job
 
         return read_job(args.recorded_job)
     if args.launch:
@@ -356,7 +357,7 @@ def _rank_spec(args, job):
 def _trace_all_ranks(args, spec, job, target, device, command, console, err) -> int:
     import tempfile
 
-    from .distributed.job import write_job
+    from .targets.job import write_job
     from .distributed.parallel_runs import Outputs, run_all
 
     if spec is None:
@@ -411,7 +412,7 @@ def _worker_argv(args, spec, rank: int, snapshot: Path | None,
 
 
 def _dynamic_sizes(text: str) -> str:
-    from .dynamic_sizes import parse_policy
+    from .engine.dynamic_sizes import parse_policy
 
     try:
         return parse_policy(text)

@@ -12,7 +12,7 @@ from torch.cuda import _memory_viz as viz
 from conftest import TESTS
 from memlens import categories as C
 from memlens.errors import MemlensError
-from memlens.export_memory_viz import memory_viz_snapshot
+from memlens.reports.memory_viz import memory_viz_snapshot
 
 SCRIPT = TESTS / "scripts" / "grow.py"
 # What the viewer's JavaScript unpickler reads (MemoryViz.js `unpickle`): nothing else may

@@ -1,5 +1,5 @@
 """Saving fake tensors as training scripts do: `torch.save` of a checkpoint, next to
-`f"{loss:.4f}"` prints (patches/torch_fake_values.py, torch_core.py)."""
+`f"{loss:.4f}"` prints (patches/torch_values.py, torch_core.py)."""
 
 import json
 

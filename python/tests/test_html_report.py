@@ -14,8 +14,8 @@ import torch
 import torch.nn as nn
 
 from memlens import Tracer
-from memlens import html_report
-from memlens.html_report import BundleMissing, embed_json, render_html, write_html_report
+from memlens.reports import html as html_report
+from memlens.reports.html import BundleMissing, embed_json, render_html, write_html_report
 from memlens.snapshot import validate_snapshot, write_snapshot
 
 HOSTILE = '<img src=x onerror="document.title=\'pwned\'">'

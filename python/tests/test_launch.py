@@ -1,10 +1,10 @@
-"""Reading launch configurations and torchrun lines (memlens.launch, memlens.jsonc)."""
+"""Reading launch configurations and torchrun lines (memlens.targets.launch, memlens.targets.jsonc)."""
 
 import pytest
 
-from memlens.distributed.launch_argv import launched_script
+from memlens.targets.launch_argv import launched_script
 from memlens.errors import MemlensError
-from memlens.launch import (find_launch_config, launch_configs, parse_jsonc, read_launch_file,
+from memlens.targets.launch import (find_launch_config, launch_configs, parse_jsonc, read_launch_file,
                             torchrun_commands)
 
 

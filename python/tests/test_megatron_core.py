@@ -108,9 +108,9 @@ def test_plugin_is_undone_after_the_trace():
     """In one process: trace a megatron.core import, then check that Megatron is as before."""
     code = """
 from memlens.devices import get_device
-from memlens.session import prepare_process; prepare_process(get_device("h100-80gb"))
+from memlens.targets.session import prepare_process; prepare_process(get_device("h100-80gb"))
 import torch, sys
-from memlens.tracer import Tracer
+from memlens.engine.tracer import Tracer
 from megatron.core.tensor_parallel import random as r
 from megatron.core.optimizer import optimizer as o
 before = (r._set_cuda_rng_state, r.CudaRNGStatesTracker.fork, o.MixedPrecisionOptimizer.step)

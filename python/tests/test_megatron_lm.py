@@ -1,4 +1,4 @@
-"""Megatron-LM's entry points and patches/megatron-lm.patch.
+"""Megatron-LM's entry points and integrations/megatron-lm.patch.
 
 The megatron-core wheel has no `megatron.training`, so CI tests the entry-point path with a
 stand-in of it (tests/scripts/megatron_lm_stub: the functions the plugin hooks, called in
@@ -22,7 +22,7 @@ from conftest import REPO, TESTS
 from memlens.plugins import megatron_args
 from support import megatron as M
 
-PATCH = REPO / "patches" / "megatron-lm.patch"
+PATCH = REPO / "integrations" / "megatron-lm.patch"
 COMMIT = "55ac7082517c3878ae653c07c09c534b8aed49f6"  # tag core_v0.16.1
 STUB = TESTS / "scripts" / "megatron_lm_stub" / "pretrain_stub.py"
 CHECKOUT = os.environ.get("MEMLENS_MEGATRON_LM")

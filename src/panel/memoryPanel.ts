@@ -4,7 +4,7 @@
 // snapshot file; panels come back after a window reload (WebviewPanelSerializer).
 import * as path from 'node:path';
 import * as vscode from 'vscode';
-import { isWebviewMessage, type HostMessage, type SavedWebviewState, type WebviewMessage } from '../../webview/messages';
+import { isWebviewMessage, type HostMessage, type SavedWebviewState, type WebviewMessage } from '../../common/messages';
 import { makeNonce, panelHtml } from './html';
 import { fileTitle, panelTitle } from './title';
 

@@ -1,6 +1,6 @@
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
-import { formatBytes, formatDate, formatPeakOfBudget, formatRank } from '../../src/format';
+import { formatBytes, formatDate, formatPeakOfBudget, formatRank } from '../../common/format';
 
 test('bytes below 1 KiB are whole bytes', () => {
   assert.equal(formatBytes(0), '0 B');

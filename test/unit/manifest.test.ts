@@ -6,7 +6,7 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import * as path from 'node:path';
 import { test } from 'node:test';
-import { formatBytes } from '../../src/format';
+import { formatBytes } from '../../common/format';
 
 const root = path.resolve(__dirname, '..', '..', '..');
 interface Manifest {

@@ -1,9 +1,9 @@
 // Small, consistent, schema-valid snapshots for unit tests: a GPT-like model (embedding, two
 // repeated blocks, an output layer) plus a loss module and tensors of no module. Module rows are
 // inclusive sums of the tensors made for them, as the engine writes them.
-import type { CategoryBytes, ModuleRow, Snapshot, TensorRow } from '../../webview/data/snapshot';
+import type { CategoryBytes, ModuleRow, Snapshot, TensorRow } from '../../common/snapshot';
 import { emptyCategoryBytes } from '../../webview/data/categories';
-import { CATEGORIES } from '../../webview/data/snapshot';
+import { CATEGORIES } from '../../common/snapshot';
 
 export function cat(partial: Partial<CategoryBytes> = {}): CategoryBytes {
   return { ...emptyCategoryBytes(), ...partial };

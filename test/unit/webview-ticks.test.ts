@@ -1,6 +1,6 @@
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
-import { formatBytes } from '../../src/format';
+import { formatBytes } from '../../common/format';
 import { byteStep, byteTicks } from '../../webview/data/ticks';
 
 const GiB = 2 ** 30;

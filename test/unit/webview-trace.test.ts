@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import { eventIndex } from '../../webview/data/events';
 import { firstUserFrame, isUserFrame, orderedStack } from '../../webview/data/frames';
 import { devicePhases, phaseAtSeq, phaseAxisLines } from '../../webview/data/phases';
-import { isWebviewMessage } from '../../webview/messages';
+import { isWebviewMessage } from '../../common/messages';
 import { makeSnapshot } from './snapshotFixture';
 
 test('user frames come first, library frames after, each innermost first', () => {

@@ -2,7 +2,7 @@ import { strict as assert } from 'node:assert';
 import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
 import * as path from 'node:path';
-import { deepChecks, parseSnapshot, validateSnapshot, validateTop } from '../../webview/data/validate';
+import { deepChecks, parseSnapshot, validateSnapshot, validateTop } from '../../common/validate';
 import { makeSnapshot } from './snapshotFixture';
 
 const root = path.resolve(__dirname, '../../..');
@@ -59,7 +59,7 @@ test('the compiled validator matches schema.json', async () => {
   // The generator is an ES module; run it the way the build does.
   const gen = await import(path.join(root, 'scripts/gen-snapshot-validator.mjs'));
   const expected: string = gen.generateValidatorSource();
-  const actual = readFileSync(path.join(root, 'webview/data/schema-validator.generated.ts'), 'utf8');
+  const actual = readFileSync(path.join(root, 'common/schema-validator.generated.ts'), 'utf8');
   assert.ok(actual === expected, 'stale: run `node scripts/gen-snapshot-validator.mjs`');
 });
 

@@ -6,8 +6,8 @@ import { strict as assert } from 'node:assert';
 import { readFileSync, writeFileSync } from 'node:fs';
 import * as path from 'node:path';
 import { after, before, test } from 'node:test';
-import { formatBytes } from '../../src/format';
-import { CATEGORIES, type Snapshot } from '../../webview/data/snapshot';
+import { formatBytes } from '../../common/format';
+import { CATEGORIES, type Snapshot } from '../../common/snapshot';
 import { compareSnapshots } from '../../webview/data/compare';
 import {
   closeBrowser,

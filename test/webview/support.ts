@@ -6,7 +6,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import * as path from 'node:path';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
-import type { Snapshot } from '../../webview/data/snapshot';
+import type { Snapshot } from '../../common/snapshot';
 import { CHROMIUM_ARGS } from '../e2e/chromium';
 
 export const root = path.resolve(__dirname, '../../..');
@@ -144,14 +144,14 @@ export async function screenshot(page: Page, name: string): Promise<void> {
   await page.screenshot({ path: path.join(artifacts, `${name}.png`) });
 }
 
-/** JSON for a <script type="application/json"> block, escaped as html_report.py does. */
+/** JSON for a <script type="application/json"> block, escaped as reports/html.py does. */
 export function embedJson(value: unknown): string {
   return JSON.stringify(value).replace(/</g, '\\u003c').replace(/>/g, '\\u003e').replace(/&/g, '\\u0026');
 }
 
 /**
  * A copy of a report page with other data: `blocks` (raw block contents by id, the first being
- * memlens-data), or a snapshot split as html_report.py splits it.
+ * memlens-data), or a snapshot split as reports/html.py splits it.
  */
 export function reportWith(page: string, data: { snapshot: Snapshot; source?: string } | Record<string, string>): string {
   let blocks: Record<string, string>;

@@ -1,6 +1,6 @@
 // The eight categories every byte belongs to, their labels, and per-category sums of numbers
 // that are already in the snapshot (grouping, never estimating).
-import { CATEGORIES, type Category, type CategoryBytes } from './snapshot';
+import { CATEGORIES, type Category, type CategoryBytes } from '../../common/snapshot';
 
 export { CATEGORIES, type Category, type CategoryBytes };
 

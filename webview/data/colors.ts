@@ -1,7 +1,7 @@
 // Colours of the panel, as data: which theme variable each category takes (VS Code's chart
 // colours, so every theme styles the panel), fallbacks for a page outside VS Code, transparency
 // for bands and fills, and the scale that tints a value by its share of the peak.
-import type { Category } from './snapshot';
+import type { Category } from '../../common/snapshot';
 
 /** The CSS custom property (defined in webview/style.css) holding a category's colour. */
 export function categoryVariable(c: Category): string {

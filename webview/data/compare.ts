@@ -1,7 +1,7 @@
 // Two snapshots side by side (batch 8 vs 16, rank 0 vs rank 7): the differences of the numbers
 // both already hold — peak, phases, categories and modules — largest absolute change first.
 import { CATEGORY_LABELS, totalOf } from './categories';
-import { CATEGORIES, type Phase, type Snapshot } from './snapshot';
+import { CATEGORIES, type Phase, type Snapshot } from '../../common/snapshot';
 
 export interface Delta {
   key: string;

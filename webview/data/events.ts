@@ -1,7 +1,7 @@
 // What happened at an event of the trace (for the timeline's hover): the allocation made or
 // freed there, its op and module, looked up in the snapshot's allocation stream.
-import type { Category } from './snapshot';
-import { CATEGORIES, type Snapshot } from './snapshot';
+import type { Category } from '../../common/snapshot';
+import { CATEGORIES, type Snapshot } from '../../common/snapshot';
 
 export interface TraceEvent {
   kind: 'alloc' | 'free';

@@ -1,6 +1,6 @@
-// Numbers and names as people read them in the panel. Bytes use IEC units (src/format.ts, shared
+// Numbers and names as people read them in the panel. Bytes use IEC units (common/format.ts, shared
 // with the editor annotations); everything here only formats numbers taken from the snapshot.
-import { formatBytes } from '../../src/format';
+import { formatBytes } from '../../common/format';
 
 export { formatBytes };
 

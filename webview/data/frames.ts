@@ -1,7 +1,7 @@
 // Creation stacks for people: the user's own frames first (the line to change), library frames
 // after. The engine already keeps mostly user frames; this also copes with snapshots from other
 // writers that keep everything.
-import type { Frame, Snapshot } from './snapshot';
+import type { Frame, Snapshot } from '../../common/snapshot';
 
 export interface FrameRef {
   /** Index into `snapshot.frames`. */

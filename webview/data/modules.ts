@@ -3,7 +3,7 @@
 // for every byte. Bytes come from the snapshot as they are; this file only sums them along the
 // tree (module rows are inclusive: a parent already counts its children).
 import { addCategoryBytes, emptyCategoryBytes, totalOf } from './categories';
-import { CATEGORIES, moduleCategoryBytes, type CategoryBytes, type ModuleRow, type Snapshot } from './snapshot';
+import { CATEGORIES, moduleCategoryBytes, type CategoryBytes, type ModuleRow, type Snapshot } from '../../common/snapshot';
 
 export interface ModuleTreeNode {
   index: number;

@@ -1,6 +1,6 @@
 // The phases of the device the summary describes, in order, with their row index in
 // `snapshot.phases` (a tensor's `phase` points at that row).
-import type { Phase, Snapshot } from './snapshot';
+import type { Phase, Snapshot } from '../../common/snapshot';
 
 export interface PhaseRef {
   index: number;

@@ -2,7 +2,7 @@
 // history state in the standalone report): the tab, the filters, the selection. Anything read
 // back is untrusted and checked field by field; unknown or stale values fall back to defaults.
 import { isCategory } from './categories';
-import type { Category } from './snapshot';
+import type { Category } from '../../common/snapshot';
 import { TENSOR_COLUMNS, type SortDirection, type TensorColumn } from './tensors';
 
 export const TABS = ['phases', 'timeline', 'modules', 'table', 'details', 'compare'] as const;

@@ -2,7 +2,7 @@
 // selection ("what if I removed these"). Works on row indices so 100,000 rows stay cheap.
 import { CATEGORY_LABELS } from './categories';
 import { formatShape } from './format';
-import { CATEGORIES, type Category, type CategoryBytes, type Snapshot } from './snapshot';
+import { CATEGORIES, type Category, type CategoryBytes, type Snapshot } from '../../common/snapshot';
 import { emptyCategoryBytes } from './categories';
 
 export const TENSOR_COLUMNS = ['bytes', 'shape', 'dtype', 'category', 'module', 'phase', 'op'] as const;

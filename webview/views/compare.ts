@@ -4,7 +4,7 @@ import { compareSnapshots, type Delta } from '../data/compare';
 import { categoryVariable } from '../data/colors';
 import { formatBytes, formatDelta, formatRelative } from '../data/format';
 import { isCategory } from '../data/categories';
-import type { Snapshot } from '../data/snapshot';
+import type { Snapshot } from '../../common/snapshot';
 import type { Context } from '../context';
 import { el, replace, swatch } from '../dom';
 

@@ -14,7 +14,7 @@ import {
   type GroupNode,
   type ValueOf,
 } from '../data/modules';
-import { CATEGORIES, type Category, type CategoryBytes } from '../data/snapshot';
+import { CATEGORIES, type Category, type CategoryBytes } from '../../common/snapshot';
 import type { Context } from '../context';
 import { Chart, bytesAxis } from '../charts';
 import { el, replace } from '../dom';

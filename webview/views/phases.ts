@@ -6,7 +6,7 @@ import { CATEGORY_LABELS, emptyCategoryBytes } from '../data/categories';
 import { withAlpha } from '../data/colors';
 import { formatBytes, formatDelta } from '../data/format';
 import { phaseAxisLines } from '../data/phases';
-import { CATEGORIES, type CategoryBytes, type Phase } from '../data/snapshot';
+import { CATEGORIES, type CategoryBytes, type Phase } from '../../common/snapshot';
 import type { Context } from '../context';
 import { Chart, bytesAxis } from '../charts';
 import { el, replace } from '../dom';

@@ -3,7 +3,7 @@
 import { CATEGORY_LABELS } from '../data/categories';
 import { categoryVariable } from '../data/colors';
 import { formatBytes, formatCount, formatShare } from '../data/format';
-import { CATEGORIES } from '../data/snapshot';
+import { CATEGORIES } from '../../common/snapshot';
 import { TENSOR_COLUMNS, filterTensors, selectionTotal, sortTensors, type TensorColumn } from '../data/tensors';
 import type { Context } from '../context';
 import { el, replace, swatch } from '../dom';

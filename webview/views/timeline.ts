@@ -8,7 +8,7 @@ import { withAlpha } from '../data/colors';
 import { downsample, timelineColumns } from '../data/downsample';
 import { formatBytes, formatCount } from '../data/format';
 import { phaseAtSeq } from '../data/phases';
-import { CATEGORIES } from '../data/snapshot';
+import { CATEGORIES } from '../../common/snapshot';
 import type { Context } from '../context';
 import { Chart, bytesAxis } from '../charts';
 import { el, replace } from '../dom';

@@ -354,6 +354,27 @@ class CachingAllocatorModel:
         self._next_address = address + size
         return address
 
+    # -- what expandable.py's growing and shrinking of a pool asks of the model -------------
+    def reserve_addresses(self, size: int, alignment: int) -> int:
+        return self._reserve_addresses(size, alignment)
+
+    def merge_neighbours(self, block: Block) -> None:
+        self._try_merge(block, block.prev)
+        self._try_merge(block, block.next)
+
+    def pages_mapped(self, block: Block, nbytes: int) -> None:
+        """`nbytes` of pages mapped at `block` (after it merged with its neighbours)."""
+        self.reserved_bytes += nbytes
+        self.stats.increase(RESERVED_BYTES, block.pool.stat_type, nbytes)
+        self.stats.num_device_alloc += 1
+        self._trace("segment_map", block.addr, nbytes, block.stream)
+
+    def pages_unmapped(self, block: Block, start: int, nbytes: int) -> None:
+        self.reserved_bytes -= nbytes
+        self.stats.decrease(RESERVED_BYTES, block.pool.stat_type, nbytes)
+        self.stats.num_device_free += 1
+        self._trace("segment_unmap", start, nbytes, block.stream)
+
     def _trace(self, action: str, addr: int, size: int, stream: int,
                block_id: int | None = None) -> None:
         if self.history is not None:

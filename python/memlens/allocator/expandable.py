@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 from .blocks import Block, BlockPool
 from .sizes import SMALL_BUFFER
-from .stats import RESERVED_BYTES
 
 if TYPE_CHECKING:
     from .caching import CachingAllocatorModel
@@ -73,7 +72,7 @@ class ExpandableSegment:
         return 1 if 0 <= page < self.max_pages and self._mapped[page] else 0
 
 
-# -- how an expandable pool grows and shrinks (functions of the allocator model) -------------
+# -- how an expandable pool grows and shrinks (through the model's methods, never its _fields) --
 def allocate_block(model: CachingAllocatorModel, pool: BlockPool, stream: int,
                    size: int) -> Block | None:
     """try_allocate_expandable_block: map just enough pages at the lowest address that fits."""
@@ -104,7 +103,7 @@ def _find_space(model: CachingAllocatorModel, pool: BlockPool, stream: int,
             return candidate
     page = SMALL_BUFFER if pool.is_small else model.config.large_segment_size
     span = ExpandableSegment.address_space(model.capacity, page)  # 9/8 of the card
-    segment = ExpandableSegment(model._reserve_addresses(span, page), page, model.capacity,
+    segment = ExpandableSegment(model.reserve_addresses(span, page), page, model.capacity,
                                 stream, pool.is_small)
     model.expandable_segments.append(segment)
     candidate = Block(segment.size, segment.base, stream, pool, segment, mapped=False)
@@ -126,13 +125,9 @@ def _map_block(model: CachingAllocatorModel, block: Block, size: int) -> bool:
         rest.splice(block, block.next)
         pool.insert_unmapped(rest)
         block.size = mapped
-    model._try_merge(block, block.prev)
-    model._try_merge(block, block.next)
+    model.merge_neighbours(block)
     pool.insert(block)
-    model.reserved_bytes += mapped
-    model.stats.increase(RESERVED_BYTES, pool.stat_type, mapped)
-    model.stats.num_device_alloc += 1
-    model._trace("segment_map", block.addr, mapped, block.stream)
+    model.pages_mapped(block, mapped)
     return True
 
 
@@ -154,10 +149,6 @@ def unmap_block(model: CachingAllocatorModel, block: Block) -> None:
         tail.splice(block, block.next)
         pool.insert(tail)
     block.addr, block.size, block.mapped = start, size, False
-    model._try_merge(block, block.prev)
-    model._try_merge(block, block.next)
+    model.merge_neighbours(block)
     pool.insert_unmapped(block)
-    model.reserved_bytes -= size
-    model.stats.decrease(RESERVED_BYTES, pool.stat_type, size)
-    model.stats.num_device_free += 1
-    model._trace("segment_unmap", start, size, block.stream)
+    model.pages_unmapped(block, start, size)

@@ -1,8 +1,8 @@
 """``simulate_cuda``: inside it, ``torch.cuda`` and ``torch.accelerator`` answer as the target GPU.
 
 Every patch of torch.cuda / torch.accelerator lives in this module (the other torch patches are
-in memlens/patches/), is version-checked (TESTED_TORCH) and is undone on exit. Nothing here
-initialises real CUDA: while simulating, ``torch.cuda._lazy_init`` is a no-op inside
+in memlens/patches/), is version-checked (patches.patcher.TESTED_VERSIONS) and is undone on exit.
+Nothing here initialises real CUDA: while simulating, ``torch.cuda._lazy_init`` is a no-op inside
 FakeTensorMode and refuses outside it, and FakeTensorMode keeps avoiding device init (it asks
 ``torch.cuda.is_available()``, which we make True). The shim from build.py must have been
 loaded before ``import torch`` (on a CUDA build without a GPU too: see shim.cpp).
@@ -11,7 +11,6 @@ loaded before ``import torch`` (on a CUDA build without a GPU too: see shim.cpp)
 from __future__ import annotations
 
 import contextlib
-import re
 import sys
 import threading
 import warnings
@@ -21,14 +20,11 @@ from typing import Any, Protocol
 
 import torch
 
-from ..patches.patcher import Patcher
+from ..patches.patcher import Patcher, check_tested
 from . import build, streams
 from .device_state import SimulatedDevices
 from .rng import FakeCudaRNG
 from .spec_types import DeviceSpec
-
-# torch versions whose torch.cuda / FakeTensorMode internals these patches were checked on.
-TESTED_TORCH = ((2, 13), (2, 14))
 
 
 class MemorySource(Protocol):
@@ -235,11 +231,7 @@ def _modules(prefix: str) -> list[Any]:
 
 
 def _check_torch() -> None:
-    m = re.match(r"(\d+)\.(\d+)", torch.__version__)
-    version = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
-    if not TESTED_TORCH[0] <= version <= TESTED_TORCH[-1]:
-        warnings.warn(f"memlens simulate_cuda was tested with torch {TESTED_TORCH[0]}..{TESTED_TORCH[-1]}; "
-                      f"this is {torch.__version__}: some torch.cuda answers may be wrong", stacklevel=3)
+    check_tested("cuda_simulate", torch.__version__)
     if not torch.cuda._is_compiled() and torch._C._accelerator_getAccelerator() is None:
         raise RuntimeError("fake CUDA on this CPU-only torch build needs the memlens shim: call "
                            "memlens.cuda.build.ensure_fake_cuda_support() before `import torch`")

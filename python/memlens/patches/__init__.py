@@ -1,5 +1,6 @@
-"""Every monkey-patch memlens applies lives in this package: one module per library, each
-version-checked and undone when the trace ends."""
+"""Every monkey-patch of torch lives in this package, one module per area of torch (a plugin's
+patches of its own library live with the plugin, plugins/). All go through `Patcher`, are
+version-checked against `patcher.TESTED_VERSIONS` and are undone when the trace ends."""
 
 from .patcher import Patcher
 

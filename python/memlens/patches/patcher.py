@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import warnings
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 _MISSING = object()
@@ -25,13 +27,45 @@ class Patcher:
         that are not attributes, such as operator registrations)."""
         self._undo.append((None, undo, None))
 
+    def replace_everywhere(self, module: Any, name: str, value: Any,
+                           modules: Callable[[], Iterable[Any]], same_name: bool = False) -> Any:
+        """Replace `module.name` and every binding of the same object in `modules()`
+        (`from torch.cuda.memory import memory_allocated` copies the function into a module);
+        `same_name`: only bindings under the same name. Returns the original. Unless `same_name`,
+        the undo also restores bindings of `value` made after the replacement (a module that
+        ran `from module import name` while the patch was in place)."""
+        original = vars(module).get(name, _MISSING)
+        self.setattr(module, name, value)
+        for mod in modules():
+            if mod is module or original is _MISSING:
+                continue
+            for attr, bound in list(vars(mod).items()):
+                if bound is original and (attr == name or not same_name):
+                    self.setattr(mod, attr, value)
+        if not same_name and original is not _MISSING:
+            def restore_late_bindings() -> None:
+                for mod in modules():
+                    for attr, bound in list(vars(mod).items()):
+                        if bound is value:  # identity: module globals need not be hashable
+                            setattr(mod, attr, original)
+
+            self.defer(restore_late_bindings)
+        return getattr(module, name) if original is _MISSING else original
+
     def set_everywhere(self, modules: list[Any], name: str, value: Any) -> None:
-        """Replace `name` in modules[0] and in every other module that bound the same object
-        (`from torch.cuda.memory import memory_allocated` copies the function into a module)."""
-        original = vars(modules[0]).get(name, _MISSING)
-        for mod in modules:
-            if mod is modules[0] or (original is not _MISSING and vars(mod).get(name) is original):
-                self.setattr(mod, name, value)
+        """replace_everywhere in modules[0], and under the same name in the others."""
+        self.replace_everywhere(modules[0], name, value, lambda: modules[1:], same_name=True)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def swapped(owner: Any, name: str, value: Any) -> Iterator[None]:
+        """`owner.name` is `value` inside the block only (a swap for one call)."""
+        patcher = Patcher()
+        patcher.setattr(owner, name, value)
+        try:
+            yield
+        finally:
+            patcher.undo()
 
     def append(self, items: list, value: Any) -> None:
         """Add `value` to a list other modules hold by reference (mutated in place)."""
@@ -52,7 +86,33 @@ class Patcher:
                 setattr(owner, name, original)
 
 
-def check_version(library: str, version: str, tested: tuple[str, str]) -> None:
+# The one table of the versions each set of patches was written and tested against:
+# area -> (library, lowest tested version, first version not tested).
+TESTED_VERSIONS: dict[str, tuple[str, str, str]] = {
+    "torch_core": ("torch", "2.9.0", "2.16.0"),
+    "torch_data": ("torch", "2.9.0", "2.16.0"),
+    "torch_loops": ("torch", "2.9.0", "2.16.0"),
+    "torch_compile": ("torch", "2.9.0", "2.16.0"),
+    "torch_distributed": ("torch", "2.9.0", "2.16.0"),
+    "torch_cuda_device": ("torch", "2.13.0", "2.16.0"),
+    "torch_cuda_semantics": ("torch", "2.13.0", "2.15.0"),
+    "cuda_simulate": ("torch", "2.13.0", "2.15.0"),
+    "megatron": ("megatron-core", "0.16.0", "0.17.0"),
+    "torch_values": ("torch", "2.9.0", "2.16.0"),
+    "hf_accelerate": ("accelerate", "1.1.0", "1.16.0"),
+    "hf_safetensors": ("safetensors", "0.4.0", "0.9.0"),
+    "hf_transformers": ("transformers", "5.0.0", "5.30.0"),
+}
+
+
+def check_tested(area: str, version: str) -> None:
+    """check_version against the TESTED_VERSIONS row of `area`."""
+    library, low, high = TESTED_VERSIONS[area]
+    check_version(library, version, (low, high), stacklevel=4)
+
+
+def check_version(library: str, version: str, tested: tuple[str, str], stacklevel: int = 3
+                  ) -> None:
     """Warn (never fail) when a patched library is outside the versions the patches were tested
     on: the patch may then be unnecessary or wrong."""
     def key(v: str) -> tuple[int, ...]:
@@ -65,4 +125,4 @@ def check_version(library: str, version: str, tested: tuple[str, str]) -> None:
     low, high = tested
     if not key(low) <= key(version) < key(high):
         warnings.warn(f"memlens: {library} {version} is outside the tested range [{low}, {high}); "
-                      "estimates may be affected", stacklevel=3)
+                      "estimates may be affected", stacklevel=stacklevel)

@@ -14,14 +14,13 @@ import torch
 import torch.nn.functional as F
 
 from ..cuda import sdpa
-from .patcher import Patcher, check_version
+from .patcher import Patcher, check_tested
 
-TESTED = ("2.13.0", "2.15.0")
 CUDA_VERSION = "13.0"  # what a current PyTorch wheel for Hopper/Blackwell is built with
 
 
 def apply(patcher: Patcher, tracer) -> None:
-    check_version("torch", torch.__version__, TESTED)
+    check_tested("torch_cuda_semantics", torch.__version__)
     cc = (tracer.device.major, tracer.device.minor)
     math = F.scaled_dot_product_attention
     chosen = tracer.sdpa_backends  # backend name -> calls, reported in the snapshot

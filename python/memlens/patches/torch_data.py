@@ -12,13 +12,10 @@ from __future__ import annotations
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-from .patcher import Patcher, check_version
-
-TESTED = ("2.9.0", "2.16.0")
-
+from .patcher import Patcher, check_tested
 
 def apply(patcher: Patcher) -> None:
-    check_version("torch", torch.__version__, TESTED)
+    check_tested("torch_data", torch.__version__)
     from torch.utils.data._utils import pin_memory as module
 
     original = module.pin_memory

@@ -31,13 +31,11 @@ import sys
 from types import ModuleType
 
 from .. import categories as C
-from ..patches.patcher import Patcher, check_version
+from ..patches.patcher import Patcher, check_tested
 from .megatron_data import mock_iterator
 from .megatron_kernels import fused_rope_function
 from .megatron_layout import declare_layout, share_by_parameter
 
-# megatron-core versions these patches were written and tested against.
-TESTED = ("0.16.0", "0.17.0")
 SCHEDULES = ("forward_backward_no_pipelining", "forward_backward_pipelining_with_interleaving",
              "forward_backward_pipelining_without_interleaving")
 
@@ -74,7 +72,6 @@ class _Plugin:
     def __init__(self, tracer) -> None:
         self.tracer = tracer
         self.patcher = Patcher()
-        self._functions: dict[int, tuple] = {}  # id(replacement) -> (replacement, original)
         self.kernels: list[str] = []  # stand-in CUDA extensions put in sys.modules
         # Transformer Engine was asked for but is not installed: attention as TE holds it.
         self.flash_attention = False
@@ -82,23 +79,13 @@ class _Plugin:
     def replace(self, module: ModuleType, name: str, new) -> None:
         """Replace a module-level function, also where other Megatron modules bound it with
         `from module import name` (before or after the replacement: undone everywhere)."""
-        original = self.patcher.setattr(module, name, new)
-        self._functions[id(new)] = (new, original)
-        for mod in _megatron_modules():
-            for attr, value in list(vars(mod).items()):
-                if value is original and mod is not module:
-                    self.patcher.setattr(mod, attr, new)
+        self.patcher.replace_everywhere(module, name, new, _megatron_modules)
 
     def undo(self) -> None:
         from . import megatron_kernels
 
         megatron_kernels.uninstall(self.kernels)
         self.patcher.undo()
-        for mod in _megatron_modules():
-            for attr, value in list(vars(mod).items()):
-                new, original = self._functions.get(id(value), (None, None))
-                if new is value:  # identity: module globals need not be hashable
-                    setattr(mod, attr, original)
 
     def note(self, text: str) -> None:
         if text not in self.tracer.notes:
@@ -129,7 +116,7 @@ class _Plugin:
         }
 
     def check_version(self, mod: ModuleType) -> None:
-        check_version("megatron-core", getattr(mod, "__version__", "0"), TESTED)
+        check_tested("megatron", getattr(mod, "__version__", "0"))
 
     # -- layout ------------------------------------------------------------------------------
     def parallel_state(self, mod: ModuleType) -> None:
@@ -481,14 +468,11 @@ def _as_first_tp_rank(get_batch):
     def wrapper(data_iterator, *args, **kwargs):
         from megatron.core import parallel_state
 
-        original = parallel_state.get_tensor_model_parallel_rank
-        if data_iterator is None or original() == 0:
+        if data_iterator is None or parallel_state.get_tensor_model_parallel_rank() == 0:
             return get_batch(data_iterator, *args, **kwargs)
-        parallel_state.get_tensor_model_parallel_rank = lambda *a, **k: 0
-        try:
+        with Patcher.swapped(parallel_state, "get_tensor_model_parallel_rank",
+                             lambda *a, **k: 0):
             return get_batch(data_iterator, *args, **kwargs)
-        finally:
-            parallel_state.get_tensor_model_parallel_rank = original
 
     return wrapper
 

@@ -7,9 +7,8 @@ import os
 from dataclasses import dataclass, fields
 from typing import Any
 
+from ..devices import DEFAULT_DEVICE  # a table, no torch
 from ..units import parse_bytes
-
-DEFAULT_DEVICE = "h100-80gb"  # memlens.devices.DEFAULT_DEVICE, without importing the table
 
 
 @dataclass

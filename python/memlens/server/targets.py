@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..errors import MemlensError
-from ..launch import launch_configs, parse_jsonc, torchrun_commands
-from ..recipe import find_recipe_file, recipe_targets
+from ..targets.launch import launch_configs, parse_jsonc, torchrun_commands
+from ..targets.recipe import find_recipe_file, recipe_targets
 from .digest import normalize_path
 from .outline import outline
 

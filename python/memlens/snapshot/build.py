@@ -10,13 +10,15 @@ import datetime as _dt
 import platform
 import sys
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from .. import categories as C
-from ..analysis import DeviceStats, group_key, live_at, replay
-from ..device_memory import device_memory
-from ..ledger import Ledger
+from .analysis import DeviceStats, group_key, live_at, replay
+from .device_memory import device_memory
+
+if TYPE_CHECKING:  # the ledger comes in; the snapshot room never imports the engine
+    from ..engine.ledger import Ledger
 
 FORMAT = "memlens.snapshot"
 VERSION = 1
@@ -248,6 +250,9 @@ def build_snapshot(tracer, meta: dict[str, Any],
             **tracer.parallel_meta(),
             "allocator": tracer.allocator_settings,
             "iterations": tracer.iterations, "duration_s": round(tracer.finished - tracer.started, 3),
+            "iterations_traced": tracer.phases.iterations_traced,
+            "iteration_unit": tracer.phases.counted,
+            "interrupted": bool(getattr(tracer, "interrupted", False)),
             **({"notes": list(tracer.notes)} if getattr(tracer, "notes", None) else {}),
             **meta,
         },

@@ -5,7 +5,7 @@ from __future__ import annotations
 import traceback
 
 from ..errors import Location, MemlensError, ScriptError
-from ..stacks import StackTable
+from ..engine.stacks import StackTable
 
 _stacks: StackTable | None = None
 

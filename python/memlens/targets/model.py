@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import Location, MemlensError, StopTracing
-from ..recipe import Recipe
+from .recipe import Recipe
 from .failure import script_error
 
 _DTYPES = {"float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8",
@@ -41,8 +41,18 @@ def parse_target(spec: str) -> tuple[Path, str]:
     return path.resolve(), symbol
 
 
+def _module_name(path: Path) -> str:
+    return f"memlens_target_{abs(hash(str(path)))}"
+
+
+def unload(target: ModelTarget) -> None:
+    """Remove the module `run_model` put in sys.modules, once the snapshot is built (it finds
+    the model classes' source files through it)."""
+    sys.modules.pop(_module_name(Path(target.file)), None)
+
+
 def _load_module(path: Path):
-    name = f"memlens_target_{abs(hash(str(path)))}"
+    name = _module_name(path)
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise MemlensError(f"cannot load {path} as a Python module")

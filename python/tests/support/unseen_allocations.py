@@ -286,7 +286,7 @@ def main(argv: list[str]) -> None:
         opts[argv.pop(0)] = True
     rules = None
     if opts["--check"]:
-        from memlens.workspaces import WorkspaceModel
+        from memlens.kernels.buffers import WorkspaceModel
 
         rules = WorkspaceModel("cpu")
     trace = record(argv[0], argv[1:], rules)

@@ -1,0 +1,194 @@
+// The snapshot document (docs/snapshot-format.md, python/memlens/snapshot/schema.json) as
+// TypeScript types. Every size is an integer number of bytes; indices point into the tables of
+// the same document, -1 meaning "none". Only validate.ts turns untrusted JSON into a Snapshot.
+
+export const CATEGORIES = [
+  'parameter',
+  'buffer',
+  'gradient',
+  'optimizer_state',
+  'activation',
+  'temporary',
+  'input',
+  'other',
+] as const;
+
+export type Category = (typeof CATEGORIES)[number];
+export type CategoryBytes = Record<Category, number>;
+
+export interface Position {
+  file: string;
+  line: number;
+}
+
+export interface Device {
+  name: string;
+  display_name?: string;
+  type: 'cuda' | 'cpu';
+  total_memory_bytes: number;
+  compute_capability?: [number, number] | null;
+  sm_count?: number | null;
+  rounding_bytes: number;
+}
+
+export interface Target {
+  kind: 'script' | 'model' | 'launch';
+  name: string;
+  path?: string | null;
+  args?: string[];
+  cwd?: string | null;
+}
+
+export interface Meta {
+  tool: string;
+  tool_version: string;
+  torch_version: string;
+  python_version?: string;
+  created: string;
+  command?: string[];
+  target?: Target;
+  device: Device;
+  device_key: string;
+  world_size: number;
+  rank: number;
+  parallel?: Record<string, unknown>;
+  precision?: string | null;
+  iterations: number; // requested
+  iterations_traced?: number; // begun (older snapshots: absent)
+  iteration_unit?: string; // 'optimizer steps' | 'backward passes' | 'forward passes'
+  interrupted?: boolean;
+  stopped_after_iterations?: boolean;
+  duration_s?: number;
+  notes?: string[];
+}
+
+export interface Placeholder {
+  file?: string | null;
+  line?: number | null;
+  op: string;
+  value: unknown;
+}
+
+export interface Summary {
+  peak_bytes: number;
+  peak_seq: number;
+  peak_phase: string | null;
+  peak_tensor: number;
+  categories_at_peak: CategoryBytes;
+  category_peaks: CategoryBytes;
+  final_bytes: number;
+  total_allocated_bytes: number;
+  allocation_count: number;
+  devices?: Record<string, { peak_bytes: number; final_bytes: number }>;
+  placeholders?: Placeholder[];
+}
+
+export interface Phase {
+  name: string;
+  device: string;
+  start_seq: number;
+  end_seq: number;
+  current_before_bytes: number;
+  current_after_bytes: number;
+  peak_bytes: number;
+  peak_seq?: number;
+  categories_before?: CategoryBytes;
+  categories_after?: CategoryBytes;
+  categories_at_peak?: CategoryBytes;
+}
+
+export interface ModuleRow {
+  fqn: string;
+  class: string;
+  source?: Position | null;
+  constructed_at?: Position | null;
+  group: string;
+  parameter_bytes: number;
+  buffer_bytes: number;
+  gradient_bytes: number;
+  optimizer_state_bytes: number;
+  activation_bytes: number;
+  temporary_bytes: number;
+  input_bytes: number;
+  other_bytes: number;
+  at_peak: CategoryBytes;
+  forward_peak_bytes: number;
+  backward_peak_bytes: number;
+}
+
+export interface LineRow {
+  file: string;
+  line: number;
+  bytes_at_peak: number;
+  total_bytes: number;
+  allocations: number;
+}
+
+export interface TensorRow {
+  id: number;
+  bytes: number;
+  requested_bytes?: number;
+  shape: number[];
+  dtype: string;
+  category: Category;
+  module: number;
+  phase: number;
+  op: string;
+  stack: number;
+}
+
+export interface Frame {
+  file: string;
+  line: number;
+  name: string;
+}
+
+export interface Timeline {
+  columns: string[];
+  points: number[][];
+  events: number;
+}
+
+export interface Allocations {
+  devices: string[];
+  device: number[];
+  bytes: number[];
+  requested_bytes: number[];
+  category: number[];
+  module: number[];
+  op: number[];
+  stack: number[];
+  stream: number[];
+  alloc_seq: number[];
+  free_seq: number[];
+}
+
+export interface Snapshot {
+  format: 'memlens.snapshot';
+  version: 1;
+  meta: Meta;
+  summary: Summary;
+  phases: Phase[];
+  modules: ModuleRow[];
+  lines: LineRow[];
+  tensors: TensorRow[];
+  ops: string[];
+  frames: Frame[];
+  stacks: number[][];
+  timeline: Timeline;
+  allocations?: Allocations | null;
+}
+
+/** The per-category field of a module row: `parameter` → `parameter_bytes`. */
+export function moduleCategoryBytes(m: ModuleRow): CategoryBytes {
+  return {
+    parameter: m.parameter_bytes,
+    buffer: m.buffer_bytes,
+    gradient: m.gradient_bytes,
+    optimizer_state: m.optimizer_state_bytes,
+    activation: m.activation_bytes,
+    temporary: m.temporary_bytes,
+    input: m.input_bytes,
+    other: m.other_bytes,
+  };
+}

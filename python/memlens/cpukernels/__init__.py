@@ -1,1 +1,0 @@
-"""What CPU kernels allocate for themselves, op by op (see `workspaces_cpu.CPU_RULES`)."""

@@ -1,0 +1,359 @@
+"""The TorchDispatchMode that books every op's new storages into the ledger.
+
+It sits above FakeTensorMode: each op runs fake (no real memory), then every output whose
+storage the ledger has not seen is a new allocation. Views and in-place results share a storage
+that is already booked, so they cost nothing. The storage's weakref frees it.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor as _FakeTensor, unset_fake_temporarily
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .. import categories as C
+from ..errors import DataDependentError, Location
+from .dynamic_sizes import bounded_result, has_bound
+from .healthy_values import HEALTHY_OPS, HEALTHY_VALUE, note_healthy_value
+from .host_compute import runs_on_host
+
+aten = torch.ops.aten
+_local_scalar_dense = aten._local_scalar_dense.default
+_PASSTHROUGH = {torch.ops.prim.device.default, aten.sym_size.default, aten.sym_stride.default,
+                aten.sym_numel.default, aten.sym_storage_offset.default, aten.is_contiguous.default,
+                aten.detach.default, aten.view.default, aten._unsafe_view.default,
+                aten.t.default, aten.transpose.int, aten.permute.default, aten.expand.default,
+                aten.unsqueeze.default, aten.squeeze.dim, aten.slice.Tensor, aten.select.int,
+                aten.as_strided.default, aten.alias.default}
+_current_node = torch._C._current_autograd_node
+_WAIT_TENSOR = getattr(getattr(torch.ops, "_c10d_functional", None), "wait_tensor", None)
+_WAIT_TENSOR = _WAIT_TENSOR.default if _WAIT_TENSOR is not None else None
+# Ops FakeTensorMode has no fake kernel for (it would run them on real data and fail): what
+# they mean for memory. record_stream only delays a free across streams; pinning copies to
+# host memory (below, so that the copy is booked).
+_NO_FAKE_KERNEL = {
+    aten.record_stream.default: lambda t, stream: None,
+    aten.is_pinned.default: lambda t, device=None: False,
+}
+_PIN_MEMORY = aten._pin_memory.default
+_PLAIN_TYPES = (torch.Tensor, torch._subclasses.FakeTensor, torch.nn.Parameter)
+
+
+def _plain(types) -> bool:
+    return all(t in _PLAIN_TYPES or issubclass(t, torch._subclasses.FakeTensor) for t in types)
+
+
+def _numel(shape: tuple) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+class Accountant(TorchDispatchMode):
+    def __init__(self, tracer):
+        super().__init__()
+        self.tracer = tracer
+        self.ledger = tracer.ledger
+        self._mutable: dict = {}
+        self._mask_arg: dict = {}
+        self._names: dict = {}
+        self.placeholders: list[tuple[int, str, object]] = []  # (stack, op, value answered)
+        self._noted: set = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func.namespace == "profiler":  # record_function markers: no tensors, no memory
+            return func(*args, **kwargs)
+        if _FakeTensor not in types and runs_on_host(func, types, args, kwargs,
+                                                     sys._getframe(1)):
+            return self._run_on_host(func, args, kwargs)
+        if func in _PASSTHROUGH:
+            return func(*args, **kwargs)
+        phases = self.tracer.phases
+        if phases.stop_pending and not phases.in_step:
+            raise self.tracer.stop()
+        if func is _local_scalar_dense:
+            # A DTensor's value (`.item()` of a clipped grad norm) is its local tensor's: let
+            # DTensor dispatch, and read the local tensor when it comes back here.
+            return self._read_value(args[0]) if _plain(types) else NotImplemented
+        if func is _WAIT_TENSOR:
+            # Eager wait_tensor hands back its input; the fake kernel makes a new tensor that
+            # would be booked as a second copy of every functional collective's output.
+            return args[0]
+        if func in _NO_FAKE_KERNEL:
+            return _NO_FAKE_KERNEL[func](*args)
+        if func is _PIN_MEMORY:  # FSDP's CPU offload: a copy in (page-locked) host memory
+            func, args, kwargs = aten.clone.default, (args[0],), {}
+        if not _plain(types):
+            # A tensor subclass (DTensor, FSDP's wrappers): its outer tensor is a shell with no
+            # memory of its own. Let the subclass run; the ops it runs on its inner tensors
+            # (the local shards, which hold the bytes) come back here and are booked.
+            return NotImplemented
+        try:
+            out = func(*args, **kwargs)
+        except Exception as e:
+            kind = type(e).__name__
+            if kind == "DynamicOutputShapeException":
+                return self._bounded(func, args, kwargs)
+            elif kind == "DataDependentOutputException":
+                return self._made_up_result(func)
+            else:
+                raise
+        if func in HEALTHY_OPS:
+            note_healthy_value(func, args, out)
+        return self._book_outputs(func, args, kwargs, out)
+
+    def _book_outputs(self, func, args, kwargs, out):
+        booked = self._unmasked(func, args, kwargs, out)
+        plan = self.tracer.workspaces(func, args, kwargs, booked)
+        if plan is None:
+            self._book(func, booked)
+        else:
+            self._run_plan(func, plan, booked)
+        for item in self.tracer.workspaces.persistent(func, args, kwargs, out):
+            self._persistent(item)
+        return out
+
+    def _run_on_host(self, func, args, kwargs):
+        """A host op computed for real (see host_compute.py). Its new storages are the
+        script's host memory and are booked; views and in-place results of host tensors are
+        not (their storage may be numpy's, which no allocator of torch's holds)."""
+        phases = self.tracer.phases
+        if phases.stop_pending and not phases.in_step:
+            raise self.tracer.stop()
+        if func in _NO_FAKE_KERNEL:
+            return _NO_FAKE_KERNEL[func](*args)
+        if func is _PIN_MEMORY:  # a page-locked copy in host memory: a copy, on the host
+            func, args, kwargs = aten.clone.default, (args[0],), {}
+        with unset_fake_temporarily():
+            out = func(*args, **kwargs)
+        if func in _PASSTHROUGH or func is _local_scalar_dense or func._schema.is_mutable:
+            return out
+        return self._book_outputs(func, args, kwargs, out)
+
+    def _bounded(self, func, args, kwargs):
+        """An op whose result's size depends on tensor values, on fake inputs: the size the
+        policy picks within the op's bound (dynamic_sizes.py), with a note at the user's line;
+        an op with no bound is an error naming it."""
+        policy = self.tracer.dynamic_size_policy
+        result = bounded_result(func, args, kwargs, policy)
+        if result is None:
+            raise self._data_dependent(func, "the size of its result depends on tensor "
+                                       "values", policy) from None
+        out, bound, size, temporary_bytes = result
+        self.note_value(f"size of {_op_name(func)}", f"{size} of at most {bound}", depth=2)
+        held = None
+        if temporary_bytes:  # the kernel's own index tensors, alive while it runs
+            module, _, stack, backward = self._context()
+            device = self.tracer.device_key(out.device)
+            held = self.ledger.alloc(temporary_bytes, device, "int64", (temporary_bytes // 8,),
+                                     C.TEMPORARY, module, self.tracer.phases.index,
+                                     self.ledger.op_id("nonzero"), stack, backward=backward)
+        booked = self._book_outputs(func, args, kwargs, out)
+        if held is not None:
+            self.ledger.free(held)
+        return booked
+
+    # -- booking ---------------------------------------------------------------------------
+    def _unmasked(self, func, args, kwargs, out):
+        """The outputs a real kernel allocates. Backward ops with an `output_mask` return an
+        undefined tensor where the mask is False, but some fake kernels (e.g. the meta of
+        native_batch_norm_backward) return a full-size tensor there: it is no allocation."""
+        index = self._mask_arg.get(func)
+        if index is None:
+            index = self._mask_arg[func] = next(
+                (i for i, a in enumerate(func._schema.arguments) if a.name == "output_mask"), -1)
+        if index < 0 or not isinstance(out, (tuple, list)):
+            return out
+        mask = args[index] if index < len(args) else kwargs.get("output_mask")
+        if mask is None:
+            return out
+        return tuple(None if i < len(mask) and not mask[i] else t for i, t in enumerate(out))
+
+    def _book(self, func, out) -> None:
+        if isinstance(out, torch.Tensor):
+            self._book_tensor(func, out)
+        elif isinstance(out, (tuple, list)):
+            for t in out:
+                if isinstance(t, torch.Tensor):
+                    self._book_tensor(func, t)
+
+    def _book_tensor(self, func, t: torch.Tensor) -> None:
+        if t.device.type == "meta":  # shapes only (a model built on meta): no memory anywhere
+            return
+        try:
+            st = t.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            return
+        ledger = self.ledger
+        rid = ledger.storage_rid(st)
+        if rid is not None:
+            mutable = self._mutable.get(func)
+            if mutable is None:
+                mutable = self._mutable[func] = func._schema.is_mutable
+            if mutable and st.nbytes() != ledger.records[rid].nbytes:
+                self._resized(self._op(func), tuple(t.shape), st, rid)
+            return
+        self._new(func, t, st)
+
+    def storage_resized(self, st) -> None:
+        """`UntypedStorage.resize_` called directly (FSDP frees unsharded parameters with
+        `resize_(0)` and re-allocates them with `resize_(n)`): no op the dispatch mode sees."""
+        rid = self.ledger.storage_rid(st)
+        if rid is None:
+            return
+        rec = self.ledger.records[rid]
+        if rec.free_seq >= 0 and st.nbytes() == 0:
+            return
+        if rec.free_seq >= 0 or st.nbytes() != rec.nbytes:
+            itemsize = rec.nbytes // max(1, _numel(rec.shape)) if rec.nbytes else 1
+            self._resized(self.ledger.op_id("resize_"), (st.nbytes() // max(1, itemsize),), st,
+                          rid)
+
+    def _new(self, func, t, st) -> int:
+        ledger = self.ledger
+        module, category, stack, backward = self._context()
+        rid = ledger.alloc(st.nbytes(), self.tracer.device_key(t.device), _dtype_name(t.dtype),
+                           tuple(t.shape), category, module, self.tracer.phases.index,
+                           self._op(func), stack, backward=backward)
+        ledger.track_storage(st, rid)
+        return rid
+
+    def _resized(self, op: int, shape: tuple, st, old_rid) -> None:
+        """A storage changed size (resize_, set_, out= into a smaller tensor): the old block is
+        freed and a new one of the new size, of the same kind, is allocated."""
+        old = self.ledger.records[old_rid]
+        self.ledger.free(old_rid)
+        if st.nbytes() > 0:
+            module, _, stack, backward = self._context()
+            rid = self.ledger.alloc(st.nbytes(), old.device, old.dtype, shape, old.category,
+                                    module, self.tracer.phases.index, op, stack,
+                                    backward=backward)
+            self.ledger.retarget_storage(st, rid)
+
+    def _run_plan(self, func, plan, out) -> None:
+        """Book the op's outputs and its kernel's own buffers in the order the kernel makes
+        them (see `kernels.buffers.Plan`): buffers are temporaries of the op's module and phase."""
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+
+        def book(indices) -> None:
+            for i in indices:
+                if i < len(outs) and isinstance(outs[i], torch.Tensor):
+                    self._book_tensor(func, outs[i])
+
+        named = plan.named_outputs()
+        book(i for i in range(len(outs)) if i not in named)
+        ref = next((t for t in outs if isinstance(t, torch.Tensor)), None)
+        device = self.tracer.device_key(ref.device) if ref is not None else "cpu"
+        module, _, stack, backward = self._context()
+        op, phase = self._op(func), self.tracer.phases.index
+        held: dict[int, int] = {}
+        for step in plan.steps:
+            if step[0] == "alloc":
+                n = step[2]
+                held[step[1]] = self.ledger.alloc(n, device, "uint8", (n,), C.TEMPORARY, module,
+                                                  phase, op, stack, backward=backward)
+            elif step[0] == "free":
+                rid = held.pop(step[1], None)
+                if rid is not None:
+                    self.ledger.free(rid)
+            else:
+                book(step[1])
+        for rid in held.values():
+            self.ledger.free(rid)
+
+    def _persistent(self, item) -> None:
+        """A library's memory taken on first use and kept for good (a cuBLAS workspace): it
+        belongs to no module and is never freed."""
+        _, _, stack, backward = self._context()
+        self.ledger.alloc(item.nbytes, self.tracer.device_key(item.device), "uint8",
+                          (item.nbytes,), C.OTHER, -1, self.tracer.phases.index,
+                          self.ledger.op_id(item.label), stack, backward=backward)
+
+    def _context(self) -> tuple[int, int, int, bool]:
+        """(module, initial category, stack, in backward) for an allocation made now."""
+        tracer = self.tracer
+        module = tracer.modules.current()
+        backward = _current_node() is not None
+        if tracer.phases.in_step or backward or tracer.modules.stack:
+            category = C.TEMPORARY
+        elif tracer.phases.state == 1:  # inside an iteration, outside modules (e.g. the loss)
+            category = C.TEMPORARY
+        else:
+            category = C.INPUT
+        return module, category, tracer.stacks.capture(sys._getframe(1)), backward
+
+    def _op(self, func) -> int:
+        oid = self._names.get(func)
+        if oid is None:
+            oid = self._names[func] = self.ledger.op_id(str(func.overloadpacket).replace("aten.", ""))
+        return oid
+
+    # -- values that only a real run knows -------------------------------------------------
+    def _read_value(self, t: torch.Tensor):
+        constant = getattr(t, "constant", None)
+        if constant is not None:
+            return constant.item()
+        if not isinstance(t, _FakeTensor):
+            return _local_scalar_dense(t)
+        if t.dtype == torch.bool:
+            value: object = getattr(t, HEALTHY_VALUE, False)
+        elif t.dtype.is_floating_point:
+            value = 0.0
+        elif t.dtype.is_complex:
+            value = 0j
+        else:
+            value = 0
+        self.note_value("item", value, depth=2)
+        return value
+
+    def _made_up_result(self, func):
+        """An op whose result is a Python value computed from tensor values (`torch.equal`,
+        `allclose`): a placeholder of its type, noted at the line."""
+        returns = func._schema.returns
+        kind = str(returns[0].type) if len(returns) == 1 else ""
+        value = {"bool": False, "int": 0, "float": 0.0, "SymInt": 0, "Scalar": 0.0}.get(kind)
+        if value is None:
+            raise self._data_dependent(func, "its result is a tensor value")
+        self.note_value(_op_name(func), value, depth=2)
+        return value
+
+    def note_value(self, op: str, value, depth: int = 1) -> None:
+        """A value the trace made up, noted once per user line (a loop's `loss.item()` is one
+        note, not one per step)."""
+        stacks = self.tracer.stacks
+        stack = stacks.capture(sys._getframe(depth + 1))
+        top = stacks.top_frame(stack)
+        key = (top[0], top[1], op) if top else (stack, op)
+        if key in self._noted:
+            return
+        self._noted.add(key)
+        self.placeholders.append((stack, op, value))
+
+    def _data_dependent(self, func, what: str, policy: str = "") -> DataDependentError:
+        stacks = self.tracer.stacks
+        top = stacks.top_frame(stacks.capture(sys._getframe(2)))
+        where = Location(top[0], top[1], top[2]) if top else None
+        name = _op_name(func)
+        if policy == "error" and has_bound(func):
+            remedy = ("--dynamic-sizes error was given; without it (or with a fraction such as "
+                      "--dynamic-sizes 0.5) the trace sizes it within its bound")
+        else:
+            what += ", and it has no bound a trace could use"
+            remedy = ("Make the size independent of tensor values (a fixed capacity, padding, "
+                      "a size computed from shapes), or compute it from host tensors (CPU "
+                      "tensors made from host data are computed for real)")
+        return DataDependentError(
+            f"`{name}` needs real tensor values ({what}); a memory trace has none. {remedy}.",
+            where)
+
+
+def _op_name(func) -> str:
+    return str(func.overloadpacket).replace("aten.", "")

@@ -1,0 +1,183 @@
+"""Decides each storage's category from what holds it.
+
+Allocations start with a category from their context (see `Accountant._context`); this module
+moves them to what they turn out to be:
+- a registered parameter or buffer -> parameter / buffer (also re-checked at every top-level
+  forward, which catches `.to(dtype)` and `.cuda()` swapping the data);
+- a parameter's `.grad` after accumulation -> gradient;
+- a tensor held in `optimizer.state` after a step -> optimizer state;
+- a temporary saved for backward (saved-tensor pack hook) -> activation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+from .. import categories as C
+
+
+def _storages_of(t: torch.Tensor):
+    """The storages that hold a tensor's bytes: its own, or for a wrapper subclass (DTensor,
+    whose storage is a shell of the global size) those of its inner tensors (the local shard)."""
+    if is_traceable_wrapper_subclass(t):
+        for attr in t.__tensor_flatten__()[0]:
+            inner = getattr(t, attr)
+            if isinstance(inner, torch.Tensor):  # DTensor also lists its DeviceMesh
+                yield from _storages_of(inner)
+        return
+    try:
+        yield t.untyped_storage()
+    except (RuntimeError, NotImplementedError):  # sparse and other storage-less layouts
+        return
+
+
+class Classifier:
+    def __init__(self, ledger, modules):
+        self.ledger = ledger
+        self.modules = modules
+        self._handles: list[Any] = []
+        self._grad_hooked: set[int] = set()
+        self._param_handles: list[Any] = []
+        self._pinned: set[int] = set()  # records whose category and module are settled
+        self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+
+    def install(self) -> None:
+        from torch.nn.modules import module as m
+        from torch.optim import optimizer as o
+
+        self._handles = [
+            m.register_module_parameter_registration_hook(self._parameter_registered),
+            m.register_module_buffer_registration_hook(self._buffer_registered),
+            o.register_optimizer_step_pre_hook(self._before_step),
+            o.register_optimizer_step_post_hook(self._after_step),
+            m.register_module_forward_hook(self._module_returned),
+        ]
+        self._saved_hooks.__enter__()
+
+    def uninstall(self) -> None:
+        self._saved_hooks.__exit__(None, None, None)
+        for h in self._handles + self._param_handles:
+            h.remove()
+        self._handles, self._param_handles = [], []
+
+    # -- helpers ---------------------------------------------------------------------------
+    def mark(self, t: torch.Tensor | None, category: int, module: int | None = None,
+             only_from: tuple[int, ...] | None = None) -> None:
+        if not isinstance(t, torch.Tensor):
+            return
+        for st in _storages_of(t):
+            rid = self.ledger.storage_rid(st)
+            if rid is None or rid in self._pinned:
+                continue
+            if only_from is not None and self.ledger.records[rid].category not in only_from:
+                continue
+            self.ledger.recategorize(rid, category, module)
+
+    def pin(self, t: torch.Tensor, category: int, module: int | None = None) -> None:
+        """`t`'s storage is `category` for good: a buffer shared by many parameters (a
+        library's flat gradient buffer) must not take the category or module of whichever
+        view of it is looked at next."""
+        self.mark(t, category, module)
+        for st in _storages_of(t):
+            rid = self.ledger.storage_rid(st)
+            if rid is not None:
+                self._pinned.add(rid)
+
+    def _hook_gradient(self, p: nn.Parameter) -> None:
+        # Not a leaf: a view standing in for a parameter (FSDP1's use_orig_params views of
+        # its flat parameter); its gradient lands on the leaf it views, hooked on its own.
+        if id(p) in self._grad_hooked or not p.requires_grad or not p.is_leaf:
+            return
+        self._grad_hooked.add(id(p))
+        self._param_handles.append(p.register_post_accumulate_grad_hook(self._grad_accumulated))
+
+    # -- model state -----------------------------------------------------------------------
+    def _parameter_registered(self, module: nn.Module, name: str, param):
+        if param is not None:
+            # A tied weight keeps the module that registered it first.
+            owner = self.modules.param_owner.setdefault(id(param), self.modules.index_of(module))
+            self.mark(param, C.PARAMETER, owner)
+            self._hook_gradient(param)
+        return None
+
+    def _buffer_registered(self, module: nn.Module, name: str, buffer):
+        if buffer is not None:
+            self.mark(buffer, C.BUFFER, self.modules.index_of(module))
+        return None
+
+    def scan_model(self, root: nn.Module) -> None:
+        """Re-classify a model's parameters and buffers (their data may have been replaced)."""
+        self.modules.adopt_parameters(root)
+        for mod in root.modules():
+            idx = self.modules.index_of(mod)
+            for p in mod._parameters.values():
+                if p is not None:
+                    owner = self.modules.param_owner.get(id(p), idx)
+                    self.mark(p, C.PARAMETER, owner)
+                    self._hook_gradient(p)
+                    if p.grad is not None:
+                        self.mark(p.grad, C.GRADIENT, owner)
+            for b in mod._buffers.values():
+                if b is not None:
+                    self.mark(b, C.BUFFER, idx)
+
+    def _module_returned(self, module: nn.Module, args, output) -> None:
+        """What a module holds as its parameters while it runs is a parameter, even when it
+        was put there without registration: FSDP swaps in unsharded parameters (views of its
+        all-gather outputs) with a plain assignment to `_parameters` before forward and frees
+        them after (global hooks run before FSDP's own, so they are still there)."""
+        idx = -1
+        for p in module._parameters.values():
+            if p is None:
+                continue
+            if idx < 0:
+                idx = self.modules.index_of(module)
+            # Saved for backward by the layer before its hook ran: a parameter all the same.
+            self.mark(p, C.PARAMETER, self.modules.param_owner.setdefault(id(p), idx),
+                      only_from=(C.TEMPORARY, C.ACTIVATION))
+            self._hook_gradient(p)
+        return None
+
+    def _grad_accumulated(self, p: torch.Tensor) -> None:
+        self.mark(p.grad, C.GRADIENT, self.modules.param_owner.get(id(p)))
+
+    # -- optimizer -------------------------------------------------------------------------
+    def _before_step(self, optimizer, args, kwargs) -> None:
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if getattr(p, "grad", None) is not None:
+                    self.mark(p.grad, C.GRADIENT, self.modules.param_owner.get(id(p)))
+
+    def _after_step(self, optimizer, args, kwargs) -> None:
+        for p, state in optimizer.state.items():
+            owner = self.modules.param_owner.get(id(p))
+            for value in _state_tensors(state):
+                self.mark(value, C.OPTIMIZER_STATE, owner, only_from=(C.TEMPORARY, C.INPUT, C.OTHER))
+
+    # -- activations -----------------------------------------------------------------------
+    def _pack(self, t: torch.Tensor):
+        self.mark(t, C.ACTIVATION, only_from=(C.TEMPORARY,))
+        if t.grad_fn is None:  # a leaf or a tensor outside autograd: no cycle possible
+            return t
+        # A detached alias: returning `t` itself would make a saved output reference its own
+        # autograd node, a cycle through C++ that is never collected.
+        return t.detach()
+
+    @staticmethod
+    def _unpack(t: torch.Tensor) -> torch.Tensor:
+        return t
+
+
+def _state_tensors(state: Any):
+    if isinstance(state, torch.Tensor):
+        yield state
+    elif isinstance(state, dict):
+        for v in state.values():
+            yield from _state_tensors(v)
+    elif isinstance(state, (list, tuple)):
+        for v in state:
+            yield from _state_tensors(v)

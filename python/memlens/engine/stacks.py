@@ -1,0 +1,97 @@
+"""Interned call stacks: which user code allocated each tensor.
+
+A "user frame" is any Python frame outside torch, memlens and the standard library (so a
+model's own file, a training script and third-party libraries such as transformers all count). Stacks are
+tuples of frame ids, innermost first, and are interned: each distinct stack is stored once.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+from types import CodeType, FrameType
+
+_MAX_DEPTH = 48
+
+
+def _prefix(path: str) -> str:
+    return os.path.join(os.path.abspath(path), "")
+
+
+def _own_roots() -> tuple[str, ...]:
+    import torch  # torch is always importable where stacks are captured
+
+    package = os.path.dirname(os.path.dirname(__file__))  # memlens/, above engine/
+    return (_prefix(package), _prefix(os.path.dirname(torch.__file__)))
+
+
+def _site_packages() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    return tuple({_prefix(paths[k]) for k in ("purelib", "platlib") if paths.get(k)})
+
+
+def _stdlib() -> tuple[str, ...]:
+    # Only the base interpreter's library: in a virtual environment `platstdlib` is the venv's
+    # lib/pythonX.Y, which holds site-packages.
+    path = sysconfig.get_paths().get("stdlib")
+    return (_prefix(path),) if path else ()
+
+
+class StackTable:
+    def __init__(self) -> None:
+        self._own = _own_roots()  # torch and memlens
+        self._site = _site_packages()  # third-party libraries: user code for us
+        self._stdlib = _stdlib()
+        self._is_user: dict[CodeType, bool] = {}
+        self.frames: list[tuple[str, int, str]] = []  # (file, line, function)
+        self._frame_ids: dict[tuple[CodeType, int], int] = {}
+        self.stacks: list[tuple[int, ...]] = [()]  # stack 0 is "no user frame"
+        self._stack_ids: dict[tuple[int, ...], int] = {(): 0}
+
+    def is_user_path(self, path: str) -> bool:
+        if path.startswith("<"):  # <frozen runpy>, <string>
+            return False
+        full = os.path.abspath(path)
+        if full.startswith(self._own):
+            return False
+        return full.startswith(self._site) or not full.startswith(self._stdlib)
+
+    def is_site_package(self, path: str) -> bool:
+        return os.path.abspath(path).startswith(self._site)
+
+    def is_user_code(self, code: CodeType) -> bool:
+        known = self._is_user.get(code)
+        if known is None:
+            known = self._is_user[code] = self.is_user_path(code.co_filename)
+        return known
+
+    def capture(self, frame: FrameType | None = None) -> int:
+        """Intern the user frames of the current Python stack; returns the stack id."""
+        f = frame if frame is not None else sys._getframe(1)
+        ids: list[int] = []
+        frame_ids, is_user = self._frame_ids, self._is_user
+        while f is not None and len(ids) < _MAX_DEPTH:
+            code = f.f_code
+            user = is_user.get(code)
+            if user is None:
+                user = self.is_user_code(code)
+            if user:
+                key = (code, f.f_lineno)
+                fid = frame_ids.get(key)
+                if fid is None:
+                    fid = frame_ids[key] = len(self.frames)
+                    self.frames.append((code.co_filename, f.f_lineno, code.co_name))
+                ids.append(fid)
+            f = f.f_back
+        stack = tuple(ids)
+        sid = self._stack_ids.get(stack)
+        if sid is None:
+            sid = self._stack_ids[stack] = len(self.stacks)
+            self.stacks.append(stack)
+        return sid
+
+    def top_frame(self, stack_id: int) -> tuple[str, int, str] | None:
+        """The innermost user frame of a stack: the line a tensor is attributed to."""
+        stack = self.stacks[stack_id]
+        return self.frames[stack[0]] if stack else None

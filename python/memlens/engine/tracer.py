@@ -1,0 +1,250 @@
+"""The tracer: everything that must be in place while user code runs, and undone after.
+
+    with Tracer("cpu", iterations=2) as tracer:
+        ...  # build the model and run training steps
+    snapshot = tracer.snapshot()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from typing import Iterator
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from .. import categories as C
+from .accountant import Accountant
+from .classifier import Classifier
+from ..devices import DeviceSpec
+from ..distributed.env import RankSpec
+from ..distributed.layout import Layout
+from ..errors import StopTracing
+from .ledger import Ledger
+from .modules import ModuleTracker
+from ..patches import Patcher
+from ..patches import torch_compile, torch_core, torch_data, torch_loops, torch_values
+from .healthy_values import mark_finite_check
+from .phases import PhaseTracker
+from ..plugins import PluginHost
+from .stacks import StackTable
+from ..kernels.buffers import WorkspaceModel
+
+
+class Tracer:
+    def __init__(self, device: DeviceSpec | str = "h100-80gb", iterations: int = 2,
+                 rank: RankSpec | None = None, device_count: int = 1, device_index: int = 0,
+                 dynamic_sizes: str = "bound"):
+        """`rank`: simulate that rank of a distributed job (fake process groups; see
+        patches/torch_distributed.py; the caller gives the script the rank's environment): its
+        node's GPUs are simulated and the trace describes its local GPU. Without a rank,
+        `device_count` GPUs of `device` are simulated and the trace describes
+        `cuda:{device_index}`. `dynamic_sizes`: how ops whose result's size depends on tensor
+        values are sized (dynamic_sizes.py: "bound", "error" or a fraction of the bound)."""
+        if isinstance(device, str):
+            from ..devices import get_device
+
+            device = get_device(device)
+        self.device = device
+        self.device_count = max(device_count, rank.local_world_size if rank else 1)
+        self.device_index = device_index
+        self.iterations = iterations
+        self.dynamic_size_policy = dynamic_sizes
+        self.rank = rank
+        self.layout = Layout(rank.world_size, rank.rank) if rank else None
+        self.ledger = Ledger(device.round_size, allocator_for=self._allocator_for)
+        self.stacks = StackTable()
+        self.phases = PhaseTracker(self.ledger, iterations, stop=self.stop)
+        self.modules = ModuleTracker(self.stacks, self._on_top_level_forward)
+        self.classifier = Classifier(self.ledger, self.modules)
+        self.accountant = Accountant(self)
+        self.workspaces = WorkspaceModel(device.type, device)
+        self.fake_mode: FakeTensorMode | None = None
+        self._cuda = None  # the torch.cuda simulation of a CUDA target
+        self.sdpa_backends: dict[str, int] = {}  # attention kernel -> calls (CUDA targets)
+        self._patcher = Patcher()
+        self._undo = contextlib.ExitStack()  # what __enter__ applied, undone by __exit__
+        self._step_hooks: list = []
+        self.end_seq = -1
+        self.allocator_settings: dict | None = None  # set when a CUDA allocator starts
+        self.started = self.finished = 0.0
+        self.stopped = False  # the trace stopped the workload after its iterations
+        self.interrupted = False  # Ctrl-C ended the trace (see interrupt.py)
+        self.notes: list[str] = []  # what plugins changed about the run (snapshot meta.notes)
+        self.plugins = PluginHost(self)
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def __enter__(self) -> "Tracer":
+        """Each step registers its undoing as it is applied, so a failure half-way undoes what
+        was applied and `__exit__` undoes the rest in reverse order."""
+        from torch.optim import optimizer as o
+
+        self.started = time.time()
+        with contextlib.ExitStack() as undo:
+            undo.callback(self._patcher.undo)  # every patch below, last of all
+            torch_core.apply(self._patcher, self._external_tensor, self.accountant.storage_resized,
+                             mark_finite_check)
+            torch_data.apply(self._patcher)
+            torch_values.apply(self._patcher, self.accountant.note_value)
+            torch_loops.apply(self._patcher, self.phases.on_optimizer_created,
+                              self.phases.on_backward_end)
+            torch_compile.apply(self._patcher, self.add_note)
+            if self.rank is not None:
+                from ..patches import torch_distributed
+
+                torch_distributed.apply(self._patcher, self.rank, self.layout,
+                                        lambda t: self.classifier.mark(t, C.GRADIENT),
+                                        type(self.accountant))
+                undo.callback(torch_distributed.destroy_if_initialized)
+            self.modules.install()
+            undo.callback(self.modules.uninstall)
+            self.classifier.install()
+            undo.callback(self.classifier.uninstall)
+            self.plugins.install()
+            undo.callback(self.plugins.uninstall)
+            self._step_hooks = [
+                o.register_optimizer_step_pre_hook(lambda *a: self.phases.on_step_begin()),
+                o.register_optimizer_step_post_hook(lambda *a: self.phases.on_step_end()),
+            ]
+            undo.callback(lambda: [h.remove() for h in self._step_hooks])
+            if self.device.type == "cuda":
+                from ..cuda.ledger_memory import LedgerMemory
+                from ..cuda.simulate import simulate_cuda
+                from ..patches import torch_cuda_device, torch_cuda_semantics
+
+                torch_cuda_semantics.apply(self._patcher, self)
+                torch_cuda_device.apply(self._patcher)
+                # Before FakeTensorMode: entering it asks torch.cuda.is_available().
+                self._cuda = simulate_cuda(self.device, LedgerMemory(self.ledger),
+                                           device_count=self.device_count, device=self.device_index)
+                undo.callback(setattr, self, "_cuda", None)
+                undo.enter_context(self._cuda)
+            self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+            undo.enter_context(self.fake_mode)
+            undo.enter_context(self.accountant)
+            self._undo = undo.pop_all()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self.mark_end()
+        self._undo.close()
+        self.finished = time.time()
+        # Tracing stopped the workload after the requested iterations: a normal end.
+        return exc_type is StopTracing
+
+    # -- public API ------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Name the phase of everything inside the block: `with tracer.phase("eval"): ...`."""
+        self.phases.begin(name)
+        yield
+
+    def add_note(self, text: str) -> None:
+        """Something about the run the reader should know (report and snapshot meta.notes)."""
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def mark_end(self) -> None:
+        """The trace ends here: what the workload frees while it is torn down (its globals,
+        the frames an exception unwinds) is not part of the step. Safe to call twice."""
+        if self.end_seq < 0:
+            self.phases.finish()
+            self.end_seq = self.ledger.seq
+            self.ledger.untrack_all()
+
+    def snapshot(self, **meta) -> dict:
+        """The snapshot document of the finished trace (see docs/snapshot-format.md)."""
+        from ..snapshot import build_snapshot
+
+        meta.setdefault("target", {"kind": "script", "name": "api", "path": None, "args": [],
+                                   "cwd": None})
+        return build_snapshot(self, meta)
+
+    def device_key(self, device: torch.device) -> str:
+        if device.type == "cpu":
+            return "cpu"
+        return f"{device.type}:{device.index if device.index is not None else 0}"
+
+    @property
+    def target_key(self) -> str:
+        """The device whose memory the trace reports. A simulated rank's device is its local
+        GPU, `cuda:{LOCAL_RANK}` (what torchrun scripts select with `set_device`). A script
+        that never selects a device puts every rank's tensors on cuda:0, as it would on a real
+        node: then the CUDA device that held the most is reported instead."""
+        if self.device.type == "cpu":
+            return "cpu"
+        if self.rank is None:
+            return f"cuda:{self.device_index}"
+        local = f"cuda:{self.rank.local_rank}"
+        peaks = {d: p for d, p in self.ledger.peak.items() if d.startswith("cuda")}
+        if local in peaks or not peaks:
+            return local
+        return max(peaks, key=lambda d: (peaks[d], d == "cuda:0"))
+
+    def parallel_meta(self) -> dict:
+        """The snapshot's `world_size`, `rank` and `parallel` fields."""
+        if self.rank is None:
+            return {"world_size": 1, "rank": 0, "parallel": {}}
+        return {"world_size": self.rank.world_size, "rank": self.rank.rank,
+                "parallel": {"local_rank": self.rank.local_rank,
+                             "local_world_size": self.rank.local_world_size,
+                             **self.layout.to_json()}}
+
+    # -- callbacks -------------------------------------------------------------------------
+    def stop(self) -> StopTracing:
+        """End the trace now and return the exception that stops the workload."""
+        self.stopped = True
+        self.mark_end()
+        return StopTracing()
+
+    def _on_top_level_forward(self, module: torch.nn.Module) -> None:
+        self.classifier.scan_model(module)
+        self.phases.on_top_level_forward(module)
+
+    def _allocator_for(self, device_key: str):
+        """The CUDA caching allocator of a simulated GPU, configured as PyTorch would configure
+        it from the traced script's environment when it first allocates on the device."""
+        if self.device.type != "cuda" or not device_key.startswith("cuda"):
+            return None
+        from ..allocator import CachingAllocatorModel
+
+        config, settings = self._allocator_config()
+        return CachingAllocatorModel(config, device_total_bytes=settings["limit_bytes"],
+                                     capacity_bytes=settings["capacity_bytes"],
+                                     device_index=int(device_key.partition(":")[2] or 0))
+
+    def _allocator_config(self):
+        """(AllocatorConfig, settings for the snapshot), read from the environment once: the
+        first CUDA allocation, as in PyTorch (a script may set the variable before it)."""
+        from ..allocator import AllocatorConfigError, parse_alloc_conf
+        from ..allocator.outside import cuda_context_items
+        from ..errors import MemlensError
+
+        name = "PYTORCH_ALLOC_CONF" if "PYTORCH_ALLOC_CONF" in os.environ \
+            else "PYTORCH_CUDA_ALLOC_CONF"
+        text = self.allocator_settings["config"] if self.allocator_settings \
+            else os.environ.get(name, "")
+        try:
+            config = parse_alloc_conf(text)
+        except AllocatorConfigError as e:
+            raise MemlensError(f"{name}: {e}") from None
+        if self.allocator_settings is None:
+            total = self.device.total_memory_bytes
+            context = sum(item.bytes for item in cuda_context_items(self.device.name))
+            self.allocator_settings = {
+                "config_variable": name, "config": text,
+                "expandable_segments": config.expandable_segments,
+                "capacity_bytes": total, "limit_bytes": total - context}
+        return config, self.allocator_settings
+
+    def _external_tensor(self, t: torch.Tensor, op: str) -> None:
+        """A real tensor created without any op (e.g. an RNG state) that still takes memory."""
+        st = t.untyped_storage()
+        if self.ledger.storage_rid(st) is not None:
+            return
+        rid = self.ledger.alloc(st.nbytes(), self.device_key(t.device), str(t.dtype).replace(
+            "torch.", ""), tuple(t.shape), C.OTHER, self.modules.current(), self.phases.index,
+            self.ledger.op_id(op), self.stacks.capture())
+        self.ledger.track_storage(st, rid)

@@ -1,0 +1,1 @@
+"""What CPU kernels allocate for themselves, op by op (see `rules.CPU_RULES`)."""

@@ -1,0 +1,112 @@
+"""Memory CUDA libraries take on their own during an op, as PyTorch 2.13 takes it.
+
+cuBLAS workspace. Every matmul-family op asks at::cuda::getCurrentCUDABlasHandle() for the
+calling thread's handle (aten/src/ATen/cuda/CublasHandlePool.cpp). On the first use of a
+(handle, stream) pair, setWorkspaceForHandle allocates getChosenWorkspaceSize() bytes through
+the caching allocator and keeps them until the process exits; cuBLASLt shares that workspace
+(TORCH_CUBLASLT_UNIFIED_WORKSPACE defaults to on). The op's output is allocated before the GEMM
+runs, so the workspace comes right after it. Handles are per thread: forward and the optimizer
+run on the main thread, backward on autograd's device thread, so a training step takes two
+workspaces. Not modelled: the separate cuBLASLt workspace of TORCH_CUBLASLT_UNIFIED_WORKSPACE=0
+(CUBLASLT_WORKSPACE_SIZE, 1 MiB by default) and streams other than the default one.
+
+NCCL. Communicators (and their buffers, outside the caching allocator) are created at the first
+collective; the rules only note which devices ran one, and the report sizes the buffers.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..allocator.outside import cublas_workspace_bytes
+from .plan import Persistent
+
+aten = torch.ops.aten
+CUBLAS_WORKSPACE_OP = "cublas_workspace"
+# Ops whose CUDA kernels are cuBLAS / cuBLASLt calls (matmul, linear and their backward
+# decompose into these before they reach a dispatch mode).
+CUBLAS_OPS = ("mm", "addmm", "bmm", "baddbmm", "addbmm", "mv", "addmv", "dot", "vdot",
+              "_addmm_activation", "_scaled_mm", "_int_mm")
+COLLECTIVE_NAMESPACES = frozenset({"c10d", "_c10d_functional", "c10d_functional"})
+
+
+def _overloads(names) -> set:
+    funcs = set()
+    for name in names:
+        packet = getattr(aten, name, None)
+        if packet is not None:
+            funcs.update(getattr(packet, o) for o in packet.overloads())
+    return funcs
+
+
+def _first_tensor(obj) -> torch.Tensor | None:
+    if isinstance(obj, torch.Tensor):
+        return obj
+    if isinstance(obj, (tuple, list)):
+        for item in obj:
+            found = _first_tensor(item)
+            if found is not None:
+                return found
+    return None
+
+
+def device_key(device: torch.device) -> str:
+    return f"{device.type}:{device.index if device.index is not None else 0}"
+
+
+class CudaRules:
+    def __init__(self, spec=None):
+        self.capability = (spec.major, spec.minor) if spec is not None else (9, 0)
+        self._cublas_ops = _overloads(CUBLAS_OPS)
+        self.collective_devices: set[str] = set()  # devices that ran a collective
+
+    def persistent_rule(self, func):
+        if func in self._cublas_ops:
+            return self._cublas_workspace
+        if func.namespace in COLLECTIVE_NAMESPACES:
+            return self._collective
+        return None
+
+    def _cublas_workspace(self, args, kwargs, out) -> list[Persistent]:
+        t = _first_tensor(out)
+        if t is None or t.device.type != "cuda":
+            return []
+        # Backward runs on autograd's device thread, which has a cuBLAS handle of its own.
+        thread = "backward" if torch._C._current_autograd_node() is not None else "main"
+        # Read when first needed: the traced script's CUBLAS_WORKSPACE_CONFIG.
+        nbytes = cublas_workspace_bytes(*self.capability)
+        return [Persistent(("cublas", device_key(t.device), thread, 0), CUBLAS_WORKSPACE_OP,
+                           nbytes, t.device)]
+
+    def _collective(self, args, kwargs, out) -> list[Persistent]:
+        t = _first_tensor(out)
+        if t is None:  # not `or`: the truth value of a tensor is an error
+            t = _first_tensor(args)
+        if t is not None and t.device.type == "cuda":
+            self.collective_devices.add(device_key(t.device))
+        return []
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return (n + multiple - 1) // multiple * multiple
+
+
+def _flash_backward(args, kwargs, out) -> list[int]:
+    """FlashAttention-2's mha_bwd (aten/src/ATen/native/transformers/cuda/flash_attn/
+    flash_api.cpp) allocates, after dq/dk/dv: softmax_d (fp32, batch x heads x seqlen_q rounded
+    to 128), dq_accum (fp32, batch x seqlen_q rounded x heads x head size rounded to 32, or 64
+    above 128; `loop` is always true there) and, for grouped-query attention, dk/dv expanded to
+    all query heads. All are freed when the op returns (softmax_d is dropped by the aten op)."""
+    query, key = args[1], args[2]  # args[0] is grad_out
+    b, h, s_q, d = query.shape
+    h_k, s_k = key.shape[1], key.shape[2]
+    head = _round_up(d, 8)
+    head_rounded = _round_up(head, 32 if head <= 128 else 64)
+    s_q_rounded = _round_up(s_q, 128)
+    sizes = [b * h * s_q_rounded * 4, b * s_q_rounded * h * head_rounded * 4]
+    if h_k != h:
+        sizes += [b * s_k * h * head * query.element_size()] * 2
+    return sizes
+
+
+CUDA_RULES = {aten._scaled_dot_product_flash_attention_backward.default: _flash_backward}

@@ -1,0 +1,189 @@
+"""The package's shape, checked from its source: imports go one way (no cycles, no room importing
+a room above it) and the package root holds only the few modules everything shares
+(docs/architecture.md draws the same picture)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "memlens"
+
+# Rooms from the bottom up: a module may import its own room and the rooms below it, never one
+# above. A room is a subpackage of the root or a root module; a dotted name places one module
+# apart from its room (the longest name that matches decides).
+LAYERS = [
+    # shared vocabulary
+    {"errors", "units", "categories", "devices", "progress", "worker_protocol"},
+    # models of the machine and the job, each usable alone
+    {"allocator", "cuda", "kernels", "patches", "distributed"},
+    # the snapshot document and its derivation from a ledger (handed in, never imported)
+    {"snapshot"},
+    # the engine, and the library integrations the tracer installs
+    {"engine", "plugins"},
+    # workloads, and the session that traces one and builds its snapshot
+    {"targets"},
+    # output formats
+    {"reports"},
+    # entry points: the CLI, the language server, the Megatron-LM flag
+    {"cli", "__main__", "server", "megatron_lm", "plugins.megatron_lm"},
+]
+ROOT_MODULES_AT_MOST = 8  # besides __init__.py and __main__.py
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def all_modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(tree: ast.AST):
+    """Import nodes anywhere (functions included), except under `if TYPE_CHECKING:`."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            yield from (n for child in node.orelse for n in _imports_in(child))
+            continue
+        yield from _imports_in(node)
+
+
+def _imports_in(node: ast.AST):
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        yield node
+    else:
+        yield from _imports(node)
+
+
+def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The memlens modules `name` imports (a package counts as its __init__)."""
+    is_package = path.name == "__init__.py"
+    found: set[str] = set()
+    for node in _imports(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        else:
+            if node.level == 0:
+                module = node.module or ""
+            else:
+                base = name.split(".") if is_package else name.split(".")[:-1]
+                base = base[:len(base) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            # `from package import submodule` imports the submodule; any other name comes from
+            # the package's __init__
+            targets = [f"{module}.{alias.name}" if f"{module}.{alias.name}" in modules else module
+                       for alias in node.names]
+        for target in targets:
+            if target in modules and target != name:
+                found.add(target)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = all_modules()
+    return {name: imports_of(name, path, modules) for name, path in modules.items()}
+
+
+def room_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def layer_of(module: str) -> int:
+    rest = module.split(".", 1)[1] if "." in module else "__init__"
+    best: tuple[int, int] | None = None  # (length of the matching name, layer)
+    for index, rooms in enumerate(LAYERS):
+        for room in rooms:
+            if (rest == room or rest.startswith(room + ".")) and (best is None or len(room) > best[0]):
+                best = (len(room), index)
+    assert best is not None, f"{module}: in no layer of test_architecture.LAYERS"
+    return best[1]
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_the_graph_sees_the_imports_it_must():
+    # the checker itself: relative, absolute, `from . import module` and function-level imports
+    graph = import_graph()
+    assert "memlens.engine.ledger" in graph["memlens.engine.tracer"]
+    assert "memlens.patches.torch_distributed" in graph["memlens.engine.tracer"]  # in a method
+    assert "memlens.kernels.cpu.conv" in graph["memlens.kernels.cpu.rules"]  # from . import conv
+    assert "memlens.reports.terminal" in graph["memlens.cli"]
+    assert len(graph) > 100
+
+
+def test_no_import_cycles():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_no_module_imports_a_room_above_its_own():
+    upward = [f"{module} ({room_of(module)}) imports {target} ({room_of(target)})"
+              for module, targets in import_graph().items() if module != "memlens"
+              for target in targets if target != "memlens" and layer_of(target) > layer_of(module)]
+    assert upward == []
+
+
+def test_the_engine_never_imports_the_server_the_reports_or_the_cli():
+    graph = import_graph()
+    bad = [(m, t) for m, targets in graph.items() if room_of(m) == "engine"
+           for t in targets if room_of(t) in ("server", "reports", "cli")]
+    assert bad == []
+
+
+def test_the_package_root_holds_only_shared_modules():
+    root = [p.stem for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "__main__")]
+    assert len(root) <= ROOT_MODULES_AT_MOST, sorted(root)
+    assert set(root) <= set().union(*LAYERS), "a root module in no layer"
+
+
+def test_the_cycle_finder_finds_a_cycle_and_its_path():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+
+
+def test_every_memlens_import_names_a_module_that_exists():
+    """A module moved to another room leaves no import of its old place behind (an import in a
+    function fails only when it runs)."""
+    modules = all_modules()
+    missing = []
+    for name, path in modules.items():
+        is_package = path.name == "__init__.py"
+        for node in _imports(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = name.split(".") if is_package else name.split(".")[:-1]
+                base = base[:len(base) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("memlens"):
+                module = node.module
+            else:
+                continue
+            if module not in modules:
+                missing.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {module}")
+    assert missing == []
