@@ -53,7 +53,10 @@ export interface Meta {
   rank: number;
   parallel?: Record<string, unknown>;
   precision?: string | null;
-  iterations: number;
+  iterations: number; // requested
+  iterations_traced?: number; // begun (older snapshots: absent)
+  iteration_unit?: string; // 'optimizer steps' | 'backward passes' | 'forward passes'
+  interrupted?: boolean;
   stopped_after_iterations?: boolean;
   duration_s?: number;
   notes?: string[];

@@ -4,7 +4,7 @@
     memlens run --world-size 64 --rank 0 -- train.py ARGS        # one simulated rank
     memlens run --world-size 64 --ranks all -- train.py ARGS     # every distinct rank
     memlens run --launch .vscode/launch.json:"Train 8B" [--ranks all]
-    memlens run --from-script scripts/train_llama.sh[:LINE] [--ranks all]
+    memlens run --from-script scripts/train_llama.sh[:LINE] [--ranks all] [-- SCRIPT ARGS]
     memlens trace path/to/file.py:ClassOrFactory [--device NAME] [...]
     memlens show SNAPSHOT [--json] [--html REPORT.html [--compare OTHER]]
     memlens export SNAPSHOT --memory-viz out.pickle
@@ -25,9 +25,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .errors import MemlensError
+from .errors import DataDependentError, MemlensError
 
-EXIT_USAGE, EXIT_ERROR = 2, 1
+EXIT_USAGE, EXIT_ERROR, EXIT_INTERRUPTED = 2, 1, 130
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -47,6 +47,10 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--json", action="store_true",
                         help="print one JSON object on stdout (tables go to stderr)")
         sp.add_argument("--progress", choices=("auto", "rich", "json", "none"), default="auto")
+        sp.add_argument("--dynamic-sizes", type=_dynamic_sizes, default=None, metavar="POLICY",
+                        help="size of results that depend on tensor values (x[mask], "
+                        "nonzero, unique): bound (the default: their upper bound), a fraction "
+                        "of the bound such as 0.5, or error")
         sp.add_argument("--max-allocations", type=int, default=None,
                         help="keep the full allocation stream in the snapshot up to this many "
                         "allocations (default 1,000,000)")
@@ -102,28 +106,33 @@ def _distributed_options(run: argparse.ArgumentParser) -> None:
     g.add_argument("--launch", default=None, metavar="FILE:NAME",
                    help="a configuration of .vscode/launch.json, e.g. .vscode/launch.json:Train")
     g.add_argument("--from-script", default=None, metavar="FILE[:LINE]",
-                   help="a shell script's torchrun (or python -m torch.distributed.run) line")
+                   help="the launch command (torchrun, python -m torch.distributed.run, "
+                   "accelerate launch, python train.py) a shell script runs: the script is run "
+                   "by bash with recording launchers, its other commands run too; what follows "
+                   "`--` is the script's own arguments")
+    # --ranks all: each rank's worker reads the job the parent recorded (not run again).
+    g.add_argument("--recorded-job", default=None, help=argparse.SUPPRESS)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from rich.console import Console
+    from .report import make_console
 
-    err = Console(stderr=True)
+    err = make_console(stderr=True)
     try:
         if args.command == "devices":
-            return _devices(Console())
+            return _devices(make_console())
         if args.command == "show":
-            return _show(args, Console(stderr=args.json))
+            return _show(args, make_console(stderr=args.json))
         if args.command == "export":
             return _export(args, err)
-        return _trace(args, Console(stderr=args.json or args.progress == "json"), err)
+        return _trace(args, make_console(stderr=args.json or args.progress == "json"), err)
     except MemlensError as e:
         _print_error(e, err, args)
         return EXIT_ERROR
     except KeyboardInterrupt:
         err.print("[red]interrupted[/]")
-        return 130
+        return EXIT_INTERRUPTED
 
 
 def _print_error(e: MemlensError, console, args) -> None:
@@ -199,14 +208,17 @@ def _trace(args, console, err) -> int:
     from .devices import DEFAULT_DEVICE, get_device
 
     command = ["memlens", *(sys.argv[1:] if sys.argv else [])]
-    target, recipe, spec = _target(args)
+    target, recipe, spec, job = _target(args)
+    if job is not None and job.note:
+        err.print(f"note: {job.note}", highlight=False, markup=False, soft_wrap=True)
     device = get_device(args.device or (recipe.device if recipe else None) or DEFAULT_DEVICE)
-    iterations = args.iterations or (recipe.iterations if recipe else None) or 2
+    iterations = args.iterations if args.iterations is not None else (
+        (recipe.iterations if recipe else None) or 2)
     if iterations < 1:
         raise MemlensError("--iterations must be at least 1")
 
     if getattr(args, "ranks", None):
-        return _trace_all_ranks(args, spec, target, device, command, console, err)
+        return _trace_all_ranks(args, spec, job, target, device, command, console, err)
 
     from .targets.session import prepare_process, trace_target
 
@@ -218,22 +230,36 @@ def _trace(args, console, err) -> int:
     # With --json, stdout carries one JSON object: what the script prints goes to stderr.
     quiet = _stdout_to_stderr() if args.json else contextlib.nullcontext()
     with quiet:
-        snap = trace_target(target, device, iterations, progress_mode=progress_mode,
-                            console=err, command=command, max_allocations=args.max_allocations,
-                            rank=spec)
+        try:
+            snap = trace_target(target, device, iterations, progress_mode=progress_mode,
+                                console=err, command=command,
+                                max_allocations=args.max_allocations, rank=spec,
+                                dynamic_sizes=args.dynamic_sizes or "bound")
+        except DataDependentError as e:
+            # What was traced until the script needed a value: the report, then the error.
+            from .reports.terminal import print_report
+
+            print_report(e.partial_snapshot, console, None)
+            raise
     path = None
+    unwritten = None  # the snapshot could not be written: the report still comes first
     if not args.no_snapshot:
-        path = args.snapshot or default_snapshot_path(target.name)
+        from .snapshot.output_files import OutputError
         from .snapshot import write_snapshot
 
-        write_snapshot(snap, path)
-        path = str(path)
+        try:
+            path = str(write_snapshot(snap, args.snapshot or default_snapshot_path(target.name)))
+        except OutputError as e:
+            unwritten = e
     from .reports.terminal import print_report, summary_json
 
     print_report(snap, console, path)
+    if unwritten is not None:
+        raise unwritten
     if args.json:
         print(json.dumps(summary_json(snap, path)))
-    return 0
+    # Ctrl-C ended the trace: the report of what was traced, then the status of an interrupt.
+    return EXIT_INTERRUPTED if snap["meta"].get("interrupted") else 0
 
 
 @contextlib.contextmanager
@@ -252,13 +278,15 @@ def _stdout_to_stderr():
 
 
 def _target(args):
-    """(target, recipe or None, RankSpec or None)."""
+    """(target, recipe or None, RankSpec or None, Job or None)."""
     if args.command == "run":
         job = _job(args)
         spec = _rank_spec(args, job)
         if spec is not None and args.ranks is None:
             job.target.env.update(spec.env())  # torchrun's variables win over the launch's
-        return job.target, None, spec
+            if job.local_rank_arg:  # torch.distributed.launch without --use-env
+                job.target.args.insert(0, f"--local-rank={spec.local_rank}")
+        return job.target, None, spec, job
 
     from .targets.recipe import load_recipe
     from .targets.model import ModelTarget, parse_target
@@ -269,19 +297,19 @@ def _target(args):
         value = getattr(args, key)
         if value is not None:
             setattr(recipe, key, value)
-    if args.iterations:
+    if args.iterations is not None:
         recipe.iterations = args.iterations
-    from .targets.recipe import OPTIMIZERS, PRECISIONS
+    from .targets.recipe import check_values
 
-    if recipe.precision not in PRECISIONS:
-        raise MemlensError(f"unknown precision {recipe.precision!r}; one of {', '.join(PRECISIONS)}")
-    if str(recipe.optimizer).lower() not in OPTIMIZERS:
-        raise MemlensError(f"unknown optimizer {recipe.optimizer!r}; one of {', '.join(OPTIMIZERS)}")
-    return ModelTarget(str(file), symbol, recipe), recipe, None
+    # The overrides obey the recipe's own rules (--batch 0 is no batch).
+    check_values(recipe, names={k: f"--{k}" for k in ("batch", "precision", "optimizer", "loss",
+                                                      "iterations") if getattr(args, k) is not None})
+    return ModelTarget(str(file), symbol, recipe), recipe, None, None
 
 
 def _job(args):
-    """The script to run: after `--`, from --launch or from --from-script."""
+    """The script to run: after `--`, from --launch or from --from-script (what follows `--`
+    is then the shell script's arguments)."""
     from .targets.launchers import Job, from_launch, from_script
     from .targets.script import ScriptTarget
 
@@ -290,13 +318,16 @@ def _job(args):
         script = script[1:]
     if args.launch and args.from_script:
         raise MemlensError("give --launch or --from-script, not both")
-    if (args.launch or args.from_script) and script:
-        raise MemlensError("--launch and --from-script name the script; remove what follows "
-                           "`--`")
+    if args.launch and script:
+        raise MemlensError("--launch names the script; remove what follows `--`")
+    if args.recorded_job:
+        from .targets.job import read_job
+
+        return read_job(args.recorded_job)
     if args.launch:
         return from_launch(args.launch)
     if args.from_script:
-        return from_script(args.from_script)
+        return from_script(args.from_script, script)
     if not script:
         raise MemlensError("nothing to run: give a script after `--`, e.g. "
                            "memlens run -- train.py --lr 3e-4")
@@ -323,7 +354,10 @@ def _rank_spec(args, job):
     return RankSpec(world, args.rank or 0, nproc)
 
 
-def _trace_all_ranks(args, spec, target, device, command, console, err) -> int:
+def _trace_all_ranks(args, spec, job, target, device, command, console, err) -> int:
+    import tempfile
+
+    from .targets.job import write_job
     from .distributed.parallel_runs import Outputs, run_all
 
     if spec is None:
@@ -337,9 +371,15 @@ def _trace_all_ranks(args, spec, target, device, command, console, err) -> int:
     mode = args.progress
     if mode == "auto":
         mode = "rich" if err.is_terminal else "lines"
-    index, status = run_all(spec, lambda rank, path: _worker_argv(args, spec, rank, path), jobs,
-                            Outputs(snapshot), mode, err if args.json else console, command,
-                            device, group=args.ranks == "all")
+    with tempfile.TemporaryDirectory(prefix="memlens-job-") as tmp:
+        recorded = None
+        if args.from_script:  # record the shell script once, not once per rank
+            recorded = Path(tmp, "job.json")
+            write_job(job, recorded)
+        index, status = run_all(
+            spec, lambda rank, path: _worker_argv(args, spec, rank, path, recorded), jobs,
+            Outputs(snapshot), mode, err if args.json else console, command, device,
+            group=args.ranks == "all")
     if args.json:
         failed = next((r for r in index["ranks"] if r["status"] != "ok"), None)
         if failed is not None:  # one error, as a single trace prints it, for programs
@@ -350,12 +390,14 @@ def _trace_all_ranks(args, spec, target, device, command, console, err) -> int:
     return status
 
 
-def _worker_argv(args, spec, rank: int, snapshot: Path | None) -> list[str]:
+def _worker_argv(args, spec, rank: int, snapshot: Path | None,
+                 recorded_job: Path | None = None) -> list[str]:
     """`memlens run` arguments that trace one rank of the same job."""
     argv = ["run", "--world-size", str(spec.world_size), "--nproc-per-node",
             str(spec.local_world_size), "--rank", str(rank), "--json", "--progress", "json"]
     for flag, value in (("--device", args.device), ("--iterations", args.iterations),
-                        ("--max-allocations", args.max_allocations)):
+                        ("--max-allocations", args.max_allocations),
+                        ("--dynamic-sizes", args.dynamic_sizes)):
         if value is not None:
             argv += [flag, str(value)]
     argv += ["--snapshot", str(snapshot)] if snapshot else ["--no-snapshot"]
@@ -363,10 +405,19 @@ def _worker_argv(args, spec, rank: int, snapshot: Path | None) -> list[str]:
         argv.insert(0, "--debug")
     if args.launch:
         return argv + ["--launch", args.launch]
-    if args.from_script:
-        return argv + ["--from-script", args.from_script]
+    if recorded_job is not None:
+        return argv + ["--recorded-job", str(recorded_job)]
     script = list(args.script)
     return argv + (script if script[:1] == ["--"] else ["--", *script])
+
+
+def _dynamic_sizes(text: str) -> str:
+    from .engine.dynamic_sizes import parse_policy
+
+    try:
+        return parse_policy(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def default_snapshot_path(name: str) -> Path:

@@ -2,6 +2,7 @@
 
 import pytest
 
+from memlens.targets.launch_argv import launched_script
 from memlens.errors import MemlensError
 from memlens.targets.launch import (find_launch_config, launch_configs, parse_jsonc, read_launch_file,
                             torchrun_commands)
@@ -105,3 +106,28 @@ def test_torchrun_lines_are_found_with_variables_and_continuations():
     assert (b.module, b.script, b.args, b.world_size) == ("pkg.train", None, ["--x", "1"], 2)
     assert (c.script, c.nnodes, c.nproc_per_node, c.world_size) == ("pretrain.py", 4, None, None)
     assert a.name == "train.py (line 6)"
+
+
+@pytest.mark.parametrize("launcher,args,expected", [
+    # torchrun's default is one process per node; --standalone and rendezvous options read past.
+    ("torchrun", ["--standalone", "train.py", "--lr", "1"], ("train.py", None, ["--lr", "1"], 1, 1)),
+    ("torch.distributed.run", ["--nnodes=2", "--nproc-per-node", "4", "--rdzv-endpoint", "h:1",
+                               "-m", "pkg.train", "--x"], (None, "pkg.train", ["--x"], 4, 8)),
+    # accelerate counts processes over all machines: 16 on 2 machines are 8 per node.
+    ("accelerate", ["--multi-gpu", "--num_machines", "2", "--num-processes=16",
+                    "--main_process_ip", "h", "train.py", "--a"],
+     ("train.py", None, ["--a"], 8, 16)),
+    ("accelerate", ["--num_processes", "1", "train.py"], ("train.py", None, [], None, None)),
+    ("python", ["train.py", "--a"], ("train.py", None, ["--a"], None, None)),
+])
+def test_recorded_launch_commands_become_scripts_and_process_counts(launcher, args, expected):
+    s = launched_script(launcher, args)
+    assert (s.script, s.module, s.args, s.nproc_per_node, s.world_size) == expected
+
+
+def test_accelerate_tells_the_script_its_mixed_precision():
+    env = launched_script("accelerate", ["--num_processes", "2", "--mixed_precision", "BF16",
+                                         "--use_fsdp", "t.py"]).env
+    assert (env["ACCELERATE_MIXED_PRECISION"], env["ACCELERATE_USE_FSDP"]) == ("bf16", "true")
+    assert launched_script("accelerate", ["--num_processes", "2", "t.py"]).env[
+        "ACCELERATE_MIXED_PRECISION"] == "no"

@@ -59,3 +59,44 @@ def test_a_wrong_key_type_or_value_names_the_file_and_the_key(tmp_path, line, me
         load_recipe(tmp_path / "model.py", "Net")
     assert message in e.value.message
     assert e.value.location is not None and e.value.location.file == str(recipe)
+
+
+def test_an_error_names_the_line_of_the_key_in_its_model_entry(tmp_path):
+    recipe = tmp_path / "memlens.toml"
+    recipe.write_text('batch = 4\n'                        # 1
+                      '\n'                                 # 2
+                      '[[model]]\n'                        # 3
+                      'target = "other.py:Other"\n'         # 4
+                      'batch = 2\n'                        # 5
+                      '\n'                                 # 6
+                      '[[model]]\n'                        # 7
+                      'target = "model.py:Net"\n'           # 8
+                      'precision = "bf16"\n'               # 9
+                      'batch = -4\n')                      # 10
+    with pytest.raises(MemlensError) as e:
+        load_recipe(tmp_path / "model.py", "Net")
+    assert "batch must be a positive integer, got -4" in e.value.message
+    assert (e.value.location.file, e.value.location.line) == (str(recipe), 10)
+
+
+def test_a_memlens_entry_that_is_no_table_is_named_as_such(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n\n[tool]\nmemlens = "yes"\n')
+    with pytest.raises(MemlensError) as e:
+        load_recipe(tmp_path / "model.py", "Net")
+    assert e.value.message == "[tool.memlens] must be a table of recipe keys, got 'yes'"
+    assert e.value.location.line == 5
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--batch", "0"], "--batch: batch must be a positive integer, got 0"),
+    (["--batch", "-4"], "--batch: batch must be a positive integer, got -4"),
+    (["--iterations", "0"], "--iterations: iterations must be at least 1, got 0"),
+    (["--loss", "max"], "--loss: unknown loss 'max'"),
+])
+def test_command_line_overrides_obey_the_recipe_rules(flags, message):
+    from conftest import REPO, run_memlens
+
+    out = run_memlens("trace", str(REPO / "examples" / "gpt" / "model.py:GPT"), "--device", "cpu",
+                      *flags, "--no-snapshot")
+    assert out.returncode == 1
+    assert message in out.stderr and "Traceback" not in out.stderr

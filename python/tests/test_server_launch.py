@@ -114,9 +114,14 @@ async def test_trace_on_save_retraces_what_the_file_feeds(client, workspace):
 async def test_a_torchrun_line_given_as_a_full_target(client, workspace):
     script = workspace / "scripts" / "train.sh"
     target = {"kind": "torchrun", "uri": uri(script)}
+    n = len(client.received("memlens/traceStarted"))
     result = await command(client, "memlens.trace", {"target": target, "iterations": 1})
     assert result["status"] == "ok", result
     assert result["targetId"] == "torchrun:scripts/train.sh:5"
+    # The text found the line; the job itself comes from running the script (the CLI's
+    # --from-script), so what the shell computes reaches the trace.
+    argv = client.received("memlens/traceStarted")[n]["command"]
+    assert argv[-2:] == ["--from-script", f"{script}:5"] and "--" not in argv
     assert result["snapshot"]["path"].startswith(str(workspace / ".memlens" / "torchrun-"))
     listed = await client.protocol.send_request_async("memlens/snapshots", {})
     assert result["snapshot"]["path"] in [s["path"] for s in listed["snapshots"]]

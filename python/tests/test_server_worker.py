@@ -130,12 +130,21 @@ def test_worker_command_lines():
                     "--json", "--progress", "json", "--snapshot", "/ws/.memlens/s.json",
                     "--iterations", "3"]
     assert cwd == "/ws" and env["PYTHONPATH"].split(os.pathsep)[0] == str(TESTS.parent)
-    torchrun = _target("torchrun", program="/ws/train.py", args=["--lr", "1"], world_size=8,
-                       env={"OMP_NUM_THREADS": "1"}, cwd="/ws/run")
-    argv, cwd, env = build_command(TraceRequest(torchrun, "cpu", rank=5), "/s.json", "/py")
+    launch = _target("launch", program="/ws/train.py", args=["--lr", "1"], world_size=8,
+                     env={"OMP_NUM_THREADS": "1"}, cwd="/ws/run")
+    argv, cwd, env = build_command(TraceRequest(launch, "cpu", rank=5), "/s.json", "/py")
     assert argv[3:4] == ["run"] and argv[-4:] == ["--", "/ws/train.py", "--lr", "1"]
     assert argv[argv.index("--world-size") + 1] == "8" and "--rank" in argv
     assert cwd == "/ws/run" and env["OMP_NUM_THREADS"] == "1"
+    # A torchrun line of a shell script: the CLI runs the script and records the job (its
+    # world size, arguments and exports), so the server names only the script and the line.
+    torchrun = _target("torchrun", path="/ws/scripts/train.sh", line=4, program="/ws/train.py",
+                       args=["--lr", "1"], world_size=8, env={"OMP_NUM_THREADS": "1"},
+                       cwd="/ws")
+    argv, cwd, env = build_command(TraceRequest(torchrun, "cpu", rank=5), "/s.json", "/py")
+    assert argv[-2:] == ["--from-script", "/ws/scripts/train.sh:5"] and "--" not in argv
+    assert "--world-size" not in argv and argv[argv.index("--rank") + 1] == "5"
+    assert cwd == "/ws" and env.get("OMP_NUM_THREADS") == os.environ.get("OMP_NUM_THREADS")
     module = _target("launch", module="pkg.train", world_size=1)
     argv, _, _ = build_command(TraceRequest(module, "cpu", all_ranks=True), "/s.json", "/py")
     assert argv[-3:] == ["--", "-m", "pkg.train"] and "--world-size" not in argv

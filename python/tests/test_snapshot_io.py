@@ -61,3 +61,74 @@ def test_schema_and_reference_errors_name_the_place(tmp_path, good, change, wher
     assert out.returncode == 1
     assert f"{path}: invalid snapshot at {where}" in out.stderr.replace("\n", "")
     assert "Traceback" not in out.stderr
+
+
+@pytest.fixture(scope="module")
+def cuda_good(tmp_path_factory) -> dict:
+    """A GPU target's snapshot: it has the allocator's rows (reserved, fragmentation)."""
+    path = tmp_path_factory.mktemp("snap") / "cuda.json"
+    out = run_memlens("run", "--snapshot", str(path), "--",
+                      str(REPO / "python" / "tests" / "scripts" / "values" / "bounded_sizes.py"))
+    assert out.returncode == 0, out.stderr
+    return json.loads(path.read_text())
+
+
+HOSTILE_NAME = ("evil[/] [bold red]x\x1b]8;;http://evil.example/\x1b\\link\x1b]8;;\x1b\\ "
+                "\x1b[31mred\x07")
+
+
+def test_snapshot_strings_reach_the_terminal_as_plain_text(tmp_path, cuda_good):
+    def change(d):
+        d["meta"]["target"]["name"] = HOSTILE_NAME
+        d["lines"][0]["file"] = "a[/]b\x1b[2J.py"
+        d["meta"]["notes"] = ["[link=http://evil.example]click[/link]"]
+
+    _, out = _show(tmp_path, _mutated(cuda_good, change))
+    assert out.returncode == 0, out.stderr
+    text = out.stdout + out.stderr
+    assert "\x1b" not in text and "\x07" not in text  # no escape sequence, no OSC 8 link
+    # Markup is shown as the text it is, not applied (and `[/]` raises no MarkupError).
+    assert "evil[/] [bold red]x]8;;http://evil.example/" in text
+    assert "[link=http://evil.example]click[/link]" in text
+
+
+def test_a_huge_string_is_cut_for_the_terminal(tmp_path, cuda_good):
+    _, out = _show(tmp_path, _mutated(cuda_good, lambda d: d["meta"]["target"].update(
+        name="A" * 100_000)))
+    assert out.returncode == 0, out.stderr
+    header = " ".join(out.stdout.split()[:4])
+    assert "A" * 299 + "…" in out.stdout.replace("\n", "") and "A" * 300 not in header
+
+
+@pytest.mark.parametrize("text, message", [
+    ('"peak_bytes": NaN', "NaN is not a JSON number"),
+    ('"peak_bytes": Infinity', "Infinity is not a JSON number"),
+    ('"peak_bytes": ' + "9" * 400, "invalid snapshot at summary/peak_bytes"),
+    ('"peak_bytes": ' + "9" * 5000, "Exceeds the limit"),
+])
+def test_numbers_json_has_not_or_too_large_to_be_bytes_are_refused(tmp_path, cuda_good, text,
+                                                                    message):
+    content = json.dumps(cuda_good).replace(
+        f'"peak_bytes": {cuda_good["summary"]["peak_bytes"]}', text, 1)
+    for flags in ((), ("--json",)):
+        path = tmp_path / "s.json"
+        path.write_text(content)
+        out = run_memlens("show", str(path), *flags)
+        assert out.returncode == 1
+        assert message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_optional_fields_left_out_are_shown_as_dashes(tmp_path, cuda_good):
+    def change(d):
+        d["summary"]["outside_allocator_bytes"] = None
+        d["summary"]["outside_allocator"] = None
+        for row in d["summary"]["devices"].values():
+            row.pop("fragmentation_bytes", None)
+            row.pop("segments_at_reserved_peak", None)
+
+    _, out = _show(tmp_path, _mutated(cuda_good, change))
+    assert out.returncode == 0, out.stderr
+    row = next(ln for ln in out.stdout.splitlines() if ln.strip().startswith("cuda:0") and
+               "-" in ln.split()[-1])
+    assert row.split()[-2:] == ["-", "-"]
+    assert "+ outside 0 B" in out.stdout

@@ -3,7 +3,7 @@
 import { CATEGORY_LABELS } from '../data/categories';
 import { categoryVariable } from '../data/colors';
 import { formatBytes, formatShare } from '../data/format';
-import { CATEGORIES } from '../../common/snapshot';
+import { CATEGORIES, type Meta } from '../../common/snapshot';
 import type { Context } from '../context';
 import { el, replace, swatch } from '../dom';
 
@@ -65,7 +65,7 @@ export function renderHeader(root: HTMLElement, ctx: Context): void {
     `event ${summary.peak_seq}`,
     `${meta.device_key}`,
     meta.world_size > 1 ? `rank ${meta.rank} of ${meta.world_size}` : 'single process',
-    `${meta.iterations} iteration${meta.iterations === 1 ? '' : 's'}`,
+    iterationsFact(meta),
     meta.precision ? meta.precision : null,
     `torch ${meta.torch_version}`,
     meta.created.replace('T', ' ').replace(/\+00:00$/, ' UTC'),
@@ -110,4 +110,16 @@ export function renderHeader(root: HTMLElement, ctx: Context): void {
   }
 
   replace(root, title, peakRow, el('div', { class: 'facts muted' }, facts.join(' · ')), legend, ...notes, filters);
+}
+
+/** The iterations traced, never only those asked for: '1 iteration (forward passes; the script
+ * ended; 2 requested)'. */
+function iterationsFact(meta: Meta): string {
+  const traced = meta.iterations_traced ?? meta.iterations;
+  const why: string[] = meta.iteration_unit ? [meta.iteration_unit] : [];
+  if (meta.interrupted) why.push(`interrupted; ${meta.iterations} requested`);
+  else if (meta.iterations_traced !== undefined && traced < meta.iterations)
+    why.push(`the script ended; ${meta.iterations} requested`);
+  const text = `${traced} iteration${traced === 1 ? '' : 's'}`;
+  return why.length ? `${text} (${why.join('; ')})` : text;
 }

@@ -65,10 +65,14 @@ def _efficient_ok(q, k, v, enable_gqa, cc) -> bool:
             and cc >= (5, 0) and _heads_ok(q, k, v, enable_gqa, gqa_supported=False))
 
 
-def _cudnn_ok(q, k, v, enable_gqa, cc) -> bool:
+def _cudnn_ok(q, k, v, mask, enable_gqa, cc) -> bool:
     d = q.shape[-1]
+    # cuDNN's attention has no gradient for its bias (derivatives.yaml: attn_bias is not
+    # differentiable), so a learned bias (T5's relative position bias) never runs on it.
+    learned_bias = mask is not None and mask.requires_grad and torch.is_grad_enabled()
     return (q.dtype in _LOW_PRECISION and cc >= (8, 0) and d == k.shape[-1] == v.shape[-1]
-            and d % 8 == 0 and d <= 128 and _heads_ok(q, k, v, enable_gqa, gqa_supported=False))
+            and d % 8 == 0 and d <= 128 and not learned_bias
+            and _heads_ok(q, k, v, enable_gqa, gqa_supported=False))
 
 
 def select_backend(q, k, v, mask, dropout_p, is_causal, enable_gqa, cc) -> int:
@@ -79,7 +83,7 @@ def select_backend(q, k, v, mask, dropout_p, is_causal, enable_gqa, cc) -> int:
         return MATH
     checks = {FLASH: lambda: _flash_ok(q, k, v, mask, is_causal, enable_gqa, cc),
               EFFICIENT: lambda: _efficient_ok(q, k, v, enable_gqa, cc),
-              CUDNN: lambda: _cudnn_ok(q, k, v, enable_gqa, cc),
+              CUDNN: lambda: _cudnn_ok(q, k, v, mask, enable_gqa, cc),
               MATH: lambda: True}
     for backend in priority_order(cc):
         if _enabled(backend) and checks[backend]():

@@ -10,10 +10,14 @@ from __future__ import annotations
 import sys
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor as _FakeTensor, unset_fake_temporarily
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import categories as C
 from ..errors import DataDependentError, Location
+from .dynamic_sizes import bounded_result, has_bound
+from .healthy_values import HEALTHY_OPS, HEALTHY_VALUE, note_healthy_value
+from .host_compute import runs_on_host
 
 aten = torch.ops.aten
 _local_scalar_dense = aten._local_scalar_dense.default
@@ -61,16 +65,24 @@ class Accountant(TorchDispatchMode):
         self._mask_arg: dict = {}
         self._names: dict = {}
         self.placeholders: list[tuple[int, str, object]] = []  # (stack, op, value answered)
+        self._noted: set = set()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func in _PASSTHROUGH or func.namespace == "profiler":
+        if func.namespace == "profiler":  # record_function markers: no tensors, no memory
+            return func(*args, **kwargs)
+        if _FakeTensor not in types and runs_on_host(func, types, args, kwargs,
+                                                     sys._getframe(1)):
+            return self._run_on_host(func, args, kwargs)
+        if func in _PASSTHROUGH:
             return func(*args, **kwargs)
         phases = self.tracer.phases
         if phases.stop_pending and not phases.in_step:
             raise self.tracer.stop()
         if func is _local_scalar_dense:
-            return self._read_value(args[0])
+            # A DTensor's value (`.item()` of a clipped grad norm) is its local tensor's: let
+            # DTensor dispatch, and read the local tensor when it comes back here.
+            return self._read_value(args[0]) if _plain(types) else NotImplemented
         if func is _WAIT_TENSOR:
             # Eager wait_tensor hands back its input; the fake kernel makes a new tensor that
             # would be booked as a second copy of every functional collective's output.
@@ -89,11 +101,16 @@ class Accountant(TorchDispatchMode):
         except Exception as e:
             kind = type(e).__name__
             if kind == "DynamicOutputShapeException":
-                raise self._data_dependent(func, "the size of its result depends on tensor "
-                                           "values") from None
-            if kind == "DataDependentOutputException":
-                raise self._data_dependent(func, "its result is a tensor value") from None
-            raise
+                return self._bounded(func, args, kwargs)
+            elif kind == "DataDependentOutputException":
+                return self._made_up_result(func)
+            else:
+                raise
+        if func in HEALTHY_OPS:
+            note_healthy_value(func, args, out)
+        return self._book_outputs(func, args, kwargs, out)
+
+    def _book_outputs(self, func, args, kwargs, out):
         booked = self._unmasked(func, args, kwargs, out)
         plan = self.tracer.workspaces(func, args, kwargs, booked)
         if plan is None:
@@ -103,6 +120,46 @@ class Accountant(TorchDispatchMode):
         for item in self.tracer.workspaces.persistent(func, args, kwargs, out):
             self._persistent(item)
         return out
+
+    def _run_on_host(self, func, args, kwargs):
+        """A host op computed for real (see host_compute.py). Its new storages are the
+        script's host memory and are booked; views and in-place results of host tensors are
+        not (their storage may be numpy's, which no allocator of torch's holds)."""
+        phases = self.tracer.phases
+        if phases.stop_pending and not phases.in_step:
+            raise self.tracer.stop()
+        if func in _NO_FAKE_KERNEL:
+            return _NO_FAKE_KERNEL[func](*args)
+        if func is _PIN_MEMORY:  # a page-locked copy in host memory: a copy, on the host
+            func, args, kwargs = aten.clone.default, (args[0],), {}
+        with unset_fake_temporarily():
+            out = func(*args, **kwargs)
+        if func in _PASSTHROUGH or func is _local_scalar_dense or func._schema.is_mutable:
+            return out
+        return self._book_outputs(func, args, kwargs, out)
+
+    def _bounded(self, func, args, kwargs):
+        """An op whose result's size depends on tensor values, on fake inputs: the size the
+        policy picks within the op's bound (dynamic_sizes.py), with a note at the user's line;
+        an op with no bound is an error naming it."""
+        policy = self.tracer.dynamic_size_policy
+        result = bounded_result(func, args, kwargs, policy)
+        if result is None:
+            raise self._data_dependent(func, "the size of its result depends on tensor "
+                                       "values", policy) from None
+        out, bound, size, temporary_bytes = result
+        self.note_value(f"size of {_op_name(func)}", f"{size} of at most {bound}", depth=2)
+        held = None
+        if temporary_bytes:  # the kernel's own index tensors, alive while it runs
+            module, _, stack, backward = self._context()
+            device = self.tracer.device_key(out.device)
+            held = self.ledger.alloc(temporary_bytes, device, "int64", (temporary_bytes // 8,),
+                                     C.TEMPORARY, module, self.tracer.phases.index,
+                                     self.ledger.op_id("nonzero"), stack, backward=backward)
+        booked = self._book_outputs(func, args, kwargs, out)
+        if held is not None:
+            self.ledger.free(held)
+        return booked
 
     # -- booking ---------------------------------------------------------------------------
     def _unmasked(self, func, args, kwargs, out):
@@ -129,6 +186,8 @@ class Accountant(TorchDispatchMode):
                     self._book_tensor(func, t)
 
     def _book_tensor(self, func, t: torch.Tensor) -> None:
+        if t.device.type == "meta":  # shapes only (a model built on meta): no memory anywhere
+            return
         try:
             st = t.untyped_storage()
         except (RuntimeError, NotImplementedError):
@@ -242,24 +301,59 @@ class Accountant(TorchDispatchMode):
         constant = getattr(t, "constant", None)
         if constant is not None:
             return constant.item()
-        if not isinstance(t, torch._subclasses.FakeTensor):
+        if not isinstance(t, _FakeTensor):
             return _local_scalar_dense(t)
         if t.dtype == torch.bool:
-            value: object = False
-        elif t.dtype.is_floating_point or t.dtype.is_complex:
+            value: object = getattr(t, HEALTHY_VALUE, False)
+        elif t.dtype.is_floating_point:
             value = 0.0
+        elif t.dtype.is_complex:
+            value = 0j
         else:
-            raise self._data_dependent(_local_scalar_dense, "it reads an integer out of a tensor")
-        self.placeholders.append((self.tracer.stacks.capture(sys._getframe(1)), "item", value))
+            value = 0
+        self.note_value("item", value, depth=2)
         return value
 
-    def _data_dependent(self, func, what: str) -> DataDependentError:
+    def _made_up_result(self, func):
+        """An op whose result is a Python value computed from tensor values (`torch.equal`,
+        `allclose`): a placeholder of its type, noted at the line."""
+        returns = func._schema.returns
+        kind = str(returns[0].type) if len(returns) == 1 else ""
+        value = {"bool": False, "int": 0, "float": 0.0, "SymInt": 0, "Scalar": 0.0}.get(kind)
+        if value is None:
+            raise self._data_dependent(func, "its result is a tensor value")
+        self.note_value(_op_name(func), value, depth=2)
+        return value
+
+    def note_value(self, op: str, value, depth: int = 1) -> None:
+        """A value the trace made up, noted once per user line (a loop's `loss.item()` is one
+        note, not one per step)."""
+        stacks = self.tracer.stacks
+        stack = stacks.capture(sys._getframe(depth + 1))
+        top = stacks.top_frame(stack)
+        key = (top[0], top[1], op) if top else (stack, op)
+        if key in self._noted:
+            return
+        self._noted.add(key)
+        self.placeholders.append((stack, op, value))
+
+    def _data_dependent(self, func, what: str, policy: str = "") -> DataDependentError:
         stacks = self.tracer.stacks
         top = stacks.top_frame(stacks.capture(sys._getframe(2)))
         where = Location(top[0], top[1], top[2]) if top else None
-        name = str(func.overloadpacket).replace("aten.", "")
-        name = {"_local_scalar_dense": ".item() / int() / bool()"}.get(name, name)
+        name = _op_name(func)
+        if policy == "error" and has_bound(func):
+            remedy = ("--dynamic-sizes error was given; without it (or with a fraction such as "
+                      "--dynamic-sizes 0.5) the trace sizes it within its bound")
+        else:
+            what += ", and it has no bound a trace could use"
+            remedy = ("Make the size independent of tensor values (a fixed capacity, padding, "
+                      "a size computed from shapes), or compute it from host tensors (CPU "
+                      "tensors made from host data are computed for real)")
         return DataDependentError(
-            f"`{name}` needs real tensor values ({what}); a memory trace has none, and here the "
-            "value decides sizes or control flow. Make the sizes independent of tensor values "
-            "(e.g. a fixed capacity or padding).", where)
+            f"`{name}` needs real tensor values ({what}); a memory trace has none. {remedy}.",
+            where)
+
+
+def _op_name(func) -> str:
+    return str(func.overloadpacket).replace("aten.", "")

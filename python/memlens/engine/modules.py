@@ -36,6 +36,10 @@ class ModuleInfo:
         self.call_ancestors: frozenset[int] = frozenset()
         self.constructed_at: tuple[str, int] | None = None  # where the parent assigned it
         self.registered = False  # some module holds it as a submodule
+        # Now, while the class's module is importable: a class of the traced script lives in
+        # runpy's temporary `__main__`, gone (sys.modules["__main__"] is memlens') once the
+        # script has ended and the snapshot is built.
+        _class_source(self.cls)
 
     @property
     def module(self) -> nn.Module | None:

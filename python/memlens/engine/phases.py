@@ -1,11 +1,23 @@
 """Phases of a training run, detected with no change to the script.
 
 setup_model_and_optimizer   from the start until the first top-level forward
-forward_backward_iter_N     from the top-level forward through backward
+forward_backward_iter_N     from the top-level forward through backward (every micro-batch of a
+                            gradient-accumulation step: the iteration is the optimizer step)
 optimizer_step_iter_N       from optimizer.step() (and the zero_grad after it) to the next forward
+update_iter_N               with no torch optimizer: from the end of backward (a hand-written
+                            update such as `p.data.add_(p.grad, alpha=-lr)`) to the next forward
+forward_iter_N              with no optimizer and no backward (evaluation): one forward of the
+                            model (the first module called at top level) to its next
+evaluate_after_iter_N       an evaluation a library plugin recognises (the Hugging Face Trainer's
+                            `evaluate`) after iteration N's optimizer step, to the next forward;
+                            `evaluate_before_training` before the first step. Its forwards start
+                            no iteration: one iteration is one optimizer step.
 
-After the requested number of iterations the next top-level forward, or the next op outside
-an optimizer step, raises StopTracing into the script.
+What ends an iteration is what the script has: an optimizer step if the script made a torch
+optimizer, else a backward pass, else the next forward of the model. After the requested number
+of iterations the script is stopped (StopTracing raised into it): after an optimizer step, at
+its next op outside the step; otherwise at the next top-level forward, so a hand-written update
+is traced whole.
 """
 
 from __future__ import annotations
@@ -14,7 +26,11 @@ from dataclasses import dataclass, field
 
 from ..errors import StopTracing
 
-SETUP, FORWARD_BACKWARD, OPTIMIZER = 0, 1, 2
+SETUP, FORWARD_BACKWARD, OPTIMIZER, UPDATE = 0, 1, 2, 3
+
+# What one iteration is, by what ends it (the report says what was counted).
+OPTIMIZER_STEPS, BACKWARD_PASSES, FORWARD_PASSES = ("optimizer steps", "backward passes",
+                                                   "forward passes")
 
 
 @dataclass
@@ -33,30 +49,74 @@ class PhaseTracker:
         self.state = SETUP
         self.iteration = 0
         self.in_step = 0  # nesting depth of optimizer.step()
-        self.stop_pending = False
+        self.in_evaluation = 0  # nesting depth of an evaluation (plugins: begin_evaluation)
+        self.stop_pending = False  # the accountant stops the script at its next op
+        self.interrupt_requested = False  # Ctrl-C: stop at the next op, even after a step
+        self.optimizers = 0  # torch optimizers the script has made
+        self.stepped = False  # an optimizer step has run
+        self._backward_in_iteration = False
+        self._backward_seen = False
+        self._iteration_phase = -1  # index of the current iteration's first phase
+        self._lead = None  # id of the module whose forward began this iteration
         self.on_phase = lambda name: None  # progress display
 
     @property
     def index(self) -> int:
         return len(self.phases) - 1
 
+    @property
+    def iterations_traced(self) -> int:
+        """Iterations begun (the last may be partial when the script ended or was stopped)."""
+        return 0 if self._iteration_phase < 0 else self.iteration + 1
+
+    @property
+    def counted(self) -> str:
+        """What one iteration was."""
+        if self.optimizers or self.stepped:
+            return OPTIMIZER_STEPS
+        return BACKWARD_PASSES if self._backward_seen else FORWARD_PASSES
+
     def begin(self, name: str) -> None:
         """Start a phase by name (also the public `tracer.phase(...)` API)."""
         self.phases.append(Phase(name, len(self.ledger.events), dict(self.ledger.current)))
         self.on_phase(name)
 
-    def on_top_level_forward(self) -> None:
+    def finish(self) -> None:
+        """The trace ended: name the last iteration by what it did."""
+        self._name_finished_iteration()
+
+    # -- events ----------------------------------------------------------------------------
+    def on_top_level_forward(self, module=None) -> None:
+        """A forward with no module around it (`module`: the module called; None from a
+        schedule such as Megatron's, which stands for the whole model)."""
         if self.stop_pending:
             raise self._stop()
-        if self.state == OPTIMIZER:
-            self.iteration += 1
-        if self.state != FORWARD_BACKWARD:
-            self.state = FORWARD_BACKWARD
-            self.begin(f"forward_backward_iter_{self.iteration}")
+        if self.in_evaluation:
+            return
+        if self.state == SETUP:
+            self._begin_iteration(module)
+        elif self.state in (OPTIMIZER, UPDATE):
+            self._next_iteration(module)
+        elif (self.state == FORWARD_BACKWARD and not self.optimizers and not self.stepped
+              and not self._backward_in_iteration and module is not None
+              and id(module) == self._lead):
+            self._next_iteration(module)  # evaluation only: each forward of the model
+
+    def on_optimizer_created(self) -> None:
+        self.optimizers += 1
+
+    def on_backward_end(self) -> None:
+        """The outermost backward pass (`loss.backward()`, `torch.autograd.grad`) returned."""
+        self._backward_in_iteration = self._backward_seen = True
+        if self.state == FORWARD_BACKWARD and not self.optimizers and not self.stepped:
+            self.state = UPDATE
+            self.begin(f"update_iter_{self.iteration}")
 
     def on_step_begin(self) -> None:
         self.in_step += 1
-        self.stop_pending = False  # a second optimizer stepping in the same iteration
+        self.stepped = True
+        # A second optimizer stepping in the same iteration (but Ctrl-C still stops).
+        self.stop_pending = self.interrupt_requested
         if self.state != OPTIMIZER:
             self.state = OPTIMIZER
             self.begin(f"optimizer_step_iter_{self.iteration}")
@@ -65,3 +125,41 @@ class PhaseTracker:
         self.in_step = max(0, self.in_step - 1)
         if self.iteration + 1 >= self.iterations:
             self.stop_pending = True
+
+    def begin_evaluation(self) -> None:
+        self.in_evaluation += 1
+        if self.in_evaluation == 1:
+            self.begin(f"evaluate_after_iter_{self.iteration}" if self.state == OPTIMIZER
+                       else "evaluate_before_training")
+
+    def end_evaluation(self) -> None:
+        self.in_evaluation = max(0, self.in_evaluation - 1)
+
+    def request_interrupt(self) -> None:
+        """Stop the script at its next op (Ctrl-C arrived while memlens was busy)."""
+        self.interrupt_requested = self.stop_pending = True
+
+    # -- iterations ------------------------------------------------------------------------
+    def _begin_iteration(self, module) -> None:
+        self.state = FORWARD_BACKWARD
+        self._lead = id(module) if module is not None else None  # no reference: modules may go
+        self._backward_in_iteration = False
+        self._iteration_phase = len(self.phases)
+        self.begin(f"forward_backward_iter_{self.iteration}")
+
+    def _next_iteration(self, module) -> None:
+        self._name_finished_iteration()
+        if self.iteration + 1 >= self.iterations:
+            raise self._stop()
+        self.iteration += 1
+        self._begin_iteration(module)
+
+    def _name_finished_iteration(self) -> None:
+        """An evaluation iteration (no optimizer, no backward) was a forward only: say so in
+        its name."""
+        if self._iteration_phase < 0 or self._backward_in_iteration or self.counted != \
+                FORWARD_PASSES:
+            return
+        phase = self.phases[self._iteration_phase]
+        if phase.name == f"forward_backward_iter_{self.iteration}":
+            phase.name = f"forward_iter_{self.iteration}"

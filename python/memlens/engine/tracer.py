@@ -25,7 +25,8 @@ from ..errors import StopTracing
 from .ledger import Ledger
 from .modules import ModuleTracker
 from ..patches import Patcher
-from ..patches import torch_core
+from ..patches import torch_compile, torch_core, torch_data, torch_loops, torch_values
+from .healthy_values import mark_finite_check
 from .phases import PhaseTracker
 from ..plugins import PluginHost
 from .stacks import StackTable
@@ -34,12 +35,14 @@ from ..kernels.buffers import WorkspaceModel
 
 class Tracer:
     def __init__(self, device: DeviceSpec | str = "h100-80gb", iterations: int = 2,
-                 rank: RankSpec | None = None, device_count: int = 1, device_index: int = 0):
+                 rank: RankSpec | None = None, device_count: int = 1, device_index: int = 0,
+                 dynamic_sizes: str = "bound"):
         """`rank`: simulate that rank of a distributed job (fake process groups; see
         patches/torch_distributed.py; the caller gives the script the rank's environment): its
         node's GPUs are simulated and the trace describes its local GPU. Without a rank,
         `device_count` GPUs of `device` are simulated and the trace describes
-        `cuda:{device_index}`."""
+        `cuda:{device_index}`. `dynamic_sizes`: how ops whose result's size depends on tensor
+        values are sized (dynamic_sizes.py: "bound", "error" or a fraction of the bound)."""
         if isinstance(device, str):
             from ..devices import get_device
 
@@ -48,6 +51,7 @@ class Tracer:
         self.device_count = max(device_count, rank.local_world_size if rank else 1)
         self.device_index = device_index
         self.iterations = iterations
+        self.dynamic_size_policy = dynamic_sizes
         self.rank = rank
         self.layout = Layout(rank.world_size, rank.rank) if rank else None
         self.ledger = Ledger(device.round_size, allocator_for=self._allocator_for)
@@ -67,6 +71,7 @@ class Tracer:
         self.allocator_settings: dict | None = None  # set when a CUDA allocator starts
         self.started = self.finished = 0.0
         self.stopped = False  # the trace stopped the workload after its iterations
+        self.interrupted = False  # Ctrl-C ended the trace (see interrupt.py)
         self.notes: list[str] = []  # what plugins changed about the run (snapshot meta.notes)
         self.plugins = PluginHost(self)
 
@@ -79,7 +84,13 @@ class Tracer:
         self.started = time.time()
         with contextlib.ExitStack() as undo:
             undo.callback(self._patcher.undo)  # every patch below, last of all
-            torch_core.apply(self._patcher, self._external_tensor, self.accountant.storage_resized)
+            torch_core.apply(self._patcher, self._external_tensor, self.accountant.storage_resized,
+                             mark_finite_check)
+            torch_data.apply(self._patcher)
+            torch_values.apply(self._patcher, self.accountant.note_value)
+            torch_loops.apply(self._patcher, self.phases.on_optimizer_created,
+                              self.phases.on_backward_end)
+            torch_compile.apply(self._patcher, self.add_note)
             if self.rank is not None:
                 from ..patches import torch_distributed
 
@@ -129,10 +140,16 @@ class Tracer:
         self.phases.begin(name)
         yield
 
+    def add_note(self, text: str) -> None:
+        """Something about the run the reader should know (report and snapshot meta.notes)."""
+        if text not in self.notes:
+            self.notes.append(text)
+
     def mark_end(self) -> None:
         """The trace ends here: what the workload frees while it is torn down (its globals,
         the frames an exception unwinds) is not part of the step. Safe to call twice."""
         if self.end_seq < 0:
+            self.phases.finish()
             self.end_seq = self.ledger.seq
             self.ledger.untrack_all()
 
@@ -183,7 +200,7 @@ class Tracer:
 
     def _on_top_level_forward(self, module: torch.nn.Module) -> None:
         self.classifier.scan_model(module)
-        self.phases.on_top_level_forward()
+        self.phases.on_top_level_forward(module)
 
     def _allocator_for(self, device_key: str):
         """The CUDA caching allocator of a simulated GPU, configured as PyTorch would configure

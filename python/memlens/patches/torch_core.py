@@ -6,12 +6,21 @@
   to assigning `.data` has the same effect for a module. Called from `Module._apply`, the swap
   is replaced by what `_apply` does to real parameters (`param.data = param_applied`): a swap
   would leave the old storage in `param_applied` until the next parameter has been converted,
-  one parameter's old copy longer than a real run keeps it.
+  one parameter's old copy longer than a real run keeps it. Where `.data` cannot take the new
+  tensor (`to_empty(device="cuda")` of a model built on the meta device: meta and CUDA tensors
+  are of incompatible kinds; a DTensor parameter), the tensors are swapped as torch would,
+  without its refusal of weakrefs: the weakrefs on a fake parameter are FakeTensorMode's own
+  memo (MetaConverter.tensor_memo, a WeakValueDictionary), whose entry then names the
+  swapped object, as the module does.
 - `torch.get_rng_state` (and `torch.random.get_rng_state`): activation checkpointing saves the
   CPU generator state, a real tensor made without any op, so the accountant would not see it.
 - `torch.UntypedStorage.resize_`: resizing a storage directly is no op a dispatch mode sees, and
   FSDP frees and re-allocates unsharded parameters that way (`resize_(0)`, `resize_(n)`; FSDP1
   through `TypedStorage._resize_`, which calls it).
+- `torch.Tensor.__format__`: `f"{loss:.4f}"` formats a 0-dim tensor's value only for exact
+  Tensors; a fake one reads its (placeholder) value the same way.
+- `torch.isfinite` (and the method): composite, so the accountant never sees it; its result
+  is handed to `on_finite_check` (engine/healthy_values.py: a healthy run's, all finite).
 - the foreach "supported types" lists of torch.optim and torch.utils: optimizers and
   clip_grad_norm_ take their multi-tensor (foreach) path only for exact Tensor/Parameter types,
   so fake parameters would silently take the per-tensor path a real run does not take.
@@ -19,6 +28,7 @@
 
 from __future__ import annotations
 
+import copyreg
 import sys
 
 import torch
@@ -36,7 +46,34 @@ def _set_data(t1: torch.Tensor, t2: torch.Tensor) -> None:
         t1.fake_device = t2.fake_device
 
 
-def apply(patcher: Patcher, on_external_tensor, on_storage_resized) -> None:
+def _swap_despite_weakrefs(t1: torch.Tensor, t2: torch.Tensor) -> None:
+    """`torch.utils.swap_tensors` without its weakref check (see the module's docstring)."""
+    slots = set(copyreg._slotnames(t1.__class__))  # type: ignore[attr-defined]
+    if slots != set(copyreg._slotnames(t2.__class__)):  # type: ignore[attr-defined]
+        raise RuntimeError("Cannot swap t1 and t2 if they have different slots")
+    t1.__class__, t2.__class__ = t2.__class__, t1.__class__
+    t1.__dict__, t2.__dict__ = t2.__dict__, t1.__dict__
+    missing = object()
+    for slot in slots:
+        a, b = getattr(t1, slot, missing), getattr(t2, slot, missing)
+        for t, value in ((t1, b), (t2, a)):
+            if value is missing:
+                if hasattr(t, slot):
+                    delattr(t, slot)
+            else:
+                setattr(t, slot, value)
+    torch._C._swap_tensor_impl(t1, t2)
+
+
+def _assign(t1: torch.Tensor, t2: torch.Tensor) -> None:
+    """Make t1 hold t2's tensor: by `.data` where the kinds allow it, else by swapping."""
+    if torch._has_compatible_shallow_copy_type(t1, t2):
+        _set_data(t1, t2)
+    else:
+        _swap_despite_weakrefs(t1, t2)
+
+
+def apply(patcher: Patcher, on_external_tensor, on_storage_resized, on_finite_check) -> None:
     check_tested("torch_core", torch.__version__)
     original_swap = torch.utils.swap_tensors
 
@@ -44,7 +81,7 @@ def apply(patcher: Patcher, on_external_tensor, on_storage_resized) -> None:
         caller = sys._getframe(1)
         if (caller.f_code.co_name == "_apply" and isinstance(t1, torch.Tensor)
                 and caller.f_globals.get("__name__") == "torch.nn.modules.module"):
-            _set_data(t1, t2)  # the real-tensor path of Module._apply
+            _assign(t1, t2)  # the real-tensor path of Module._apply
             return None
         try:
             return original_swap(t1, t2)
@@ -77,6 +114,27 @@ def apply(patcher: Patcher, on_external_tensor, on_storage_resized) -> None:
     patcher.setattr(torch.UntypedStorage, "resize_", resize_)
 
     from torch._subclasses.fake_tensor import FakeTensor
+
+    original_format = torch.Tensor.__format__
+
+    def __format__(self, format_spec):
+        if isinstance(self, FakeTensor) and self.dim() == 0:
+            return self.item().__format__(format_spec)
+        return original_format(self, format_spec)
+
+    patcher.setattr(torch.Tensor, "__format__", __format__)
+
+    def finite_check(original):
+        def isfinite(*args, **kwargs):
+            out = original(*args, **kwargs)
+            if isinstance(out, FakeTensor):
+                on_finite_check(out)
+            return out
+        return isfinite
+
+    patcher.setattr(torch, "isfinite", finite_check(torch.isfinite))
+    patcher.setattr(torch.Tensor, "isfinite", finite_check(torch.Tensor.isfinite))
+
     from torch.optim import optimizer
     from torch.utils import _foreach_utils
 

@@ -5,6 +5,10 @@ where a GPU puts the tensor on the current device: rank 4 of a node that set cud
 tensors (Megatron's loss scale, a flag reduced across ranks) on cuda:0, and the next op mixing
 them failed with a device mismatch. Factories that take sizes (`torch.empty(..., device=
 "cuda")`) are right already. Applied while a simulated GPU is active.
+
+TorchScript knows `torch.tensor` as a builtin by the function's identity; code it compiles at
+import time (`torch.distributed.optim`'s functional optimizers) would otherwise try to compile
+the wrapper's Python source and fail, so the wrappers are registered as the same builtins.
 """
 
 from __future__ import annotations
@@ -18,9 +22,17 @@ from .patcher import Patcher, check_tested
 
 
 def apply(patcher: Patcher) -> None:
+    from torch.jit import _builtins
+
     check_tested("torch_cuda_device", torch.__version__)
+    builtins = _builtins._get_builtin_table()  # built now, from the unpatched functions
     for name in ("tensor", "as_tensor"):
-        patcher.setattr(torch, name, _on_current_device(getattr(torch, name)))
+        original = getattr(torch, name)
+        wrapper = _on_current_device(original)
+        patcher.setattr(torch, name, wrapper)
+        if id(original) in builtins:
+            builtins[id(wrapper)] = builtins[id(original)]
+            patcher.defer(functools.partial(builtins.pop, id(wrapper), None))
 
 
 def _on_current_device(factory):

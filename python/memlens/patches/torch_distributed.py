@@ -3,11 +3,11 @@
 Applied by the Tracer only when a world size is given, undone when the trace ends.
 
 - Every process group is a fake one (`torch.testing._internal.distributed.fake_pg`): whatever
-  backend the script asks for (`nccl`, `gloo`, "cpu:gloo,cuda:nccl"), `init_process_group`
-  makes a fake default group of the simulated world size and rank, with no rendezvous (no
-  MASTER_ADDR connection), and `new_group`/DeviceMesh sub-groups are fake too. Collectives then
-  run their fake kernels: outputs are allocated (the ledger books them as any op output) and no
-  data moves.
+  backend, init method or store the script uses, `init_process_group` (or `init_device_mesh`
+  without it) makes a fake default group of the simulated world size and rank, with no
+  rendezvous and no socket, and `new_group`/DeviceMesh sub-groups are fake too
+  (torch_distributed_bringup.py). Collectives then run their fake kernels: outputs are
+  allocated (the ledger books them as any op output) and no data moves.
 - DeviceMesh is bookkeeping built from small integer CPU tensors (`arange(world)`, reshaped and
   read back with `.tolist()`): under FakeTensorMode those would be fake and unreadable. Its
   methods run with every dispatch mode suspended, so they are real CPU tensors, as in a real
@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import torch_distributed_users
+from . import torch_distributed_bringup, torch_distributed_users
 from .patcher import Patcher, check_tested
 
 
@@ -62,7 +62,7 @@ def apply(patcher: Patcher, spec, layout, is_gradient: Callable[[torch.Tensor], 
         from ..errors import MemlensError
 
         raise MemlensError("this torch build has no torch.distributed; cannot simulate a rank")
-    _process_groups(patcher, spec, layout)
+    torch_distributed_bringup.apply(patcher, spec, layout)
     _device_mesh(patcher, layout)
     _object_collectives(patcher, spec)
     _cross_rank_checks(patcher)
@@ -72,42 +72,7 @@ def apply(patcher: Patcher, spec, layout, is_gradient: Callable[[torch.Tensor], 
     torch_distributed_users.apply(patcher, layout, is_gradient)
 
 
-# -- process groups --------------------------------------------------------------------------
-def _process_groups(patcher: Patcher, spec, layout) -> None:
-    import torch.distributed as dist
-    import torch.distributed.distributed_c10d as c10d
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    original_init = c10d.init_process_group
-    original_helper = c10d._new_process_group_helper
-
-    @functools.wraps(original_init)
-    def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1,
-                           store=None, group_name="", pg_options=None, device_id=None, **kw):
-        layout.requested_backend = str(backend) if backend is not None else None
-        # No rendezvous: the simulated rank and world size, whatever the script passes.
-        return original_init("fake", timeout=timeout, world_size=spec.world_size,
-                             rank=spec.rank, store=FakeStore(), group_name=group_name,
-                             device_id=device_id, **kw)
-
-    def new_process_group_helper(group_size, group_rank, global_ranks_in_group, backend, store,
-                                 group_name, backend_options=None, *args, **kwargs):
-        pg = original_helper(group_size, group_rank, global_ranks_in_group, "fake", store,
-                             group_name, None, *args, **kwargs)
-        ranks = list(global_ranks_in_group) or list(range(spec.world_size))
-        layout.group_created(pg[0] if isinstance(pg, tuple) else pg, ranks)
-        return pg
-
-    patcher.setattr(c10d, "init_process_group", init_process_group)
-    patcher.setattr(dist, "init_process_group", init_process_group)
-    patcher.setattr(c10d, "_new_process_group_helper", new_process_group_helper)
-    # Scripts check these before choosing a backend.
-    patcher.setattr(dist, "is_nccl_available", lambda: True)
-    patcher.setattr(c10d, "is_nccl_available", lambda: True)
-    patcher.setattr(dist, "is_torchelastic_launched", lambda: True)
-    patcher.setattr(c10d, "is_torchelastic_launched", lambda: True)
-
-
+# -- process groups ----------------------------------------------------------------------
 def destroy_if_initialized() -> None:
     """The script left its process group alive: destroy it, as process exit would."""
     import torch.distributed as dist
@@ -192,6 +157,52 @@ def _dtensor(patcher: Patcher) -> None:
     if strided is not None and "local_shard_size_and_offset" in vars(strided):
         patcher.setattr(strided, "local_shard_size_and_offset",
                         _real(vars(strided)["local_shard_size_and_offset"]))
+    _dtensor_random_ops(patcher)
+
+
+def _dtensor_random_ops(patcher: Patcher) -> None:
+    """DTensor runs a random op on a CUDA shard (`nn.init.normal_`, `dropout`) through the
+    higher-order operator `run_dtensor_rng_op`, which moves the CUDA generator's offset so that
+    each shard draws its own part of the global stream; under a fake mode it always does (it
+    takes that for compiling). A higher-order operator needs a rule for each dispatch mode it
+    meets: the accountant's runs the op in the accountant, so its outputs are booked. The
+    generator's offset, a value, is left alone.
+
+    The RNG tracker that DTensor's factories (`torch.distributed.tensor.randn`) make
+    broadcasts rank 0's generator state and compares it with the rank's own, element by
+    element: values another rank sends. Every rank of the same script seeds alike, so the
+    tracker is made without that synchronisation, as DTensor makes it while tracing."""
+    from torch._prims import rng_prims
+    from torch.distributed.tensor import _random
+
+    from ..accountant import Accountant
+
+    tracker = _random.OffsetBasedRNGTracker
+    original_init = tracker.__init__
+
+    @functools.wraps(original_init)
+    def __init__(self, device_mesh, run_state_sync: bool = True):
+        original_init(self, device_mesh, run_state_sync=False)
+
+    patcher.setattr(tracker, "__init__", __init__)
+    # The tracker DTensor keeps in a module global dies with the trace's meshes.
+    patcher.setattr(_random, "_rng_tracker", _random._rng_tracker)
+
+    hop = getattr(rng_prims, "run_dtensor_rng_op", None)
+    if hop is None or Accountant in hop.python_key_table:
+        return
+
+    def in_accountant(mode, start_offset_incr, end_offset_incr, op, *args, **kwargs):
+        with mode:
+            return op(*args, **kwargs)
+
+    hop.py_impl(Accountant)(in_accountant)
+
+    def undo() -> None:
+        hop.python_key_table.pop(Accountant, None)
+        hop._dispatch_cache.clear()
+
+    patcher.defer(undo)
 
 
 # -- object collectives ----------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Integrations with libraries that need more than torch's hooks to trace (Megatron-core).
+"""Integrations with libraries that need more than torch's hooks to trace (Megatron-core,
+safetensors, accelerate, the Hugging Face Trainer).
 
 Each plugin is a module of this package that is imported only when its library is: the
 tracer installs a `PluginHost`, which watches for each plugin's trigger module and, when the
@@ -16,7 +17,8 @@ from types import ModuleType
 from .imports import ImportWatcher
 
 # trigger module -> plugin module (in this package)
-PLUGINS = {"megatron.core": "megatron"}
+PLUGINS = {"megatron.core": "megatron", "safetensors": "hf_safetensors",
+           "accelerate": "hf_accelerate", "transformers": "hf_transformers"}
 
 
 class PluginHost:

@@ -78,14 +78,16 @@ class ImportWatcher(importlib.abc.MetaPathFinder):
             self._busy.discard(fullname)
         if spec is None or spec.loader is None:
             return spec
-        early, late = self._early.pop(fullname, []), self._callbacks.pop(fullname, [])
 
+        # The callbacks are taken when the module runs, not here: a probe such as
+        # `importlib.util.find_spec("accelerate")` (transformers asks which libraries are
+        # installed) finds a spec that is never loaded.
         def before(module: ModuleType) -> None:
-            for cb in early:
+            for cb in self._early.pop(fullname, []):
                 cb(module)
 
         def after(module: ModuleType) -> None:
-            for cb in late + self._callbacks.pop(fullname, []):  # late: watched meanwhile
+            for cb in self._callbacks.pop(fullname, []):  # including those watched meanwhile
                 cb(module)
 
         spec.loader = _NotifyingLoader(spec.loader, before, after)

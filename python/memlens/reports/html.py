@@ -134,10 +134,7 @@ def split_snapshot(snapshot: dict[str, Any]) -> tuple[dict[str, Any], dict[str, 
 def write_html_report(snapshot: dict[str, Any], path: str | os.PathLike, *,
                       source: str | None = None, compare: dict[str, Any] | None = None,
                       compare_source: str | None = None) -> Path:
-    path = Path(path)
+    from ..snapshot.output_files import write_atomically
+
     text = render_html(snapshot, source=source, compare=compare, compare_source=compare_source)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return write_atomically(path, lambda f: f.write(text), "HTML report")

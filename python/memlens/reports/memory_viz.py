@@ -31,11 +31,11 @@ SEGMENT_CATEGORY = "unknown"
 
 
 def export_memory_viz(snap: dict[str, Any], path: str | Path) -> Path:
-    data = memory_viz_snapshot(snap)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(pickle.dumps(data, protocol=PICKLE_PROTOCOL))
-    return path
+    from ..snapshot.output_files import write_atomically
+
+    data = pickle.dumps(memory_viz_snapshot(snap), protocol=PICKLE_PROTOCOL)
+    return Path(write_atomically(path, lambda f: f.write(data), "memory_viz export",
+                                 binary=True))
 
 
 def memory_viz_snapshot(snap: dict[str, Any]) -> dict[str, Any]:

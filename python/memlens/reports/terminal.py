@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 from rich import box
@@ -15,7 +16,19 @@ from .. import categories as C
 from ..units import format_bytes
 
 TOP_MODULES = 12
+MAX_PLACEHOLDER_NOTES = 20  # one note per line that read a value; the rest are counted
 TOP_LINES = 10
+LOG_WIDTH = 240  # columns of a report written to a file or a pipe
+
+
+def make_console(stderr: bool = False) -> Console:
+    """A console that fits the terminal, or, writing to a file or a pipe (`2>log`), where
+    rich would assume 80 columns and cut module names, prints tables at their natural width
+    (up to LOG_WIDTH). COLUMNS, where set, wins."""
+    console = Console(stderr=stderr)
+    if not console.is_terminal and not os.environ.get("COLUMNS", "").isdigit():
+        console.width = LOG_WIDTH
+    return console
 
 
 def summary_json(snap: dict[str, Any], snapshot_path: str | None) -> dict[str, Any]:
@@ -28,6 +41,10 @@ def summary_json(snap: dict[str, Any], snapshot_path: str | None) -> dict[str, A
         "device_key": meta["device_key"],
         "world_size": meta.get("world_size", 1), "rank": meta.get("rank", 0),
         "parallel": meta.get("parallel", {}),
+        "iterations": meta["iterations"],
+        "iterations_traced": meta.get("iterations_traced", meta["iterations"]),
+        "iteration_unit": meta.get("iteration_unit"),
+        "interrupted": meta.get("interrupted", False),
         "categories_at_peak": summary["categories_at_peak"],
         "category_peaks": summary["category_peaks"],
         "phases": [{k: p[k] for k in ("name", "device", "current_before_bytes",
@@ -87,10 +104,11 @@ def _short(path: str) -> str:
 
 
 def print_report_to_terminal(snap: dict[str, Any], snapshot_path: str | None = None) -> None:
-    print_report(snap, Console(), snapshot_path)
+    print_report(snap, make_console(), snapshot_path)
 
 
 def print_report(snap: dict[str, Any], console: Console, snapshot_path: str | None = None) -> None:
+    snap = display_safe(snap)
     meta, summary = snap["meta"], snap["summary"]
     device = meta["device"]
     total = device["total_memory_bytes"]
@@ -98,7 +116,7 @@ def print_report(snap: dict[str, Any], console: Console, snapshot_path: str | No
     target = meta.get("target", {})
     console.print(f"[bold]memlens[/] {target.get('kind', '')} [cyan]{target.get('name', '')}[/] on "
                   f"[bold]{device['name']}[/] ({device.get('display_name', '')}, "
-                  f"{format_bytes(total)}), {meta['iterations']} iterations")
+                  f"{format_bytes(total)}), {escape(iterations_line(meta))}")
 
     console.print(_phase_table(snap))
 
@@ -141,12 +159,16 @@ def print_report(snap: dict[str, Any], console: Console, snapshot_path: str | No
                           format_bytes(ln["total_bytes"]))
         console.print(table)
 
-    for ph in summary.get("placeholders", [])[:5]:
+    placeholders = summary.get("placeholders", [])
+    for ph in placeholders[:MAX_PLACEHOLDER_NOTES]:
         text = (f"{ph['file']}:{ph['line']} read a tensor value ({ph['op']}); "
                 f"the trace answered {ph['value']!r}")
-        console.print(f"[yellow]note:[/] {escape(text)}", highlight=False)
+        console.print(f"[yellow]note:[/] {text}", highlight=False)
+    if len(placeholders) > MAX_PLACEHOLDER_NOTES:
+        console.print(f"[yellow]note:[/] {len(placeholders) - MAX_PLACEHOLDER_NOTES} more lines "
+                      "read tensor values (the snapshot lists them all)", highlight=False)
     for text in meta.get("notes", []):  # what an integration changed about the run
-        console.print(f"[yellow]note:[/] {escape(text)}", highlight=False)
+        console.print(f"[yellow]note:[/] {text}", highlight=False)
     if summary.get("reserved_peak_bytes") is not None:
         print_device_memory(snap, console)
     else:
@@ -158,6 +180,22 @@ def print_report(snap: dict[str, Any], console: Console, snapshot_path: str | No
                          f", over by {format_bytes(peak - total)}"))
     if snapshot_path:
         console.print(f"Snapshot: {_short(snapshot_path)}")
+
+
+def iterations_line(meta: dict[str, Any]) -> str:
+    """'2 iterations (optimizer steps)': what was traced and counted, never only what was
+    asked for."""
+    requested = meta["iterations"]
+    traced = meta.get("iterations_traced", requested)  # older snapshots: the request
+    text = f"{traced} iteration{'' if traced == 1 else 's'}"
+    unit = meta.get("iteration_unit")
+    why = []
+    if meta.get("interrupted"):
+        why.append(f"interrupted; {requested} requested")
+    elif traced < requested and "iterations_traced" in meta:
+        why.append(f"the script ended; {requested} requested")
+    details = "; ".join(([unit] if unit else []) + why)
+    return f"{text} ({details})" if details else text
 
 
 def _phase_table(snap: dict[str, Any]) -> Table:
@@ -201,8 +239,8 @@ def print_device_memory(snap: dict[str, Any], console: Console) -> None:
         if "reserved_peak_bytes" in d:
             table.add_row(name, format_bytes(d["peak_bytes"]),
                           format_bytes(d["reserved_peak_bytes"]),
-                          format_bytes(d["fragmentation_bytes"]),
-                          str(d["segments_at_reserved_peak"]))
+                          _bytes_or_dash(d.get("fragmentation_bytes")),
+                          str(d.get("segments_at_reserved_peak", "-")))
     console.print(table)
     items = summary.get("outside_allocator") or []
     if items:
@@ -218,15 +256,50 @@ def print_device_memory(snap: dict[str, Any], console: Console) -> None:
     console.print(verdict_line(snap), highlight=False)
     oom = summary.get("oom")
     if oom:
-        console.print(f"  PyTorch would raise: {oom['message']}", style="red", markup=False,
-                      highlight=False)
+        console.print(f"  PyTorch would raise: {oom['message']}", style="red", highlight=False)
+
+
+def _bytes_or_dash(n: int | None) -> str:
+    return "-" if n is None else format_bytes(n)
+
+
+# What of a snapshot the report prints; the rest (tensors, frames, allocations) it does not.
+_PRINTED_PARTS = ("meta", "summary", "phases", "modules", "lines")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+MAX_SHOWN_CHARS = 300  # a string longer than this is cut (a 100 KB name would take minutes)
+
+
+def _safe_text(text: str) -> str:
+    """A snapshot string as the terminal gets it: control characters (ESC, OSC 8 hyperlinks,
+    cursor moves) removed, cut to MAX_SHOWN_CHARS, rich markup escaped."""
+    text = _CONTROL.sub("", text)
+    if len(text) > MAX_SHOWN_CHARS:
+        text = text[:MAX_SHOWN_CHARS - 1] + "…"
+    return escape(text)
+
+
+def _safe(value: Any) -> Any:
+    if isinstance(value, str):
+        return _safe_text(value)
+    if isinstance(value, dict):
+        return {_safe(k) if isinstance(k, str) else k: _safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_safe(v) for v in value]
+    return value
+
+
+def display_safe(snap: dict[str, Any]) -> dict[str, Any]:
+    """The snapshot with every string the report prints made safe (a snapshot is untrusted
+    input): the tables print them as rich markup."""
+    return {**snap, **{part: _safe(snap[part]) for part in _PRINTED_PARTS if part in snap}}
 
 
 def verdict_line(snap: dict[str, Any]) -> str:
     """'Fits: ...' or 'OUT OF MEMORY at op X in phase Y, file:line (...)' (rich markup)."""
     summary = snap["summary"]
     total = snap["meta"]["device"]["total_memory_bytes"]
-    reserved, outside = summary["reserved_peak_bytes"], summary["outside_allocator_bytes"]
+    reserved = summary["reserved_peak_bytes"]
+    outside = summary.get("outside_allocator_bytes") or 0  # null: none was estimated
     if summary.get("oom"):
         return _oom_line(summary["oom"], outside, total)
     used = reserved + outside

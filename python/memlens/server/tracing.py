@@ -40,9 +40,10 @@ def build_command(req: TraceRequest, snapshot_path: str, python: str
     common = ["--device", req.device, "--json", "--progress", "json", "--snapshot", snapshot_path]
     if req.iterations:
         common += ["--iterations", str(req.iterations)]
-    # Distributed options: only when asked for, or when the launch line itself says several
-    # processes.
-    world = req.world_size if req.world_size is not None else t.world_size
+    # Distributed options: only when asked for, or when the launch configuration itself says
+    # several processes. A shell script's job (world size included) comes from running it.
+    world = req.world_size if req.world_size is not None else \
+        (None if t.kind == "torchrun" else t.world_size)
     if req.world_size is not None or (world is not None and world > 1):
         common += ["--world-size", str(world)]
     if req.all_ranks:
@@ -52,11 +53,14 @@ def build_command(req: TraceRequest, snapshot_path: str, python: str
     base = [python, "-m", "memlens"]
     if t.kind == "model":
         argv = base + ["trace", f"{t.path}:{t.symbol}"] + common
+    elif t.kind == "torchrun":  # the CLI runs the script with recording launchers
+        argv = base + ["run"] + common + ["--from-script", f"{t.path}:{t.line + 1}"]
     else:
         what = [t.program] if t.program else ["-m", t.module or ""]
         argv = base + ["run"] + common + ["--"] + what + list(t.args)
     cwd = t.cwd or t.folder or os.path.dirname(t.path)
-    return argv, cwd, memlens_env(extra=t.env)
+    # A shell script's own variables reach the rank through the recording, as it sets them.
+    return argv, cwd, memlens_env(extra={} if t.kind == "torchrun" else t.env)
 
 
 def _iteration_fraction(phase: str, iterations: int) -> float | None:

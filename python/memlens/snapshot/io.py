@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -32,19 +31,12 @@ def _validator():
 
 
 def write_snapshot(snapshot: dict[str, Any], path: str | os.PathLike) -> Path:
-    """Write atomically (a reader never sees half a file)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(snapshot, f, separators=(",", ":"))
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    """Write atomically (a reader never sees half a file), never over a file that is not a
+    snapshot (output_files.py); raises OutputError naming the path and the cause."""
+    from .output_files import write_atomically
+
+    return write_atomically(path, lambda f: json.dump(snapshot, f, separators=(",", ":")),
+                            "snapshot", only_over_snapshots=True)
 
 
 def read_snapshot(path: str | os.PathLike, keep_allocations: bool = True) -> dict[str, Any]:
@@ -61,17 +53,30 @@ def read_snapshot(path: str | os.PathLike, keep_allocations: bool = True) -> dic
     except UnicodeDecodeError:
         raise SnapshotError(f"{path}: not a snapshot (not UTF-8 text)") from None
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, parse_constant=_not_json)
+    except _NotJSON as e:
+        raise SnapshotError(f"{path}: not a snapshot ({e} is not a JSON number)") from None
     except json.JSONDecodeError as e:
         hint = " (the file looks truncated)" if e.pos >= len(text) - 1 else ""
         raise SnapshotError(f"{path}: not valid JSON at line {e.lineno} column {e.colno}{hint}") from None
     except RecursionError:
         raise SnapshotError(f"{path}: not a snapshot (nested too deeply)") from None
+    except ValueError as e:  # an integer of more digits than Python converts
+        raise SnapshotError(f"{path}: not a snapshot ({e})") from None
     del text
     if not keep_allocations and isinstance(doc, dict) and doc.get("allocations") is not None:
         doc["allocations"] = None
     validate_snapshot(doc, str(path))
     return doc
+
+
+class _NotJSON(ValueError):
+    pass
+
+
+def _not_json(constant: str):
+    """NaN, Infinity and -Infinity: Python's json reads them, JSON has no such numbers."""
+    raise _NotJSON(constant)
 
 
 def validate_snapshot(doc: Any, name: str = "snapshot") -> None:

@@ -1,8 +1,9 @@
 """Read how a training job is launched: `.vscode/launch.json` configurations and `torchrun`
 command lines in shell scripts.
 
-Shared by the language server (finding trace targets) and the CLI (`memlens run --launch`,
-`--from-script`). Pure Python, no torch. Nothing here runs anything: it only reads text.
+Shared by the language server (finding trace targets) and the CLI (`memlens run --launch`;
+`--from-script` runs the script, memlens.targets.shell_record, and reads its text only to
+name lines). Pure Python, no torch. Nothing here runs anything: it only reads text.
 
     configs = read_launch_file(".vscode/launch.json", workspace_folder=".")
     commands = torchrun_commands(Path("scripts/train.sh").read_text())
@@ -102,7 +103,7 @@ def _int(value: str) -> int | None:
     return int(value) if value.isdigit() else None
 
 
-def _parse_torchrun_args(words: list[str]) -> dict[str, Any]:
+def parse_torchrun_args(words: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {"script": None, "module": None, "args": [], "nproc": None,
                            "nnodes": None, "nproc_text": None, "nnodes_text": None}
     i, module_flag = 0, False
@@ -190,7 +191,7 @@ def torchrun_commands(text: str, problems: list[tuple[int, str]] | None = None
             name, eq, value = w.partition("=")
             if eq and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
                 env[name] = value
-        parsed = _parse_torchrun_args(words[start:])
+        parsed = parse_torchrun_args(words[start:])
         if parsed["script"] is None and parsed["module"] is None:
             problems.append((first, "torchrun is given no training script (or -m module)"))
             continue
@@ -229,6 +230,7 @@ class LaunchConfig:
     unresolved: list[str] = field(default_factory=list)  # ${...} we could not resolve
     env_file: str | None = None  # `envFile`, resolved (read it with read_env_file)
     nproc_text: str | None = None  # torchrun's --nproc_per_node as written
+    runs_torchrun: bool = False  # the configuration runs torchrun (else one plain process)
 
     @property
     def world_size(self) -> int | None:
@@ -302,11 +304,12 @@ def launch_configs(doc: Any, workspace_folder: str | None, name: str = "launch.j
         runs_torchrun = cfg.module in _TORCHRUN_MODULES or (
             cfg.program is not None and os.path.basename(cfg.program) == "torchrun")
         if runs_torchrun:
-            parsed = _parse_torchrun_args(cfg.args)
+            parsed = parse_torchrun_args(cfg.args)
             cfg.program, cfg.module = parsed["script"], parsed["module"]
             cfg.args = parsed["args"]
             cfg.nproc_per_node, cfg.nnodes = parsed["nproc"], parsed["nnodes"]
             cfg.nproc_text = parsed["nproc_text"]
+            cfg.runs_torchrun = True
         if cfg.program is None and cfg.module is None:
             continue
         out.append(cfg)

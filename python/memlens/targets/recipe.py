@@ -8,6 +8,8 @@ to the recipe file) and may override any default. See the README for a full exam
 
 from __future__ import annotations
 
+import re
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10: the same parser, as a package
@@ -67,11 +69,10 @@ class Recipe:
         return out
 
     def _where(self) -> Location | None:
-        return Location(self.source, 0) if self.source else None
+        return Location(self.source, key_line(self.source, "inputs")) if self.source else None
 
 
-def _input_spec(name: str, raw: Any, source: str) -> InputSpec:
-    where = Location(source, 0)
+def _input_spec(name: str, raw: Any, source: str, where: Location) -> InputSpec:
     if not isinstance(raw, dict) or "shape" not in raw:
         raise MemlensError(f"input {name!r} needs a table with a `shape`, e.g. "
                            f"{{ shape = [\"batch\", 1024], dtype = \"int64\", high = 50257 }}", where)
@@ -91,55 +92,110 @@ def _input_spec(name: str, raw: Any, source: str) -> InputSpec:
     return InputSpec(shape, dtype, int(raw.get("low", 0)), int(raw.get("high", 2)))
 
 
+def key_line(source: str | None, key: str, after: int = 0) -> int:
+    """The line of `key = ...` in the recipe file at or after line `after` (tomllib keeps no
+    positions; 0 when the key is not found, e.g. a CLI override)."""
+    if not source:
+        return 0
+    try:
+        lines = Path(source).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return 0
+    pattern = re.compile(rf'^\s*["\']?{re.escape(key)}["\']?\s*=')
+    for number, text in enumerate(lines[max(0, after - 1):], start=max(1, after)):
+        if pattern.match(text):
+            return number
+    return 0
+
+
+def _entry_line(source: str, raw: dict[str, Any]) -> int:
+    """Where a [[model]] entry starts: its `target = ...` line (0 for the top-level table)."""
+    target = raw.get("target")
+    if not isinstance(target, str) or not source:
+        return 0
+    try:
+        lines = Path(source).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return 0
+    for number, text in enumerate(lines, start=1):
+        if target in text and re.match(r'^\s*["\']?target["\']?\s*=', text):
+            return number
+    return 0
+
+
 def _apply(recipe: Recipe, raw: dict[str, Any], source: str) -> None:
-    where = Location(source, 0)
+    start = _entry_line(source, raw)
+
+    def where(key: str | None = None) -> Location:
+        return Location(source, key_line(source, key, start) if key else start)
+
     unknown = set(raw) - _KEYS - {"model"}
     if unknown:
+        first = sorted(unknown)[0]
         raise MemlensError(f"unknown recipe key(s): {', '.join(sorted(unknown))}; known: "
-                           f"{', '.join(sorted(_KEYS))}", where)
+                           f"{', '.join(sorted(_KEYS))}", where(first))
     for key, value in raw.items():
         if key == "model":
             continue
         if key == "inputs":
+            at = where("inputs")
             if isinstance(value, dict):
-                recipe.inputs = {k: _input_spec(k, v, source) for k, v in value.items()}
+                recipe.inputs = {k: _input_spec(k, v, source, at) for k, v in value.items()}
             elif isinstance(value, list):
-                recipe.inputs = [_input_spec(str(i), v, source) for i, v in enumerate(value)]
+                recipe.inputs = [_input_spec(str(i), v, source, at) for i, v in enumerate(value)]
             else:
                 raise MemlensError("`inputs` must be a table (keyword inputs) or an array "
-                                   "(positional inputs)", where)
+                                   "(positional inputs)", at)
         else:
             if not isinstance(value, _TYPES[key]) or isinstance(value, bool):
                 kind = " or ".join(t.__name__ for t in _TYPES[key])
-                raise MemlensError(f"recipe key {key!r} must be {kind}, got {value!r}", where)
+                raise MemlensError(f"recipe key {key!r} must be {kind}, got {value!r}", where(key))
             setattr(recipe, key, value)
+    check_values(recipe, where)
+
+
+def check_values(recipe: Recipe, where=None, names: dict[str, str] | None = None) -> None:
+    """The value rules of every key, for the recipe file's keys and the CLI's overrides alike.
+    `where(key)` places an error; `names` maps a key to what the user wrote (`--batch`)."""
+    names = names or {}
+
+    def fail(key: str, message: str):
+        label = names.get(key, f"recipe key {key!r}")
+        raise MemlensError(f"{label}: {message}", where(key) if where else None)
+
     if recipe.precision not in PRECISIONS:
-        raise MemlensError(f"unknown precision {recipe.precision!r}; one of {', '.join(PRECISIONS)}",
-                           where)
+        fail("precision", f"unknown precision {recipe.precision!r}; one of {', '.join(PRECISIONS)}")
     if str(recipe.optimizer).lower() not in OPTIMIZERS:
-        raise MemlensError(f"unknown optimizer {recipe.optimizer!r}; one of "
-                           f"{', '.join(OPTIMIZERS)}", where)
+        fail("optimizer", f"unknown optimizer {recipe.optimizer!r}; one of "
+             f"{', '.join(OPTIMIZERS)}")
     if not isinstance(recipe.batch, int) or recipe.batch < 1:
-        raise MemlensError(f"batch must be a positive integer, got {recipe.batch!r}", where)
+        fail("batch", f"batch must be a positive integer, got {recipe.batch!r}")
     if recipe.iterations is not None and recipe.iterations < 1:
-        raise MemlensError(f"iterations must be at least 1, got {recipe.iterations!r}", where)
+        fail("iterations", f"iterations must be at least 1, got {recipe.iterations!r}")
     if recipe.device is not None:
         from ..devices import get_device
 
         try:
             get_device(recipe.device)
         except MemlensError as e:
-            raise MemlensError(f"recipe key 'device': {e.message}", where) from None
+            fail("device", e.message)
     if recipe.budget is not None:
         from ..units import parse_bytes
 
         try:
             parse_bytes(recipe.budget)
         except ValueError as e:
-            raise MemlensError(f"recipe key 'budget': {e}", where) from None
+            fail("budget", str(e))
     if recipe.loss not in ("sum", "mean") and not recipe.loss.startswith("output."):
-        raise MemlensError(f"unknown loss {recipe.loss!r}; use sum, mean or output.<attribute>",
-                           where)
+        fail("loss", f"unknown loss {recipe.loss!r}; use sum, mean or output.<attribute>")
+
+
+def _memlens_table(data: Any, f: Path) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        table = "[tool.memlens]" if f.name == "pyproject.toml" else "the recipe"
+        raise MemlensError(f"{table} must be a table of recipe keys, got {data!r}",
+                           Location(str(f), key_line(str(f), "memlens") or 1))
+    return data
 
 
 def find_recipe_file(start: Path) -> tuple[Path, dict[str, Any]] | None:
@@ -157,7 +213,7 @@ def find_recipe_file(start: Path) -> tuple[Path, dict[str, Any]] | None:
                 data = data.get("tool", {}).get("memlens")
                 if data is None:
                     continue
-            return f, data
+            return f, _memlens_table(data, f)
     return None
 
 
@@ -170,10 +226,13 @@ def load_recipe(file: Path, symbol: str, recipe_path: Path | None = None) -> Rec
     """The recipe for `file.py:symbol`: defaults, then the matching [[model]] entry."""
     found = None
     if recipe_path is not None:
-        data = tomllib.loads(recipe_path.read_text())
+        try:
+            data = tomllib.loads(recipe_path.read_text())
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+            raise MemlensError(f"cannot read recipe: {e}", Location(str(recipe_path), 0)) from None
         if recipe_path.name == "pyproject.toml":
             data = data.get("tool", {}).get("memlens", {})
-        found = (recipe_path, data)
+        found = (recipe_path, _memlens_table(data, recipe_path))
     else:
         found = find_recipe_file(file.parent)
     recipe = Recipe()

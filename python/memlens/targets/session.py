@@ -28,30 +28,41 @@ def prepare_process(device: DeviceSpec | str, device_count: int = 1) -> None:
 
 def trace_target(target, device: DeviceSpec, iterations: int, progress_mode: str = "none",
                  console=None, command: list[str] | None = None,
-                 max_allocations: int | None = None, rank=None) -> dict[str, Any]:
+                 max_allocations: int | None = None, rank=None,
+                 dynamic_sizes: str = "bound") -> dict[str, Any]:
     """`rank`: a RankSpec to simulate that rank of a distributed job (the script target must
-    already carry the rank's environment)."""
+    already carry the rank's environment). A script stopped by a value the trace cannot make
+    up raises DataDependentError carrying the snapshot of what was traced until then."""
+    from ..engine.interrupt import stop_on_interrupt
     from ..progress import Progress
     from ..snapshot import build_snapshot
     from ..snapshot.build import DEFAULT_MAX_ALLOCATIONS
     from .model import ModelTarget, run_model, unload
     from .script import run_script
     from ..engine.tracer import Tracer
+    from ..errors import DataDependentError
 
+    tracer = Tracer(device, iterations=iterations, rank=rank, dynamic_sizes=dynamic_sizes)
+    with Progress(progress_mode, console, rank.rank if rank else None) as progress:
+        tracer.phases.on_phase = progress.update
+        precision = target.recipe.precision if isinstance(target, ModelTarget) else None
+        try:
+            with stop_on_interrupt(tracer):
+                if isinstance(target, ModelTarget):
+                    stopped = run_model(target, tracer,
+                                        "cpu" if device.type == "cpu" else "cuda")
+                else:
+                    stopped = run_script(target, tracer)
+        except DataDependentError as e:
+            e.partial_snapshot = build_snapshot(tracer, {
+                "command": command or [], "target": target.to_json(), "precision": precision,
+                "stopped_after_iterations": False}, max_allocations or DEFAULT_MAX_ALLOCATIONS)
+            raise
+        progress.update("building snapshot")
+    meta = {"command": command or [], "target": target.to_json(), "precision": precision,
+            "stopped_after_iterations": stopped and not tracer.interrupted,
+            "kernels": {"scaled_dot_product_attention": dict(tracer.sdpa_backends)}}
     try:
-        tracer = Tracer(device, iterations=iterations, rank=rank)
-        with Progress(progress_mode, console, rank.rank if rank else None) as progress:
-            tracer.phases.on_phase = progress.update
-            if isinstance(target, ModelTarget):
-                stopped = run_model(target, tracer, "cpu" if device.type == "cpu" else "cuda")
-                precision = target.recipe.precision
-            else:
-                stopped = run_script(target, tracer)
-                precision = None
-            progress.update("building snapshot")
-        meta = {"command": command or [], "target": target.to_json(), "precision": precision,
-                "stopped_after_iterations": stopped,
-                "kernels": {"scaled_dot_product_attention": dict(tracer.sdpa_backends)}}
         return build_snapshot(tracer, meta, max_allocations or DEFAULT_MAX_ALLOCATIONS)
     finally:  # after the snapshot: it finds the model classes' files through sys.modules
         if isinstance(target, ModelTarget):

@@ -30,10 +30,10 @@ def trace(tmp: Path, script: str, world: int, rank: int, *args: str,
     return json.loads(snap.read_text())
 
 
-def trace_all(tmp: Path, runs: list[tuple]) -> list[dict]:
+def trace_all(tmp: Path, runs: list[tuple], device: str = DEVICE) -> list[dict]:
     """Several `trace(tmp, *run)` at once (each is a process; the machine has few cores)."""
     with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-        return list(pool.map(lambda run: trace(tmp, *run), runs))
+        return list(pool.map(lambda run: trace(tmp, *run, device=device), runs))
 
 
 # -- reading the allocation stream ----------------------------------------------------------

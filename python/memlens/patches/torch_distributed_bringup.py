@@ -1,0 +1,150 @@
+"""Bringing up torch.distributed for a simulated rank (part of patches/torch_distributed.py's
+set, applied and undone with it), as training scripts do it, without any rendezvous: nothing
+ever opens a socket, waits for other ranks or reads a store they would write.
+
+- `init_process_group`, with whatever backend (`nccl`, `gloo`, "cpu:gloo,cuda:nccl"),
+  `init_method` (`env://`, `tcp://`, `file://`), `store`, world size and rank the script
+  passes, makes a fake default group of the simulated world size and rank. It is replaced in
+  every module that bound it, DeviceMesh's among them: `init_device_mesh` without a prior
+  `init_process_group` calls its own copy (and would otherwise wait up to 30 minutes for the
+  other ranks on a real TCPStore). Sub-groups (`new_group`, DeviceMesh's) are fake too.
+- `TCPStore`, which connects (or listens) when it is built, is an in-process store: a script
+  that builds one to pass as `store=` gets a store that works for this process alone.
+- NCCL, as a GPU build reports it: `is_nccl_available()` answers True, so scripts choose
+  `nccl`; on a build without NCCL, torch's own code then tests `isinstance(pg,
+  ProcessGroupNCCL)` on a name its module never defined (the NameError of `_set_pg_timeout`),
+  so a stand-in class is defined there. No group is ever one: `isinstance` answers False, as
+  it does for the fake group on a GPU build. Scripts that configure NCCL
+  (`ProcessGroupNCCL.Options()`) get an options object that keeps what they set.
+- `_set_pg_timeout` (torchtitan sets a shorter timeout after its first step): a fake group
+  never waits, so there is nothing to set (torch would warn that only NCCL and Gloo groups
+  take a timeout, about a group the script made with `nccl`).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Any
+
+from .patcher import Patcher
+
+
+def apply(patcher: Patcher, spec, layout) -> None:
+    """`spec`: the simulated RankSpec; `layout`: the recorder of the groups the rank builds."""
+    _init_process_group(patcher, spec, layout)
+    _stores(patcher)
+    _nccl(patcher)
+
+
+def _bound_in(name: str, original: Any, first: list) -> list:
+    """`first` and every loaded module that bound `original` under `name` (`from
+    torch.distributed.distributed_c10d import init_process_group` copies it into a module)."""
+    modules = list(first)
+    for mod in list(sys.modules.values()):
+        if mod is not None and mod not in modules and \
+                getattr(mod, "__dict__", {}).get(name) is original:
+            modules.append(mod)
+    return modules
+
+
+def _init_process_group(patcher: Patcher, spec, layout) -> None:
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    original_init = c10d.init_process_group
+    original_helper = c10d._new_process_group_helper
+
+    @functools.wraps(original_init)
+    def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1,
+                           store=None, group_name="", pg_options=None, device_id=None, **kw):
+        layout.requested_backend = str(backend) if backend is not None else None
+        # No rendezvous: the simulated rank and world size, whatever the script passes.
+        return original_init("fake", timeout=timeout, world_size=spec.world_size,
+                             rank=spec.rank, store=FakeStore(), group_name=group_name,
+                             device_id=device_id, **kw)
+
+    def new_process_group_helper(group_size, group_rank, global_ranks_in_group, backend, store,
+                                 group_name, backend_options=None, *args, **kwargs):
+        pg = original_helper(group_size, group_rank, global_ranks_in_group, "fake", store,
+                             group_name, None, *args, **kwargs)
+        ranks = list(global_ranks_in_group) or list(range(spec.world_size))
+        layout.group_created(pg[0] if isinstance(pg, tuple) else pg, ranks)
+        return pg
+
+    patcher.set_everywhere(_bound_in("init_process_group", original_init, [c10d, dist]),
+                           "init_process_group", init_process_group)
+    patcher.setattr(c10d, "_new_process_group_helper", new_process_group_helper)
+    for owner in (dist, c10d):
+        patcher.setattr(owner, "is_torchelastic_launched", lambda: True)
+
+
+class _InProcessStoreMixin:
+    """What a TCPStore reports about itself, for a store that never connects."""
+
+    def __init__(self, host_name: str = "127.0.0.1", port: int = 0, world_size=None,
+                 is_master: bool = False, timeout=None, wait_for_workers: bool = True,
+                 multi_tenant: bool = False, master_listen_fd=None, use_libuv: bool = True):
+        super().__init__()
+        self._memlens_host, self._memlens_port = host_name, int(port)
+        if timeout is not None:
+            self.set_timeout(timeout)
+
+    @property
+    def host(self) -> str:
+        return self._memlens_host
+
+    @property
+    def port(self) -> int:
+        return self._memlens_port
+
+    @property
+    def libuvBackend(self) -> bool:  # noqa: N802 (TCPStore's name)
+        return True
+
+
+def _stores(patcher: Patcher) -> None:
+    import torch.distributed as dist
+
+    original = dist.TCPStore
+    in_process = type("TCPStore", (_InProcessStoreMixin, dist.HashStore),
+                      {"__module__": __name__, "__doc__": "An in-process stand-in for "
+                       "TCPStore: a simulated rank has no other ranks to connect to."})
+    patcher.set_everywhere(_bound_in("TCPStore", original, [dist]), "TCPStore", in_process)
+
+
+class _NCCLOptions:
+    """`ProcessGroupNCCL.Options` on a build without NCCL: keeps what the script sets."""
+
+    def __init__(self, is_high_priority_stream: bool = False) -> None:
+        self.is_high_priority_stream = is_high_priority_stream
+
+
+class _ProcessGroupNCCL:
+    """The name `ProcessGroupNCCL` on a build without NCCL. No group is one (the simulated
+    rank's groups are fake), and none can be made."""
+
+    Options = _NCCLOptions
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        from ..errors import MemlensError
+
+        raise MemlensError("ProcessGroupNCCL cannot be built by a simulated rank; "
+                           "use dist.init_process_group('nccl') or dist.new_group()")
+
+
+def _nccl(patcher: Patcher) -> None:
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    # Module globals: torch's own code asks c10d's is_nccl_available() too.
+    patcher.set_everywhere(_bound_in("is_nccl_available", c10d.is_nccl_available, [c10d, dist]),
+                           "is_nccl_available", lambda: True)
+    if hasattr(c10d, "_set_pg_timeout"):
+        patcher.setattr(c10d, "_set_pg_timeout", lambda timeout, group=None: None)
+    if getattr(c10d, "ProcessGroupNCCL", None) is None:
+        stand_in = type("ProcessGroupNCCL", (_ProcessGroupNCCL,),
+                        {"__module__": "torch.distributed.distributed_c10d"})
+        for owner in (dist, c10d):
+            patcher.setattr(owner, "ProcessGroupNCCL", stand_in)

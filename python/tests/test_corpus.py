@@ -1,0 +1,141 @@
+"""The judging corpus of issue 20: training scripts in the styles people copy
+(scripts/corpus/, one style each, see their docstrings), each run unmodified by `memlens run`
+on the default target (H100), with its model states checked against a count made here.
+
+The count: the test process builds each script's model on the meta device (the scripts keep the
+model in `build_model()`/`build_models()` behind `if __name__ == "__main__"`, as pytorch/examples
+do) and sums its parameters. A CUDA target hands out whole 512 B blocks, so each tensor counts
+`ceil(numel * element_size / 512) * 512`. nanoGPT's script is module-level code, so its count is
+a closed formula below.
+"""
+
+import json
+import runpy
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from conftest import TESTS, run_memlens
+
+CORPUS = TESTS / "scripts" / "corpus"
+SCRIPTS = sorted(p.stem for p in CORPUS.glob("*.py"))
+BLOCK = 512  # the CUDA caching allocator's rounding
+TARGET = "cuda:0"
+
+
+def blocks(nbytes: int) -> int:
+    return -(-nbytes // BLOCK) * BLOCK
+
+
+def parameter_bytes(script: str) -> list[int]:
+    """Device bytes of the parameters of each of the script's models, built on the meta
+    device."""
+    namespace = runpy.run_path(str(CORPUS / f"{script}.py"), run_name="corpus_count")
+    with torch.device("meta"):
+        if "build_models" in namespace:
+            models = namespace["build_models"]()
+        else:
+            models = (namespace["build_model"](),)
+    # `parameters()` yields a tied weight once
+    return [sum(blocks(p.numel() * p.element_size()) for p in m.parameters()) for m in models]
+
+
+def nanogpt_parameter_bytes() -> int:
+    # n_embd 128, 2 layers, vocab 512, block 128, lm_head tied to wte:
+    #   wte 512*128 = 65536; wpe 128*128 = 16384; ln_f 2*128 = 256; per block: ln_1 + ln_2
+    #   4*128 = 512, c_attn 128*384 + 384 = 49536, c_proj 128*128 + 128 = 16512, mlp
+    #   128*512 + 512 = 66048 and 512*128 + 128 = 65664 -> 198272; two blocks 396544.
+    #   65536 + 16384 + 256 + 396544 = 478720 fp32 parameters (the script prints 0.48M).
+    # Every tensor is a multiple of 512 B (the smallest, a LayerNorm's 128 floats, is 512 B).
+    return [478720 * 4]
+
+
+@dataclass(frozen=True)
+class Expect:
+    state_per_param_byte: int  # optimizer state bytes per parameter byte
+    parameter_copies: int = 1  # an EMA copy of the weights is a second set of parameters
+    activation_bytes: int | None = None  # the most activation bytes alive, when derived by hand
+    first_step_models: tuple[int, ...] | None = None  # models with gradients at the first step; all if None
+
+
+ADAM = Expect(2)  # AdamW/Adam/Adadelta: two state tensors like each parameter (8 B/param fp32)
+MOMENTUM = Expect(1)  # SGD with momentum: one buffer like each parameter (4 B/param fp32)
+
+EXPECT = {
+    # The first step is the discriminator's: the generator has no gradient yet (D saw
+    # `fake.detach()`). Generator first in build_models().
+    "dcgan": Expect(2, first_step_models=(1,)),
+    "hf_bert_classifier": ADAM,
+    "hf_gpt2": ADAM,
+    "hf_llama_bf16": ADAM,  # bf16 parameters, so bf16 state: 4 B/param
+    "hf_mistral_accum": ADAM,
+    "hf_t5_seq2seq": ADAM,
+    "imagenet_resnet": MOMENTUM,
+    "iterable_tokens": ADAM,
+    "memmap_dataset": MOMENTUM,
+    "mnist_cnn": ADAM,  # Adadelta: square_avg and acc_delta
+    "nanogpt_memmap": ADAM,
+    "timm_style_ema": Expect(2, parameter_copies=2),
+    # Batch 64, 256 -> 1024 -> ReLU -> 1024 -> ReLU -> 10, cross_entropy. Saved for backward:
+    # each ReLU's output (64*1024*4 = 262144 B, also the next Linear's saved input; the
+    # pre-ReLU output is freed), log_softmax's output (64*10*4 = 2560 B) and nll_loss's
+    # total_weight (a 4 B scalar, one 512 B block). The first Linear's saved input is the
+    # batch (category input); weights are parameters. 2*262144 + 2560 + 512 = 527360.
+    "trainer_class": Expect(2, activation_bytes=2 * 262144 + 2560 + 512),
+    # Batch 32. The most is reached in the second forward at the decoder's sigmoid: this
+    # iteration's saved fc1 ReLU output (32*400*4 = 51200 B), mu (saved by mu.pow(2)) 2560,
+    # std = exp(0.5*logvar) (saved by exp and by eps*std) 2560, eps 2560, z (fc3's input)
+    # 2560, the fc3 ReLU output 51200 and the sigmoid output (also BCE's input) 32*784*4 =
+    # 100352 -> 212992; plus the previous iteration's `recon_batch` (100352) and `mu` (2560),
+    # which the script's variables hold until `model(data)` returns -> 212992 + 102912.
+    "vae": Expect(2, activation_bytes=212992 + 102912),
+    "vit_ema": Expect(2, parameter_copies=2),  # AveragedModel deep-copies the model
+    "word_lm_transformer": MOMENTUM,
+}
+
+
+def trace(script: str, tmp_path):
+    snapshot = tmp_path / "snapshot.json"
+    out = _run(script, snapshot)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout), json.loads(snapshot.read_text())
+
+
+def _run(script, snapshot):
+    # the phase table of the snapshot holds the categories at each phase's start
+    return run_memlens("run", "--json", "--snapshot", str(snapshot), "--",
+                       str(CORPUS / f"{script}.py"), cwd=str(snapshot.parent))
+
+
+def test_every_script_has_expectations():
+    assert sorted(EXPECT) == SCRIPTS
+    assert len(SCRIPTS) >= 14
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_script_traces_to_a_peak_with_its_model_states(script, tmp_path):
+    expect = EXPECT[script]
+    result, snapshot = trace(script, tmp_path)
+    models = nanogpt_parameter_bytes() if script == "nanogpt_memmap" else parameter_bytes(script)
+    params = sum(models)
+    assert result["peak_bytes"] > 0
+    assert result["device_key"] == TARGET
+    phases = [p for p in snapshot["phases"] if p["device"] == TARGET]
+    names = [p["name"] for p in phases]
+    assert "optimizer_step_iter_1" in names, names  # two iterations traced
+
+    at_peak = result["categories_at_peak"]
+    assert at_peak["parameter"] == expect.parameter_copies * params
+
+    # Right before the first optimizer step every parameter has its gradient (set_to_none
+    # zeroing leaves none from earlier), and nothing else counts as one.
+    first_step = next(p for p in phases if p["name"].startswith("optimizer_step"))
+    assert first_step["categories_before"]["gradient"] == sum(
+        models if expect.first_step_models is None else [models[i] for i in expect.first_step_models])
+
+    # Optimizer state is made in the first step and kept: its most is the full state.
+    assert result["category_peaks"]["optimizer_state"] == expect.state_per_param_byte * params
+
+    if expect.activation_bytes is not None:
+        assert result["category_peaks"]["activation"] == expect.activation_bytes
