@@ -53,10 +53,10 @@ def _real(fn: Callable) -> Callable:
 
 
 def apply(patcher: Patcher, spec, layout, is_gradient: Callable[[torch.Tensor], None],
-          accountant: type | None = None) -> None:
+          accountant_type: type) -> None:
     """`spec`: the simulated RankSpec; `layout`: the recorder of what the rank builds;
-    `is_gradient(t)`: t's storage holds gradients (DDP's buckets); `accountant`: the engine's
-    dispatch-mode class (handed in: patches import nothing above them)."""
+    `is_gradient(t)`: t's storage holds gradients (DDP's buckets); `accountant_type`: the
+    tracer's dispatch mode (DTensor's random ops need a rule for it)."""
     import torch.distributed as dist
 
     check_tested("torch_distributed", torch.__version__)
@@ -69,7 +69,7 @@ def apply(patcher: Patcher, spec, layout, is_gradient: Callable[[torch.Tensor], 
     _object_collectives(patcher, spec)
     _cross_rank_checks(patcher)
     _coalesced_collectives(patcher)
-    _dtensor(patcher, accountant)
+    _dtensor(patcher, accountant_type)
     _collective_results(patcher)
     torch_distributed_users.apply(patcher, layout, is_gradient)
 
@@ -142,7 +142,7 @@ def _coalesced_collectives(patcher: Patcher) -> None:
 
 
 # -- DTensor ---------------------------------------------------------------------------------
-def _dtensor(patcher: Patcher, accountant: type | None) -> None:
+def _dtensor(patcher: Patcher, accountant_type: type) -> None:
     """DTensor derives an op's output metadata by running the op on fake tensors of the
     *global* shape, inside the fake mode it detects — ours, where the accountant would book
     global-sized phantoms. In a real job no fake mode is found and the probe costs no memory:
@@ -159,8 +159,7 @@ def _dtensor(patcher: Patcher, accountant: type | None) -> None:
     if strided is not None and "local_shard_size_and_offset" in vars(strided):
         patcher.setattr(strided, "local_shard_size_and_offset",
                         _real(vars(strided)["local_shard_size_and_offset"]))
-    if accountant is not None:
-        _dtensor_random_ops(patcher, accountant)
+    _dtensor_random_ops(patcher, accountant_type)
 
 
 def _dtensor_random_ops(patcher: Patcher, Accountant: type) -> None:
