@@ -4,9 +4,11 @@ that ask for Transformer Engine where it is not installed.
 Megatron's local `DotProductAttention` materialises the s x s scores (softmax output, dropout
 mask and output: 5 a s^2 b bytes per layer), which TE's fused attention never does; at long
 sequences the difference is most of the activations. This stand-in calls PyTorch's flash
-attention kernel on the same [s, b, heads, dim] views TE reads, so it saves what TE saves:
-q, k, v (views of the QKV projection), the output in the same layout, and the fp32 softmax
-log-sum-exp per head and query; grouped-query attention needs no repeated keys or values.
+attention kernel on q, k, v copied into the [b, s, heads, dim] layout, as TE's flash backend
+copies them, so it saves what TE saves: those copies (q of all heads, k and v of the query
+groups only: grouped-query attention needs no repeated keys or values; the QKV projection's
+output they came from is freed), the output, and the fp32 softmax log-sum-exp per head and
+query.
 """
 
 from __future__ import annotations
@@ -40,8 +42,11 @@ def _make_class():
             s, b = query.shape[0], query.shape[1]
             causal = (attn_mask_type or self.attn_mask_type) == AttnMaskType.causal
             dropout = self.attention_dropout.p if self.training else 0.0
-            # [s, b, heads, dim] -> [b, heads, s, dim]: views, as TE reads the "sbhd" layout
-            q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))
+            # TE's flash backend copies each of q, k, v into [b, s, heads, dim] ("bshd") and
+            # keeps those copies for backward: not the fused QKV output they were views of
+            # (nor, with grouped-query attention, the query copy Megatron's reshape makes).
+            q, k, v = (t.transpose(0, 1).contiguous().transpose(1, 2)
+                       for t in (query, key, value))
             out = flash(q, k, v, dropout, causal, scale=self.softmax_scale)[0]
             # The kernel writes its output in the query's layout: back to [s, b, hp], a view.
             return out.permute(2, 0, 1, 3).reshape(s, b, self.hidden_size_per_partition)
