@@ -85,6 +85,21 @@ def test_activations_per_layer_match_korthikanti(snapshots, setting, rank):
     assert per_layer >= expected  # what the formula leaves out is only ever more
 
 
+def test_optimizer_step_is_fused_adams(snapshots):
+    """Without TE and apex Megatron would run torch's foreach Adam, whose `_foreach_sqrt`
+    makes an fp32 copy of every exp_avg_sq each step: 4 B x 955,136 parameters = 3,820,544 B
+    of temporaries on rank 0. A GPU job's FusedAdam updates in place: what a step allocates
+    is the gradient norm's scalars (220 B here), and none of it belongs to a module."""
+    snap = snapshots("tp", 0)
+    phase = M._phase(snap, "optimizer_step_iter_1")
+    made = [r for r in M._rows(snap) if phase["start_seq"] <= r["alloc_seq"] < phase["end_seq"]]
+    temporaries = [r for r in made if M.CATEGORIES[r["category"]] == "temporary"]
+    assert sum(r["requested_bytes"] for r in temporaries) < 4096
+    assert all(r["module"] < 0 for r in temporaries)
+    assert phase["peak_bytes"] - phase["current_before_bytes"] < 16384
+    assert any("FusedAdam" in n for n in snap["meta"]["notes"])
+
+
 def test_phases_follow_megatrons_structure(snapshots):
     snap = snapshots("tp", 0)
     names = [p["name"] for p in snap["phases"] if p["device"] == snap["meta"]["device_key"]]
