@@ -336,10 +336,13 @@ class _Plugin:
 
     # -- Transformer Engine absent ----------------------------------------------------------
     def want_flash_attention(self) -> None:
+        from .megatron_attention import flash_attention_class
+
         self.flash_attention = True
         self.note("Transformer Engine is not installed here: layers use Megatron's local "
-                  "modules, with core attention holding what TE's fused (flash) attention "
-                  "holds (q, k, v, output, fp32 log-sum-exp; no s x s scores)")
+                  "modules, with core attention holding what the configured TE attention "
+                  "backend holds")
+        self.patcher.setattr(flash_attention_class(), "notify", staticmethod(self.note))
 
     def layer_specs(self, mod: ModuleType) -> None:
         """Layer specs asked for with Transformer Engine where it is absent: the local spec, with

@@ -1,5 +1,10 @@
-"""Core attention as Transformer Engine's fused (flash) attention holds memory, for configurations
+"""Core attention as Transformer Engine's attention backends hold memory, for configurations
 that ask for Transformer Engine where it is not installed.
+
+`attention_backend` (`--attention-backend`) picks TE's backend: flash and fused (cuDNN) keep
+no s x s scores, and `auto` picks one of them on every GPU memlens simulates (all sm80 or
+newer, which both need); unfused and local keep them, as Megatron's local attention does,
+which then runs itself.
 
 Megatron's local `DotProductAttention` materialises the s x s scores (softmax output, dropout
 mask and output: 5 a s^2 b bytes per layer), which TE's fused attention never does; at long
@@ -27,13 +32,31 @@ def flash_attention_class():
 def _make_class():
     import torch
     from megatron.core.transformer.dot_product_attention import DotProductAttention
-    from megatron.core.transformer.enums import AttnMaskType
+    from megatron.core.transformer.enums import AttnBackend, AttnMaskType
 
     flash = torch.ops.aten._scaled_dot_product_flash_attention.default
+    # TE's unfused backend (and Megatron's local one) keep the s x s scores, as Megatron's
+    # local DotProductAttention does: that module itself stands in for them.
+    unfused = (AttnBackend.unfused, AttnBackend.local)
 
     class FlashDotProductAttention(DotProductAttention):
         """DotProductAttention's module (same parameters and checkpoint) with fused attention.
         Made by memlens for a trace; see memlens/plugins/megatron_attention.py."""
+
+        notify = staticmethod(lambda text: None)  # the plugin's note, set for a trace
+
+        def __new__(cls, *args, **kwargs):
+            config = kwargs.get("config", args[0] if args else None)
+            backend = getattr(config, "attention_backend", AttnBackend.auto)
+            if backend in unfused:
+                cls.notify(f"attention backend {backend.name}: core attention is Megatron's "
+                           "local DotProductAttention, which keeps the s x s scores as TE's "
+                           "unfused attention does (softmax output, dropout mask and output)")
+                return DotProductAttention(*args, **kwargs)
+            cls.notify(f"attention backend {backend.name}: core attention holds what TE's "
+                       "fused (flash) attention holds (q, k, v, output, fp32 log-sum-exp; no "
+                       "s x s scores)")
+            return super().__new__(cls)
 
         def forward(self, query, key, value, attention_mask, attn_mask_type=None,
                     attention_bias=None, packed_seq_params=None):
