@@ -34,7 +34,18 @@ SETTINGS = {
     "full-recompute": (("--recompute", "full"), False, "full", False),
     # The Transformer Engine layer spec without TE installed: fused attention's memory.
     "te-spec-flash": (("--spec", "te"), False, "none", False),
+    # Grouped-query attention, 2 query groups per TP rank (4 in all, for 8 heads): K and V
+    # have half the heads. Megatron's reshape of the query is then a copy; TE keeps its own
+    # bshd copies of q, k, v, not the fused QKV output nor that query copy.
+    "te-spec-flash-gqa": (("--spec", "te", "--query-groups", "4"), False, "none", False),
+    # --attention-backend with the TE spec: unfused and local keep the s x s scores (5as^2b,
+    # as Korthikanti counts them); fused (cuDNN) keeps what flash keeps.
+    "te-spec-unfused": (("--spec", "te", "--attention-backend", "unfused"), False, "none", False),
+    "te-spec-local": (("--spec", "te", "--attention-backend", "local"), False, "none", False),
+    "te-spec-fused": (("--spec", "te", "--attention-backend", "fused"), False, "none", False),
 }
+GROUPS = {"te-spec-flash-gqa": 4}
+FUSED_ATTENTION = {"te-spec-flash", "te-spec-flash-gqa", "te-spec-fused"}
 RANKS = {"tp": (0, LAST), "tp-sp-distopt": (0, LAST)}
 
 
@@ -74,9 +85,25 @@ def test_activations_per_layer_match_korthikanti(snapshots, setting, rank):
     snap = snapshots(setting, rank)
     microbatches = M.in_flight_microbatches(PP, _stage(rank), microbatches=PP)
     per_layer = M.layer_activation_bytes(snap, LAYER) / microbatches
-    expected = GPT.activation_bytes(TP, sp, recompute, flash=setting == "te-spec-flash")
+    expected = GPT.activation_bytes(TP, sp, recompute, flash=setting in FUSED_ATTENTION,
+                                    groups=GROUPS.get(setting))
     assert per_layer == pytest.approx(expected, rel=0.01), (setting, per_layer, expected)
     assert per_layer >= expected  # what the formula leaves out is only ever more
+
+
+def test_optimizer_step_is_fused_adams(snapshots):
+    """Without TE and apex Megatron would run torch's foreach Adam, whose `_foreach_sqrt`
+    makes an fp32 copy of every exp_avg_sq each step: 4 B x 955,136 parameters = 3,820,544 B
+    of temporaries on rank 0. A GPU job's FusedAdam updates in place: what a step allocates
+    is the gradient norm's scalars (220 B here), and none of it belongs to a module."""
+    snap = snapshots("tp", 0)
+    phase = M._phase(snap, "optimizer_step_iter_1")
+    made = [r for r in M._rows(snap) if phase["start_seq"] <= r["alloc_seq"] < phase["end_seq"]]
+    temporaries = [r for r in made if M.CATEGORIES[r["category"]] == "temporary"]
+    assert sum(r["requested_bytes"] for r in temporaries) < 4096
+    assert all(r["module"] < 0 for r in temporaries)
+    assert phase["peak_bytes"] - phase["current_before_bytes"] < 16384
+    assert any("FusedAdam" in n for n in snap["meta"]["notes"])
 
 
 def test_phases_follow_megatrons_structure(snapshots):
@@ -102,6 +129,17 @@ def test_te_spec_without_te_is_noted_and_uses_fused_attention(snapshots):
     assert any("Transformer Engine is not installed" in n for n in snap["meta"]["notes"])
     classes = {m["class"] for m in snap["modules"] if m["fqn"].endswith("core_attention")}
     assert classes == {"FlashDotProductAttention"}
+
+
+@pytest.mark.parametrize("setting,attention", [("te-spec-unfused", "DotProductAttention"),
+                                               ("te-spec-local", "DotProductAttention"),
+                                               ("te-spec-fused", "FlashDotProductAttention")])
+def test_attention_backend_is_noted_and_runs_its_attention(snapshots, setting, attention):
+    snap = snapshots(setting, 0)
+    backend = SETTINGS[setting][0][-1]
+    assert any(n.startswith(f"attention backend {backend}:") for n in snap["meta"]["notes"])
+    classes = {m["class"] for m in snap["modules"] if m["fqn"].endswith("core_attention")}
+    assert classes == {attention}
 
 
 def test_plugin_is_undone_after_the_trace():

@@ -83,6 +83,19 @@ def test_what_needs_values_or_files_is_off_and_said():
     assert "mock data" in text and "NullTokenizer" in text and "global batch 16" in text
 
 
+def test_vocab_size_without_tokenizer_type_gets_the_null_tokenizer():
+    """Megatron-LM's --tokenizer-type has no default: with only --vocab-size, building the
+    tokenizer would fail; mock data needs none, as when a tokenizer is named."""
+    args = _args(tokenizer_type=None, vocab_size=32000)
+    notes = megatron_args.set_up(args, iterations=2)
+    assert args.tokenizer_type == "NullTokenizer" and args.vocab_size == 32000
+    assert any("no --tokenizer-type given: NullTokenizer of --vocab-size 32000" in n
+               for n in notes), notes
+    untouched = _args(tokenizer_type=None, vocab_size=None)
+    megatron_args.set_up(untouched, iterations=2)
+    assert untouched.tokenizer_type is None  # no size to make one of: Megatron's own error
+
+
 # -- the entry-point path, with the stand-in ----------------------------------------------------
 @needs_megatron
 def test_entry_point_every_rank(memlens, tmp_path):

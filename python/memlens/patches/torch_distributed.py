@@ -53,10 +53,10 @@ def _real(fn: Callable) -> Callable:
 
 
 def apply(patcher: Patcher, spec, layout, is_gradient: Callable[[torch.Tensor], None],
-          accountant_type: type) -> None:
+          dispatch_mode: type) -> None:
     """`spec`: the simulated RankSpec; `layout`: the recorder of what the rank builds;
-    `is_gradient(t)`: t's storage holds gradients (DDP's buckets); `accountant_type`: the
-    tracer's dispatch mode (DTensor's random ops need a rule for it)."""
+    `is_gradient(t)`: t's storage holds gradients (DDP's buckets); `dispatch_mode`: the
+    accountant's TorchDispatchMode class (the engine's, handed in: patches import no engine)."""
     import torch.distributed as dist
 
     check_tested("torch_distributed", torch.__version__)
@@ -69,7 +69,7 @@ def apply(patcher: Patcher, spec, layout, is_gradient: Callable[[torch.Tensor], 
     _object_collectives(patcher, spec)
     _cross_rank_checks(patcher)
     _coalesced_collectives(patcher)
-    _dtensor(patcher, accountant_type)
+    _dtensor(patcher, dispatch_mode)
     _collective_results(patcher)
     torch_distributed_users.apply(patcher, layout, is_gradient)
 
@@ -142,7 +142,7 @@ def _coalesced_collectives(patcher: Patcher) -> None:
 
 
 # -- DTensor ---------------------------------------------------------------------------------
-def _dtensor(patcher: Patcher, accountant_type: type) -> None:
+def _dtensor(patcher: Patcher, dispatch_mode: type) -> None:
     """DTensor derives an op's output metadata by running the op on fake tensors of the
     *global* shape, inside the fake mode it detects — ours, where the accountant would book
     global-sized phantoms. In a real job no fake mode is found and the probe costs no memory:
@@ -159,10 +159,10 @@ def _dtensor(patcher: Patcher, accountant_type: type) -> None:
     if strided is not None and "local_shard_size_and_offset" in vars(strided):
         patcher.setattr(strided, "local_shard_size_and_offset",
                         _real(vars(strided)["local_shard_size_and_offset"]))
-    _dtensor_random_ops(patcher, accountant_type)
+    _dtensor_random_ops(patcher, dispatch_mode)
 
 
-def _dtensor_random_ops(patcher: Patcher, Accountant: type) -> None:
+def _dtensor_random_ops(patcher: Patcher, accountant: type) -> None:
     """DTensor runs a random op on a CUDA shard (`nn.init.normal_`, `dropout`) through the
     higher-order operator `run_dtensor_rng_op`, which moves the CUDA generator's offset so that
     each shard draws its own part of the global stream; under a fake mode it always does (it
@@ -177,6 +177,7 @@ def _dtensor_random_ops(patcher: Patcher, Accountant: type) -> None:
     from torch._prims import rng_prims
     from torch.distributed.tensor import _random
 
+
     tracker = _random.OffsetBasedRNGTracker
     original_init = tracker.__init__
 
@@ -189,17 +190,17 @@ def _dtensor_random_ops(patcher: Patcher, Accountant: type) -> None:
     patcher.setattr(_random, "_rng_tracker", _random._rng_tracker)
 
     hop = getattr(rng_prims, "run_dtensor_rng_op", None)
-    if hop is None or Accountant in hop.python_key_table:
+    if hop is None or accountant in hop.python_key_table:
         return
 
     def in_accountant(mode, start_offset_incr, end_offset_incr, op, *args, **kwargs):
         with mode:
             return op(*args, **kwargs)
 
-    hop.py_impl(Accountant)(in_accountant)
+    hop.py_impl(accountant)(in_accountant)
 
     def undo() -> None:
-        hop.python_key_table.pop(Accountant, None)
+        hop.python_key_table.pop(accountant, None)
         hop._dispatch_cache.clear()
 
     patcher.defer(undo)

@@ -75,6 +75,7 @@ class _Plugin:
         self.kernels: list[str] = []  # stand-in CUDA extensions put in sys.modules
         # Transformer Engine was asked for but is not installed: attention as TE holds it.
         self.flash_attention = False
+        self._fused_adam: type | None = None  # FusedAdam's stand-in, once Megatron asks
 
     def replace(self, module: ModuleType, name: str, new) -> None:
         """Replace a module-level function, also where other Megatron modules bound it with
@@ -99,6 +100,8 @@ class _Plugin:
             "megatron.core.parallel_state": self.parallel_state,
             "megatron.core.tensor_parallel.random": self.rng,
             "megatron.core.pipeline_parallel.schedules": self.schedules,
+            "megatron.core.optimizer": self.fused_adam,
+            "megatron.core.optimizer.distrib_optimizer": self.distributed_optimizer,
             "megatron.core.optimizer.optimizer": self.optimizer,
             "megatron.core.distributed.distributed_data_parallel": self.buffers,
             "megatron.core.transformer.transformer_config": self.transformer_config,
@@ -172,6 +175,41 @@ class _Plugin:
         for cls in (mod.MegatronOptimizer, *_subclasses(mod.MegatronOptimizer)):
             if "step" in vars(cls):
                 wrap_step(cls)
+
+    def fused_adam(self, mod: ModuleType) -> None:
+        """Without Transformer Engine and apex Megatron runs torch's foreach Adam, whose
+        full-size temporaries a GPU job's FusedAdam does not allocate: the fused one instead."""
+        if not getattr(mod, "USING_PYTORCH_OPTIMIZER", False):
+            return
+        self.patcher.setattr(mod, "Adam", self.fused_adam_class())
+        self.patcher.setattr(mod, "USING_PYTORCH_OPTIMIZER", False)
+
+    def distributed_optimizer(self, mod: ModuleType) -> None:
+        """The distributed optimizer accepts only its own module's Adam: the same stand-in,
+        whose step count is a group's host integer, as apex's FusedAdam keeps it."""
+        if getattr(mod, "HAVE_APEX_OR_TE", True):
+            return
+        self.patcher.setattr(mod, "Adam", self.fused_adam_class())
+        self.patcher.setattr(mod, "HAVE_APEX_OR_TE", True)
+        self.patcher.setattr(mod, "USING_APEX_OPTIMIZER", True)
+
+    def fused_adam_class(self) -> type:
+        if self._fused_adam is None:
+            from .megatron_optimizer import fused_adam_class
+
+            plugin = self
+
+            class FusedAdam(fused_adam_class()):
+                def __init__(self, *args, **kwargs):
+                    plugin.note("Transformer Engine and apex are not installed here: Adam "
+                                "holds what their FusedAdam, which Megatron selects on a GPU, "
+                                "holds (two moments per parameter, updated in place: no "
+                                "per-step full-size temporaries), not what torch's foreach "
+                                "fallback allocates")
+                    super().__init__(*args, **kwargs)
+
+            self._fused_adam = FusedAdam
+        return self._fused_adam
 
     def mark_main_params(self, optimizer) -> None:
         """The fp32 copies the inner torch optimizer updates are optimizer state (Megatron's
@@ -298,10 +336,13 @@ class _Plugin:
 
     # -- Transformer Engine absent ----------------------------------------------------------
     def want_flash_attention(self) -> None:
+        from .megatron_attention import flash_attention_class
+
         self.flash_attention = True
         self.note("Transformer Engine is not installed here: layers use Megatron's local "
-                  "modules, with core attention holding what TE's fused (flash) attention "
-                  "holds (q, k, v, output, fp32 log-sum-exp; no s x s scores)")
+                  "modules, with core attention holding what the configured TE attention "
+                  "backend holds")
+        self.patcher.setattr(flash_attention_class(), "notify", staticmethod(self.note))
 
     def layer_specs(self, mod: ModuleType) -> None:
         """Layer specs asked for with Transformer Engine where it is absent: the local spec, with

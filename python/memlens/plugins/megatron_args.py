@@ -91,11 +91,11 @@ def _tokenizer(args: Any) -> list[str]:
     """Mock data needs no text: with a vocabulary size Megatron's NullTokenizer stands in for
     a tokenizer whose files may not be here."""
     kind = getattr(args, "tokenizer_type", None)
-    if kind in (None, "NullTokenizer") or not getattr(args, "vocab_size", None):
+    if kind == "NullTokenizer" or not getattr(args, "vocab_size", None):
         return []
     args.tokenizer_type = "NullTokenizer"
-    return [f"tokenizer {kind} replaced by NullTokenizer of --vocab-size {args.vocab_size} "
-            "(mock data needs no text)"]
+    was = f"tokenizer {kind} replaced by" if kind else "no --tokenizer-type given:"
+    return [f"{was} NullTokenizer of --vocab-size {args.vocab_size} (mock data needs no text)"]
 
 
 def _implementation(args: Any) -> list[str]:

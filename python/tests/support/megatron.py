@@ -65,20 +65,23 @@ class Gpt:
             n += 2 * self.hidden + self.vocab // tp * self.hidden  # final norm, output layer
         return n
 
-    def activation_bytes(self, tp: int, sp: bool, recompute: str, flash: bool = False) -> float:
+    def activation_bytes(self, tp: int, sp: bool, recompute: str, flash: bool = False,
+                         groups: int | None = None) -> float:
         """Korthikanti et al.'s bytes per layer and micro-batch. With fused (flash) attention
         the s x s terms (5as^2b) are never stored; the kernel keeps its fp32 log-sum-exp per
         head and query (4 a s b / t) next to q, k, v and its output (counted already: the
-        output is the projection's input)."""
+        output is the projection's input). With `groups` query groups (grouped-query
+        attention) K and V have groups/a of the heads: each of their 2sbh/t is that fraction."""
         s, b, h, a, t = self.seq, self.micro_batch, self.hidden, self.heads, tp
         sbh = s * b * h
         if recompute == "full":
             return 2 * sbh
         scores = 0 if recompute == "selective" or flash else 5 * a * s / h
         lse = 4 * a * s * b / t if flash and recompute != "selective" else 0
+        fewer_kv = 2 * 2 * (1 - (groups or a) / a)  # K and V: 2 each, of which this is gone
         if sp:
-            return sbh / t * (34 + scores) + lse
-        return sbh * (10 + 24 / t + scores / t) + lse
+            return sbh / t * (34 - fewer_kv + scores) + lse
+        return sbh * (10 + (24 - fewer_kv) / t + scores / t) + lse
 
 
 def megatron_model_state_bytes(params: int, dp: int, distributed_optimizer: bool) -> int:

@@ -1,7 +1,8 @@
 """A small GPT trained with megatron.core alone, launched like any Megatron job:
 
     torchrun --nproc_per_node 8 gpt_core_train.py --tp 2 --pp 2 [--sp] [--recompute selective]
-        [--distributed-optimizer] [--moe-experts 4 --ep 2]
+        [--distributed-optimizer] [--moe-experts 4 --ep 2] [--spec te] [--query-groups 2]
+        [--attention-backend unfused] [--rope]
 
 Written the way a megatron.core user writes it: nccl process group, parallel_state,
 GPTModel with the local (no Transformer Engine) layer spec, bf16 through Float16Module,
@@ -21,6 +22,7 @@ from megatron.core.models.gpt.gpt_model import GPTModel
 from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 from megatron.core.pipeline_parallel.schedules import get_forward_backward_func
 from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
+from megatron.core.transformer.enums import AttnBackend
 from megatron.core.transformer.module import Float16Module
 from megatron.core.transformer.transformer_config import TransformerConfig
 
@@ -43,6 +45,10 @@ p.add_argument("--moe-topk", type=int, default=2)
 p.add_argument("--steps", type=int, default=5)
 p.add_argument("--spec", choices=("local", "te"), default="local",
                help="te: the Transformer Engine layer spec, as TE users build their models")
+p.add_argument("--query-groups", type=int, default=None, help="grouped-query attention")
+p.add_argument("--attention-backend", choices=("flash", "fused", "unfused", "local", "auto"),
+               default="auto")
+p.add_argument("--rope", action="store_true", help="rotary positions instead of learned ones")
 args = p.parse_args()
 
 local_rank = int(os.environ["LOCAL_RANK"])
@@ -63,7 +69,8 @@ config = TransformerConfig(
     ffn_hidden_size=4 * args.hidden, bf16=True, params_dtype=torch.bfloat16,
     pipeline_dtype=torch.bfloat16, tensor_model_parallel_size=args.tp,
     pipeline_model_parallel_size=args.pp, expert_model_parallel_size=args.ep,
-    sequence_parallel=args.sp,
+    sequence_parallel=args.sp, num_query_groups=args.query_groups,
+    attention_backend=AttnBackend[args.attention_backend],
     # Korthikanti et al.'s layer: GeLU MLP of 4h with biases, eager softmax in 16 bits,
     # dropout after the attention probabilities and after both projections.
     attention_softmax_in_fp32=False, masked_softmax_fusion=False, bias_activation_fusion=False,
@@ -82,7 +89,7 @@ model = GPTModel(config=config,
                  pre_process=parallel_state.is_pipeline_first_stage(),
                  post_process=parallel_state.is_pipeline_last_stage(),
                  share_embeddings_and_output_weights=False,
-                 position_embedding_type="learned_absolute")
+                 position_embedding_type="rope" if args.rope else "learned_absolute")
 model.cuda(torch.cuda.current_device())
 model = Float16Module(config, model)
 ddp_config = DistributedDataParallelConfig(
