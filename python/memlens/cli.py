@@ -116,7 +116,7 @@ def _distributed_options(run: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from .report import make_console
+    from .reports.terminal import make_console
 
     err = make_console(stderr=True)
     try:
