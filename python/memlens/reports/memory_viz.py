@@ -24,7 +24,8 @@ from typing import Any
 
 from .. import categories as C
 from ..allocator import CachingAllocatorModel, memory_snapshot, parse_alloc_conf
-from ..errors import MemlensError
+from ..allocator.config import AllocatorConfigError
+from ..errors import MemlensError, SnapshotError
 
 PICKLE_PROTOCOL = 4  # the viewer's unpickler refuses newer protocols
 SEGMENT_CATEGORY = "unknown"
@@ -86,7 +87,11 @@ def _model(meta: dict[str, Any], device: int) -> CachingAllocatorModel:
     capacity = meta["device"]["total_memory_bytes"]
     if settings is None:  # no CUDA allocation was made: nothing will be replayed
         return CachingAllocatorModel(None, capacity, device_index=device, record_history=True)
-    return CachingAllocatorModel(parse_alloc_conf(settings["config"]), settings["limit_bytes"],
+    try:  # the snapshot may come from someone else: its configuration is one more input
+        config = parse_alloc_conf(settings["config"])
+    except AllocatorConfigError as e:
+        raise SnapshotError(f"invalid snapshot at meta/allocator/config: {str(e)[:200]}") from None
+    return CachingAllocatorModel(config, settings["limit_bytes"],
                                  capacity_bytes=settings["capacity_bytes"],
                                  device_index=device, record_history=True)
 
