@@ -165,6 +165,9 @@ def test_the_panels_rules_hold_here_too(cuda_good, mutation):
     # A configuration PyTorch would refuse: export parsed it and raised AllocatorConfigError.
     (lambda d: d["meta"]["allocator"].update(config="max_split_size_mb:lots"),
      "invalid snapshot at meta/allocator/config: "),
+    # A device name that is not cuda:N: export raised ValueError from int().
+    (lambda d: d["allocations"].update(devices=["cuda:abc"]),
+     "invalid snapshot at allocations/devices/0: 'cuda:abc' is not a CUDA device name"),
 ])
 def test_export_of_an_inconsistent_snapshot_is_one_error(tmp_path, cuda_good, change, message):
     path = tmp_path / "s.json"

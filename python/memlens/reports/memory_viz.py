@@ -53,9 +53,9 @@ def memory_viz_snapshot(snap: dict[str, Any]) -> dict[str, Any]:
     horizon = max((p["end_seq"] for p in snap["phases"]), default=snap["timeline"]["events"])
     segments, traces = [], []
     for index, name in enumerate(alloc["devices"]):
-        if not name.startswith("cuda"):
+        device = _cuda_index(name, index)
+        if device is None:
             continue
-        device = int(name.partition(":")[2] or 0)
         model = _model(meta, device)
         trace = _replay(model, alloc, index, horizon, frames)
         state = memory_snapshot(model)
@@ -67,6 +67,21 @@ def memory_viz_snapshot(snap: dict[str, Any]) -> dict[str, Any]:
             "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": settings.get("config", ""),
                                    "expandable_segments":
                                        bool(settings.get("expandable_segments", False))}}
+
+
+MAX_CUDA_INDEX = 1023  # far above any machine's GPU count; device_traces has one list per index
+
+
+def _cuda_index(name: str, position: int) -> int | None:
+    """The CUDA device index of a device name ("cuda", "cuda:3"), None for another device."""
+    if not name.startswith("cuda"):
+        return None
+    kind, _, index = name.partition(":")
+    if kind != "cuda" or not (index == "" or index.isascii() and index.isdigit()) or \
+            int(index or 0) > MAX_CUDA_INDEX:
+        raise SnapshotError(f"invalid snapshot at allocations/devices/{position}: "
+                            f"{name[:100]!r} is not a CUDA device name (cuda:0 … cuda:{MAX_CUDA_INDEX})")
+    return int(index or 0)
 
 
 class _Frames:
