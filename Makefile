@@ -83,6 +83,8 @@ test-e2e: setup-e2e vsix
 bench: setup
 	$(PY) bench/engine_overhead.py --shape all --device h100-80gb
 	$(PY) bench/lsp_latency.py
+	$(PY) bench/host_rss_7b.py
+	$(PY) bench/dataloader_trace.py --repeat 2
 
 # --ranks all against one rank at a time on an 8-rank FSDP2 job (several minutes)
 bench-ranks: setup

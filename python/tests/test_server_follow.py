@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from lsprotocol import types as lsp
 
-from lsp_support import (MemlensClient, execute, inlay_hints, line_of, open_document,
+from support.lsp import (MemlensClient, execute, inlay_hints, line_of, open_document,
                          session_fixtures, uri)
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

@@ -10,9 +10,9 @@ import json
 import pytest
 from lsprotocol import types as lsp
 
-from lsp_support import (MemlensClient, line_of, open_document, pid_alive,
+from support.lsp import (MemlensClient, line_of, open_document, pid_alive,
                          session_fixtures, uri)
-from lsp_support import execute as command
+from support.lsp import execute as command
 from memlens.units import format_bytes
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

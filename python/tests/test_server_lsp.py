@@ -15,10 +15,10 @@ import pytest
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcException
 
-from lsp_support import (MemlensClient, line_of, open_document, pid_alive, session_fixtures,
+from support.lsp import (MemlensClient, line_of, open_document, pid_alive, session_fixtures,
                          uri)
-from lsp_support import execute as command
-from lsp_support import inlay_hints as hints
+from support.lsp import execute as command
+from support.lsp import inlay_hints as hints
 from memlens.units import format_bytes
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from conftest import run_memlens
-from lsp_support import REPO, line_of, make_workspace
+from support.lsp import REPO, line_of, make_workspace
 from memlens.units import format_bytes
 
 NVIM = shutil.which("nvim")

@@ -21,7 +21,7 @@ from memlens.server.tracing import (TraceRequest, build_command, explain_failure
 from memlens.server.worker import Worker, WorkerResult, memlens_env
 
 from conftest import TESTS, run_memlens
-from lsp_support import pid_alive
+from support.lsp import pid_alive
 
 PY = sys.executable
 

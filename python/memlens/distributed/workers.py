@@ -8,8 +8,6 @@ is the rank's log.
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 import threading
@@ -18,6 +16,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+
+from ..worker_protocol import final_json, progress_record, worker_env
 
 LOG_TAIL = 40  # lines of a worker's log kept for its failure report
 
@@ -44,10 +44,8 @@ class RankResult:
 
 
 def memlens_env() -> dict[str, str]:
-    """The parent's environment, with this memlens importable and one thread per worker."""
-    env = dict(os.environ)
-    package_root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    """The worker environment (worker_protocol), with one thread per worker."""
+    env = worker_env()
     env.setdefault("OMP_NUM_THREADS", "1")  # as torchrun does for several processes per node
     return env
 
@@ -71,36 +69,20 @@ def run_worker(argv: list[str], rank: int, on_progress: Callable[[int, str], Non
     if log:
         log.close()
     result.log = list(tail)
-    result.summary = _last_json(stdout)
+    result.summary = final_json(stdout)
     result.duration_s = round(time.time() - started, 3)
     return result
 
 
 def _read_stderr(proc, rank, on_progress, tail, log) -> None:
     for line in proc.stderr:
-        record = None
-        if line.startswith("{"):
-            try:
-                record = json.loads(line)
-            except ValueError:
-                pass
-        if isinstance(record, dict) and record.get("event") == "progress":
+        record = progress_record(line.rstrip("\n"))
+        if record is not None:
             on_progress(rank, str(record.get("phase", "")))
             continue
         tail.append(line.rstrip("\n"))
         if log:
             log.write(line)
-
-
-def _last_json(stdout: str) -> dict[str, Any] | None:
-    for line in reversed(stdout.strip().splitlines()):
-        try:
-            value = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            return value
-    return None
 
 
 def run_pool(jobs: list[tuple[int, list[str], Path | None]], workers: int,

@@ -84,8 +84,8 @@ def _factory_bytes(func, args, kwargs) -> int:
 def runs_on_host(func, types, args, kwargs, caller_frame) -> bool:
     """Whether `func(*args, **kwargs)` should run for real (see the module docstring)."""
     for t in types:
-        if issubclass(t, FakeTensor):
-            return False
+        if t is not torch.Tensor and t is not torch.nn.Parameter:
+            return False  # a fake tensor, or a subclass (DTensor) whose own dispatch decides
     if _has_fake_tensor(args) or _has_fake_tensor(kwargs.values()):
         return False
     if not _host_device(kwargs.get("device")):

@@ -95,7 +95,8 @@ class Tracer:
                 from ..patches import torch_distributed
 
                 torch_distributed.apply(self._patcher, self.rank, self.layout,
-                                        lambda t: self.classifier.mark(t, C.GRADIENT))
+                                        lambda t: self.classifier.mark(t, C.GRADIENT),
+                                        type(self.accountant))
                 undo.callback(torch_distributed.destroy_if_initialized)
             self.modules.install()
             undo.callback(self.modules.uninstall)

@@ -52,9 +52,11 @@ def _real(fn: Callable) -> Callable:
     return wrapper
 
 
-def apply(patcher: Patcher, spec, layout, is_gradient: Callable[[torch.Tensor], None]) -> None:
+def apply(patcher: Patcher, spec, layout, is_gradient: Callable[[torch.Tensor], None],
+          accountant_type: type) -> None:
     """`spec`: the simulated RankSpec; `layout`: the recorder of what the rank builds;
-    `is_gradient(t)`: t's storage holds gradients (DDP's buckets)."""
+    `is_gradient(t)`: t's storage holds gradients (DDP's buckets); `accountant_type`: the
+    tracer's dispatch mode (DTensor's random ops need a rule for it)."""
     import torch.distributed as dist
 
     check_tested("torch_distributed", torch.__version__)
@@ -67,7 +69,7 @@ def apply(patcher: Patcher, spec, layout, is_gradient: Callable[[torch.Tensor], 
     _object_collectives(patcher, spec)
     _cross_rank_checks(patcher)
     _coalesced_collectives(patcher)
-    _dtensor(patcher)
+    _dtensor(patcher, accountant_type)
     _collective_results(patcher)
     torch_distributed_users.apply(patcher, layout, is_gradient)
 
@@ -140,7 +142,7 @@ def _coalesced_collectives(patcher: Patcher) -> None:
 
 
 # -- DTensor ---------------------------------------------------------------------------------
-def _dtensor(patcher: Patcher) -> None:
+def _dtensor(patcher: Patcher, accountant_type: type) -> None:
     """DTensor derives an op's output metadata by running the op on fake tensors of the
     *global* shape, inside the fake mode it detects — ours, where the accountant would book
     global-sized phantoms. In a real job no fake mode is found and the probe costs no memory:
@@ -157,10 +159,10 @@ def _dtensor(patcher: Patcher) -> None:
     if strided is not None and "local_shard_size_and_offset" in vars(strided):
         patcher.setattr(strided, "local_shard_size_and_offset",
                         _real(vars(strided)["local_shard_size_and_offset"]))
-    _dtensor_random_ops(patcher)
+    _dtensor_random_ops(patcher, accountant_type)
 
 
-def _dtensor_random_ops(patcher: Patcher) -> None:
+def _dtensor_random_ops(patcher: Patcher, Accountant: type) -> None:
     """DTensor runs a random op on a CUDA shard (`nn.init.normal_`, `dropout`) through the
     higher-order operator `run_dtensor_rng_op`, which moves the CUDA generator's offset so that
     each shard draws its own part of the global stream; under a fake mode it always does (it
@@ -174,8 +176,6 @@ def _dtensor_random_ops(patcher: Patcher) -> None:
     tracker is made without that synchronisation, as DTensor makes it while tracing."""
     from torch._prims import rng_prims
     from torch.distributed.tensor import _random
-
-    from ..accountant import Accountant
 
     tracker = _random.OffsetBasedRNGTracker
     original_init = tracker.__init__

@@ -161,7 +161,8 @@ def print_report(snap: dict[str, Any], console: Console, snapshot_path: str | No
 
     placeholders = summary.get("placeholders", [])
     for ph in placeholders[:MAX_PLACEHOLDER_NOTES]:
-        text = (f"{ph['file']}:{ph['line']} read a tensor value ({ph['op']}); "
+        where = _short(ph["file"]) if ph["file"] else "?"
+        text = (f"{where}:{ph['line']} read a tensor value ({ph['op']}); "
                 f"the trace answered {ph['value']!r}")
         console.print(f"[yellow]note:[/] {text}", highlight=False)
     if len(placeholders) > MAX_PLACEHOLDER_NOTES:

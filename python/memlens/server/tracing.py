@@ -12,7 +12,7 @@ import os
 import re
 import signal
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable, Protocol
 
 from ..units import format_bytes
 from .index import ensure_snapshot_dir
@@ -177,16 +177,33 @@ class RunningTrace:
             self.cancelled_before_start = reason
 
 
+class TraceHooks(Protocol):
+    """The LSP side of a trace, which the server supplies to the TraceRunner."""
+
+    def running_changed(self, run: RunningTrace) -> None:
+        """A trace was registered or has ended."""
+
+    def begin_progress(self, run: RunningTrace) -> Awaitable[None]: ...
+
+    def report_progress(self, run: RunningTrace, message: str,
+                        percentage: int | None) -> None: ...
+
+    def end_progress(self, run: RunningTrace, message: str) -> None: ...
+
+    def spawning(self, run: RunningTrace) -> None:
+        """The worker is about to start."""
+
+    def started(self, run: RunningTrace, argv: list[str]) -> None: ...
+
+    def worker_output(self, run: RunningTrace, line: str) -> None: ...
+
+    def log(self, message: str) -> None: ...
+
+
 class TraceRunner:
-    """Runs workers; the server supplies the LSP side through `hooks`:
+    """Runs workers; the server supplies the LSP side through `hooks` (TraceHooks)."""
 
-    running_changed(run) (a trace was registered or has ended), begin_progress(run) ->
-    awaitable, report_progress(run, message, percentage), end_progress(run, message),
-    spawning(run) (the worker is about to start), started(run, argv), worker_output(run, line),
-    log(text)
-    """
-
-    def __init__(self, hooks: Any, settings: Callable[[], Settings]):
+    def __init__(self, hooks: TraceHooks, settings: Callable[[], Settings]):
         self.hooks = hooks
         self.settings = settings
         self.running: dict[str, RunningTrace] = {}

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import json
 import os
 import signal
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+from ..worker_protocol import final_json, progress_record, worker_env
 
 try:
     import resource
@@ -140,14 +141,10 @@ class Worker:
             if not raw:
                 return
             line = raw.decode("utf-8", "replace").rstrip("\n")
-            if line.startswith("{") and '"event"' in line:
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    record = None
-                if isinstance(record, dict) and record.get("event") == "progress":
-                    self.on_progress(record)
-                    continue
+            record = progress_record(line)
+            if record is not None:
+                self.on_progress(record)
+                continue
             tail.append(line)
             self.on_output(line)
 
@@ -180,14 +177,7 @@ class Worker:
             await asyncio.wait_for(stderr_task, 5)
         except asyncio.TimeoutError:  # a grandchild kept the pipes open
             out_bytes = b""
-        output = None
-        for line in reversed(out_bytes.decode("utf-8", "replace").splitlines()):
-            if line.startswith("{"):
-                try:
-                    output = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                break
+        output = final_json(out_bytes.decode("utf-8", "replace"))
         rc = self.proc.returncode
         if self._stop_reason is not None:
             status = self._stop_reason
@@ -198,20 +188,7 @@ class Worker:
         return WorkerResult(status, rc, output, list(tail), time.monotonic() - started)
 
 
-def memlens_env(base: dict[str, str] | None = None, extra: dict[str, str] | None = None
-                ) -> dict[str, str]:
-    """The worker's environment: the server's, the target's own variables, and PYTHONPATH
-    such that the worker imports this same memlens."""
-    env = dict(os.environ if base is None else base)
-    env.update(extra or {})
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../memlens
-    package_parent = os.path.dirname(root)
-    paths = [package_parent] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    env["PYTHONIOENCODING"] = "utf-8"
-    env.pop("MEMLENS_SERVER", None)
-    return env
+memlens_env = worker_env  # the name the server's modules and tests use
 
 
 def python_executable(configured: str | None) -> str:

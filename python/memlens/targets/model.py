@@ -45,6 +45,12 @@ def _module_name(path: Path) -> str:
     return f"memlens_target_{abs(hash(str(path)))}"
 
 
+def unload(target: ModelTarget) -> None:
+    """Remove the module `run_model` put in sys.modules, once the snapshot is built (it finds
+    the model classes' source files through it)."""
+    sys.modules.pop(_module_name(Path(target.file)), None)
+
+
 def _load_module(path: Path):
     name = _module_name(path)
     spec = importlib.util.spec_from_file_location(name, path)
@@ -86,7 +92,6 @@ def run_model(target: ModelTarget, tracer, device_type: str) -> bool:
         return True
     finally:
         sys.path[:] = saved_path
-        sys.modules.pop(_module_name(path), None)  # put there by _load_module
         torch.set_default_dtype(saved_dtype)
     return False
 

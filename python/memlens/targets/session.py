@@ -37,29 +37,34 @@ def trace_target(target, device: DeviceSpec, iterations: int, progress_mode: str
     from ..progress import Progress
     from ..snapshot import build_snapshot
     from ..snapshot.build import DEFAULT_MAX_ALLOCATIONS
-    from .model import ModelTarget, run_model
+    from .model import ModelTarget, run_model, unload
     from .script import run_script
     from ..engine.tracer import Tracer
     from ..errors import DataDependentError
 
     tracer = Tracer(device, iterations=iterations, rank=rank, dynamic_sizes=dynamic_sizes)
-    with Progress(progress_mode, console, rank.rank if rank else None) as progress:
-        tracer.phases.on_phase = progress.update
-        precision = target.recipe.precision if isinstance(target, ModelTarget) else None
-        try:
-            with stop_on_interrupt(tracer):
-                if isinstance(target, ModelTarget):
-                    stopped = run_model(target, tracer,
-                                        "cpu" if device.type == "cpu" else "cuda")
-                else:
-                    stopped = run_script(target, tracer)
-        except DataDependentError as e:
-            e.partial_snapshot = build_snapshot(tracer, {
-                "command": command or [], "target": target.to_json(), "precision": precision,
-                "stopped_after_iterations": False}, max_allocations or DEFAULT_MAX_ALLOCATIONS)
-            raise
-        progress.update("building snapshot")
-    meta = {"command": command or [], "target": target.to_json(), "precision": precision,
-            "stopped_after_iterations": stopped and not tracer.interrupted,
-            "kernels": {"scaled_dot_product_attention": dict(tracer.sdpa_backends)}}
-    return build_snapshot(tracer, meta, max_allocations or DEFAULT_MAX_ALLOCATIONS)
+    try:
+        with Progress(progress_mode, console, rank.rank if rank else None) as progress:
+            tracer.phases.on_phase = progress.update
+            precision = target.recipe.precision if isinstance(target, ModelTarget) else None
+            try:
+                with stop_on_interrupt(tracer):
+                    if isinstance(target, ModelTarget):
+                        stopped = run_model(target, tracer,
+                                            "cpu" if device.type == "cpu" else "cuda")
+                    else:
+                        stopped = run_script(target, tracer)
+            except DataDependentError as e:
+                e.partial_snapshot = build_snapshot(tracer, {
+                    "command": command or [], "target": target.to_json(),
+                    "precision": precision, "stopped_after_iterations": False},
+                    max_allocations or DEFAULT_MAX_ALLOCATIONS)
+                raise
+            progress.update("building snapshot")
+        meta = {"command": command or [], "target": target.to_json(), "precision": precision,
+                "stopped_after_iterations": stopped and not tracer.interrupted,
+                "kernels": {"scaled_dot_product_attention": dict(tracer.sdpa_backends)}}
+        return build_snapshot(tracer, meta, max_allocations or DEFAULT_MAX_ALLOCATIONS)
+    finally:  # after the snapshot: it finds the model classes' files through sys.modules
+        if isinstance(target, ModelTarget):
+            unload(target)

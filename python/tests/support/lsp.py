@@ -18,7 +18,7 @@ from pygls.protocol import (JsonRPCNotification, JsonRPCRequestMessage, JsonRPCR
 from pytest_lsp import LanguageClient, client_capabilities
 from pytest_lsp.client import register_lsp_features
 
-TESTS = Path(__file__).parent
+TESTS = Path(__file__).parents[1]
 REPO = TESTS.parent.parent
 EXAMPLE = REPO / "examples" / "gpt"
 EXTRA = TESTS / "lsp_workspace"

@@ -1,0 +1,33 @@
+"""The lines a memlens worker writes and what its parents read from them (worker_protocol.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from memlens.worker_protocol import final_json, progress_record, worker_env
+
+
+def test_progress_records_are_told_from_the_scripts_own_output():
+    line = json.dumps({"event": "progress", "phase": "forward", "iteration": 1})
+    assert progress_record(line) == {"event": "progress", "phase": "forward", "iteration": 1}
+    assert progress_record('{"event": "other"}') is None
+    assert progress_record('{"loss": 2.5}') is None  # a script printing JSON
+    assert progress_record("{not json") is None
+    assert progress_record("epoch 1 loss 2.5") is None
+
+
+def test_the_result_is_the_last_json_object_on_stdout():
+    stdout = 'step 1\n{"peak_bytes": 1024}\n[1, 2]\n{"peak_bytes": 2048}\ntrailing words\n'
+    assert final_json(stdout) == {"peak_bytes": 2048}
+    assert final_json('{"error": {"kind": "ScriptError"}}') == {"error": {"kind": "ScriptError"}}
+    assert final_json("no json at all\n") is None
+
+
+def test_the_worker_imports_this_memlens_first():
+    env = worker_env({"PYTHONPATH": "/extra", "MEMLENS_SERVER": "1"}, {"TARGET_VAR": "x"})
+    this = str(Path(__file__).resolve().parents[1])  # python/, the parent of memlens/
+    assert env["PYTHONPATH"].split(os.pathsep) == [this, "/extra"]
+    assert env["TARGET_VAR"] == "x" and "MEMLENS_SERVER" not in env
+    assert env["PYTHONIOENCODING"] == "utf-8"
