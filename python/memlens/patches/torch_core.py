@@ -21,6 +21,9 @@
   Tensors; a fake one reads its (placeholder) value the same way.
 - `torch.isfinite` (and the method): composite, so the accountant never sees it; its result
   is handed to `on_finite_check` (engine/healthy_values.py: a healthy run's, all finite).
+- `Tensor.__deepcopy__`, `nn.Parameter.__deepcopy__`: an EMA model (`copy.deepcopy(model)`, `AveragedModel`) holds
+  parameters that may never run a forward, where the classifier finds a model's; each copy is
+  handed to `on_parameter_copy` (a parameter, from birth).
 - the foreach "supported types" lists of torch.optim and torch.utils: optimizers and
   clip_grad_norm_ take their multi-tensor (foreach) path only for exact Tensor/Parameter types,
   so fake parameters would silently take the per-tensor path a real run does not take.
@@ -73,7 +76,17 @@ def _assign(t1: torch.Tensor, t2: torch.Tensor) -> None:
         _swap_despite_weakrefs(t1, t2)
 
 
-def apply(patcher: Patcher, on_external_tensor, on_storage_resized, on_finite_check) -> None:
+def _noting_parameter_copies(original, on_parameter_copy):
+    def __deepcopy__(self, memo):
+        copied = original(self, memo)
+        if isinstance(copied, torch.nn.Parameter):
+            on_parameter_copy(copied)
+        return copied
+    return __deepcopy__
+
+
+def apply(patcher: Patcher, on_external_tensor, on_storage_resized, on_finite_check,
+          on_parameter_copy) -> None:
     check_tested("torch_core", torch.__version__)
     original_swap = torch.utils.swap_tensors
 
@@ -131,6 +144,12 @@ def apply(patcher: Patcher, on_external_tensor, on_storage_resized, on_finite_ch
                 on_finite_check(out)
             return out
         return isfinite
+
+    # A fake parameter is a FakeTensor marked `_is_param` (nn.Parameter's isinstance check
+    # reads the mark): it is copied by Tensor.__deepcopy__, not Parameter.__deepcopy__.
+    for owner in (torch.Tensor, torch.nn.Parameter):
+        patcher.setattr(owner, "__deepcopy__", _noting_parameter_copies(
+            owner.__dict__["__deepcopy__"], on_parameter_copy))
 
     patcher.setattr(torch, "isfinite", finite_check(torch.isfinite))
     patcher.setattr(torch.Tensor, "isfinite", finite_check(torch.Tensor.isfinite))

@@ -4,6 +4,10 @@
   (see memlens/cuda/sdpa.py) instead of the host build's math decomposition.
 - `torch.version.cuda`, `torch.backends.cuda.is_built()`: scripts that branch on the build see
   a CUDA build.
+- `aten::_thnn_fused_gru_cell` (and its backward): `nn.GRU` on a CUDA tensor without cuDNN takes
+  ATen's fused cell per time step, which has no Meta kernel (the LSTM's has one). A Meta kernel
+  with ATen's shapes (hy like hx, a (batch, 5*hidden) workspace saved for backward) is
+  registered for the trace and removed after it.
 """
 
 from __future__ import annotations
@@ -19,8 +23,33 @@ from .patcher import Patcher, check_tested
 CUDA_VERSION = "13.0"  # what a current PyTorch wheel for Hopper/Blackwell is built with
 
 
+def _gru_cell_meta(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None):
+    return torch.empty_like(hx), hx.new_empty((hx.size(0), hx.size(1) * 5))
+
+
+def _gru_cell_backward_meta(grad_hy, workspace, has_bias):
+    batch, hidden = grad_hy.shape
+    grad_input_gates = grad_hy.new_empty((batch, 3 * hidden))
+    grad_hidden_gates = grad_hy.new_empty((batch, 3 * hidden))
+    biases = ((grad_hy.new_empty((3 * hidden,)), grad_hy.new_empty((3 * hidden,))) if has_bias
+              else (grad_hy.new_empty((0,)), grad_hy.new_empty((0,))))
+    return grad_input_gates, grad_hidden_gates, torch.empty_like(grad_hy), *biases
+
+
+def _register_gru_cell(patcher: Patcher) -> None:
+    aten = torch.ops.aten
+    if torch._C._dispatch_has_kernel_for_dispatch_key(aten._thnn_fused_gru_cell.default.name(),
+                                                      "Meta"):
+        return  # a torch that has its own
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("_thnn_fused_gru_cell", _gru_cell_meta, "Meta")
+    lib.impl("_thnn_fused_gru_cell_backward", _gru_cell_backward_meta, "Meta")
+    patcher.defer(lib._destroy)
+
+
 def apply(patcher: Patcher, tracer) -> None:
     check_tested("torch_cuda_semantics", torch.__version__)
+    _register_gru_cell(patcher)
     cc = (tracer.device.major, tracer.device.minor)
     math = F.scaled_dot_product_attention
     chosen = tracer.sdpa_backends  # backend name -> calls, reported in the snapshot
