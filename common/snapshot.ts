@@ -81,6 +81,8 @@ export interface Summary {
   allocation_count: number;
   devices?: Record<string, { peak_bytes: number; final_bytes: number }>;
   placeholders?: Placeholder[];
+  /** The allocation that did not fit, where the trace stopped (only `stack` is an index). */
+  oom?: { stack?: number } | null;
 }
 
 export interface Phase {
@@ -161,6 +163,7 @@ export interface Allocations {
   stream: number[];
   alloc_seq: number[];
   free_seq: number[];
+  backward?: number[];
 }
 
 export interface Snapshot {

@@ -1,7 +1,8 @@
 // Turns untrusted input into a Snapshot, or into one readable error: the format and version
 // first (the messages a user acts on), then the JSON Schema (compiled ahead of time, see
 // scripts/gen-snapshot-validator.mjs), then every index into the document's own tables — the
-// same checks as python/memlens/snapshot/io.py.
+// same checks, in the same order, as python/memlens/snapshot/references.py
+// (test/unit/validate-parity.test.ts runs both on the same mutated snapshots).
 //
 // In two stages, so a 100,000-tensor snapshot paints before all of it is checked: `validateTop`
 // checks everything but the items of `tensors` and `allocations` (small and quick), and
@@ -109,8 +110,9 @@ export function* deepChecks(s: Snapshot, name = 'snapshot', slice = 10_000): Gen
   if (!validateAllocations(empty)) return schemaMessage(name, '/allocations', validateAllocations.errors);
   const alloc = a as unknown as Allocations;
   const n = alloc.bytes.length;
-  for (const key of COLUMNS) {
-    if (alloc[key].length !== n) return `${name}: invalid snapshot at allocations/${key}: ${alloc[key].length} entries, expected ${n}`;
+  for (const key of [...COLUMNS, 'backward'] as const) {
+    const column = alloc[key];
+    if (column && column.length !== n) return `${name}: invalid snapshot at allocations/${key}: ${column.length} entries, expected ${n}`;
   }
   for (let start = 0; start < n; start += slice * 4) {
     const end = Math.min(n, start + slice * 4);
@@ -147,6 +149,8 @@ function checkTopReferences(s: Snapshot): string | null {
       return `timeline/points/${i}: ${s.timeline.points[i]!.length} values, expected ${cols}`;
     }
   }
+  const oom = s.summary.oom;
+  if (oom && (oom.stack ?? 0) >= s.stacks.length) return 'summary/oom/stack: index out of range';
   return null;
 }
 

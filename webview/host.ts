@@ -3,6 +3,7 @@
 // page's history entry so it survives a reload, and a frame click copies "file:line").
 import type { HostMessage, SavedWebviewState, WebviewMessage } from '../common/messages';
 import { isHostMessage } from '../common/messages';
+import { oneLine } from '../common/oneLine';
 import type { PanelState } from './data/state';
 
 export interface Payload {
@@ -80,7 +81,8 @@ function standaloneHost(notify: (text: string) => void): Host {
       }
     },
     openFile(file, line) {
-      const text = `${file}:${line}`;
+      // One line, no control characters: a snapshot's file name may hold a pasted command.
+      const text = oneLine(`${file}:${line}`);
       const done = () => notify(`Copied ${text}`);
       const fail = () => notify(text);
       try {

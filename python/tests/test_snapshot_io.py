@@ -132,3 +132,48 @@ def test_optional_fields_left_out_are_shown_as_dashes(tmp_path, cuda_good):
                "-" in ln.split()[-1])
     assert row.split()[-2:] == ["-", "-"]
     assert "+ outside 0 B" in out.stdout
+
+
+MUTATIONS = json.loads((REPO / "test" / "fixtures" / "snapshot-mutations.json").read_text())[
+    "mutations"]
+
+
+def _set(doc: dict, path: list, value) -> dict:
+    at = doc
+    for key in path[:-1]:
+        at = at[key]
+    at[path[-1]] = value
+    return doc
+
+
+@pytest.mark.parametrize("mutation", MUTATIONS, ids=lambda m: "/".join(map(str, m["set"])))
+def test_the_panels_rules_hold_here_too(cuda_good, mutation):
+    """The same changes the panel's validator refuses (test/unit/validate-parity.test.ts)."""
+    from memlens.errors import SnapshotError
+    from memlens.snapshot import validate_snapshot
+
+    doc = _set(json.loads(json.dumps(cuda_good)), mutation["set"], mutation["value"])
+    with pytest.raises(SnapshotError) as e:
+        validate_snapshot(doc, "s.json")
+    assert e.value.message.startswith(f"s.json: invalid snapshot at {mutation['where']}")
+
+
+@pytest.mark.parametrize("change, message", [
+    # An allocation of a module the snapshot does not have: export indexed past the table.
+    (lambda d: d["allocations"]["stack"].__setitem__(0, 10**6),
+     "invalid snapshot at allocations/0: index out of range"),
+    # A configuration PyTorch would refuse: export parsed it and raised AllocatorConfigError.
+    (lambda d: d["meta"]["allocator"].update(config="max_split_size_mb:lots"),
+     "invalid snapshot at meta/allocator/config: "),
+    # A device name that is not cuda:N: export raised ValueError from int().
+    (lambda d: d["allocations"].update(devices=["cuda:abc"]),
+     "invalid snapshot at allocations/devices/0: 'cuda:abc' is not a CUDA device name"),
+])
+def test_export_of_an_inconsistent_snapshot_is_one_error(tmp_path, cuda_good, change, message):
+    path = tmp_path / "s.json"
+    path.write_text(_mutated(cuda_good, change))
+    out = run_memlens("export", str(path), "--memory-viz", str(tmp_path / "out.pickle"))
+    assert out.returncode == 1, out.stderr
+    assert message in out.stderr.replace("\n", "") and "Traceback" not in out.stderr
+    assert out.stderr.count("error:") == 1
+    assert not (tmp_path / "out.pickle").exists()

@@ -7,6 +7,8 @@ import * as vscode from 'vscode';
 import { isWebviewMessage, type HostMessage, type SavedWebviewState, type WebviewMessage } from '../../common/messages';
 import { makeNonce, panelHtml } from './html';
 import { fileTitle, panelTitle } from './title';
+import { oneLine } from '../../common/oneLine';
+import { sourceCandidates } from '../sourcePath';
 
 export const VIEW_TYPE = 'memlens.memoryPanel';
 
@@ -123,11 +125,16 @@ export class MemoryPanel implements vscode.Disposable {
     await this.panel.webview.postMessage(message);
   }
 
-  /** Opens a source position from the snapshot (untrusted: only opens, never runs, anything). */
+  /** Opens a source position from the snapshot (untrusted: only opens, never runs, anything;
+   *  only files inside the workspace folders, see sourcePath.ts). */
   private async openFile(file: string, line: number): Promise<void> {
-    const uri = await resolveSource(file, this.snapshot);
+    const { uri, refused } = await resolveSource(file, this.snapshot);
+    if (refused) {
+      void vscode.window.showWarningMessage(`Torch Memory Lens: ${refused}.`);
+      return;
+    }
     if (!uri) {
-      void vscode.window.showWarningMessage(`Torch Memory Lens: ${file} is not on this machine.`);
+      void vscode.window.showWarningMessage(`Torch Memory Lens: ${oneLine(file, 300)} is not on this machine.`);
       return;
     }
     const position = new vscode.Position(Math.max(0, line - 1), 0);
@@ -172,21 +179,19 @@ async function readJson(uri: vscode.Uri): Promise<{ ok: true; value: unknown } |
   }
 }
 
-/** An absolute path as it is; a relative one against the snapshot's folder, then the workspace. */
-async function resolveSource(file: string, snapshot: vscode.Uri): Promise<vscode.Uri | undefined> {
-  const candidates = path.isAbsolute(file)
-    ? [vscode.Uri.file(file)]
-    : [
-        vscode.Uri.file(path.resolve(path.dirname(snapshot.fsPath), file)),
-        ...(vscode.workspace.workspaceFolders ?? []).map((f) => vscode.Uri.joinPath(f.uri, file)),
-      ];
-  for (const uri of candidates) {
+/** The first file of sourceCandidates (only inside the workspace folders) that exists. */
+async function resolveSource(file: string, snapshot: vscode.Uri): Promise<{ uri?: vscode.Uri; refused?: string }> {
+  const folders = (vscode.workspace.workspaceFolders ?? []).filter((f) => f.uri.scheme === 'file').map((f) => f.uri.fsPath);
+  const decision = sourceCandidates(file, snapshot.fsPath, folders);
+  if (!decision.ok) return { refused: decision.message };
+  for (const candidate of decision.candidates) {
+    const uri = vscode.Uri.file(candidate);
     try {
       const stat = await vscode.workspace.fs.stat(uri);
-      if (stat.type & vscode.FileType.File) return uri;
+      if (stat.type & vscode.FileType.File) return { uri };
     } catch {
       // not there: try the next
     }
   }
-  return undefined;
+  return {};
 }

@@ -24,7 +24,8 @@ from typing import Any
 
 from .. import categories as C
 from ..allocator import CachingAllocatorModel, memory_snapshot, parse_alloc_conf
-from ..errors import MemlensError
+from ..allocator.config import AllocatorConfigError
+from ..errors import MemlensError, SnapshotError
 
 PICKLE_PROTOCOL = 4  # the viewer's unpickler refuses newer protocols
 SEGMENT_CATEGORY = "unknown"
@@ -52,9 +53,9 @@ def memory_viz_snapshot(snap: dict[str, Any]) -> dict[str, Any]:
     horizon = max((p["end_seq"] for p in snap["phases"]), default=snap["timeline"]["events"])
     segments, traces = [], []
     for index, name in enumerate(alloc["devices"]):
-        if not name.startswith("cuda"):
+        device = _cuda_index(name, index)
+        if device is None:
             continue
-        device = int(name.partition(":")[2] or 0)
         model = _model(meta, device)
         trace = _replay(model, alloc, index, horizon, frames)
         state = memory_snapshot(model)
@@ -66,6 +67,21 @@ def memory_viz_snapshot(snap: dict[str, Any]) -> dict[str, Any]:
             "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": settings.get("config", ""),
                                    "expandable_segments":
                                        bool(settings.get("expandable_segments", False))}}
+
+
+MAX_CUDA_INDEX = 1023  # far above any machine's GPU count; device_traces has one list per index
+
+
+def _cuda_index(name: str, position: int) -> int | None:
+    """The CUDA device index of a device name ("cuda", "cuda:3"), None for another device."""
+    if not name.startswith("cuda"):
+        return None
+    kind, _, index = name.partition(":")
+    if kind != "cuda" or not (index == "" or index.isascii() and index.isdigit()) or \
+            int(index or 0) > MAX_CUDA_INDEX:
+        raise SnapshotError(f"invalid snapshot at allocations/devices/{position}: "
+                            f"{name[:100]!r} is not a CUDA device name (cuda:0 … cuda:{MAX_CUDA_INDEX})")
+    return int(index or 0)
 
 
 class _Frames:
@@ -86,7 +102,11 @@ def _model(meta: dict[str, Any], device: int) -> CachingAllocatorModel:
     capacity = meta["device"]["total_memory_bytes"]
     if settings is None:  # no CUDA allocation was made: nothing will be replayed
         return CachingAllocatorModel(None, capacity, device_index=device, record_history=True)
-    return CachingAllocatorModel(parse_alloc_conf(settings["config"]), settings["limit_bytes"],
+    try:  # the snapshot may come from someone else: its configuration is one more input
+        config = parse_alloc_conf(settings["config"])
+    except AllocatorConfigError as e:
+        raise SnapshotError(f"invalid snapshot at meta/allocator/config: {str(e)[:200]}") from None
+    return CachingAllocatorModel(config, settings["limit_bytes"],
                                  capacity_bytes=settings["capacity_bytes"],
                                  device_index=device, record_history=True)
 

@@ -16,6 +16,7 @@ from ..errors import MemlensError
 from ..units import format_bytes
 from . import protocol as P
 from .diagnostics import error_diagnostic
+from .output_log import output_log_of
 from .digest import normalize_path
 from .targets import TargetInfo, document_targets
 from .tracing import RunningTrace, TraceRequest, explain_failure
@@ -76,8 +77,11 @@ class TraceCommands:
             self.work_done_progress.tokens.pop(run.token, None)
 
     def worker_output(self, run: RunningTrace, line: str) -> None:
-        """What the worker prints (the script's output, the CLI's tables): the log, quietly."""
-        self.log(f"[{run.request.target.name}] {line}", lsp.MessageType.Log)
+        """What the worker prints (the script's output, the CLI's tables): the log, quietly,
+        within output_log.py's limits (all of it in a file)."""
+        name = run.request.target.name
+        output_log_of(run, lambda text: self.log(f"[{name}] {text}", lsp.MessageType.Log)
+                      ).write(line)
 
     def started(self, run: RunningTrace, argv: list[str]) -> None:
         t = run.request.target

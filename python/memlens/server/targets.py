@@ -24,6 +24,7 @@ from ..targets.launch import launch_configs, parse_jsonc, torchrun_commands
 from ..targets.recipe import find_recipe_file, recipe_targets
 from .digest import normalize_path
 from .outline import outline
+from .too_deep import or_too_deep
 
 SKIP_DIRS = {"node_modules", "__pycache__", "site-packages", "dist", "build", "venv", "env",
              ".venv", ".git", ".memlens", ".tox", ".mypy_cache", ".pytest_cache"}
@@ -200,7 +201,12 @@ def is_shell_file(path: str, text: str = "") -> bool:
 def document_targets(path: str, text: str, folders: list[str],
                      recipes: RecipeCache | None = None) -> list[TargetInfo]:
     """The targets a document defines. Raises MemlensError for a launch.json that does not
-    parse or a recipe that does not (the caller reports it)."""
+    parse or a recipe that does not, or a file too deep to parse (the caller reports it)."""
+    return or_too_deep(path, lambda: _document_targets(path, text, folders, recipes))
+
+
+def _document_targets(path: str, text: str, folders: list[str],
+                      recipes: RecipeCache | None) -> list[TargetInfo]:
     if path.endswith((".py", ".pyw")):
         return python_targets(path, text, folders, recipes)
     if is_launch_file(path):

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import SnapshotError
 from .build import FORMAT, VERSION
+from .references import check_references
 
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
 MAX_SNAPSHOT_BYTES = 2 * 1024**3
@@ -91,32 +92,40 @@ def validate_snapshot(doc: Any, name: str = "snapshot") -> None:
     try:
         _validator()(doc)
     except fastjsonschema.JsonSchemaValueException as e:
-        where = "/".join(str(p) for p in e.path[1:]) or "(top level)"
-        raise SnapshotError(f"{name}: invalid snapshot at {where}: {e.message[:200]}") from None
-    _check_references(doc, name)
+        path, message = _deepest(e)
+        where = "/".join(str(p) for p in path) or "(top level)"
+        raise SnapshotError(f"{name}: invalid snapshot at {where}: {message[:200]}") from None
+    check_references(doc, name)
 
 
-def _check_references(doc: dict[str, Any], name: str) -> None:
-    """Indices into the frame, stack, module and phase tables must point inside them."""
-    n_frames, n_stacks = len(doc["frames"]), len(doc["stacks"])
-    n_modules, n_phases = len(doc["modules"]), len(doc["phases"])
-    for i, stack in enumerate(doc["stacks"]):
-        if any(f >= n_frames for f in stack):
-            raise SnapshotError(f"{name}: invalid snapshot at stacks/{i}: frame index out of range")
-    for i, t in enumerate(doc["tensors"]):
-        if t["stack"] >= n_stacks or t["module"] >= n_modules or t["phase"] >= max(n_phases, 1):
-            raise SnapshotError(f"{name}: invalid snapshot at tensors/{i}: index out of range")
-    peak_tensor = doc["summary"]["peak_tensor"]
-    if peak_tensor >= len(doc["tensors"]):
-        raise SnapshotError(f"{name}: invalid snapshot at summary/peak_tensor: index out of range")
-    oom = doc["summary"].get("oom")
-    if oom and oom.get("stack", 0) >= n_stacks:
-        raise SnapshotError(f"{name}: invalid snapshot at summary/oom/stack: index out of range")
-    alloc = doc.get("allocations")
-    if alloc:
-        n = len(alloc["bytes"])
-        for key in ("device", "requested_bytes", "category", "module", "op", "stack", "stream",
-                    "alloc_seq", "free_seq"):
-            if len(alloc[key]) != n:
-                raise SnapshotError(f"{name}: invalid snapshot at allocations/{key}: "
-                                    f"{len(alloc[key])} entries, expected {n}")
+def _deepest(error) -> tuple[list, str]:
+    """The place and message inside a failed "null, or an object with…" (oneOf): fastjsonschema
+    names only the oneOf; the panel's validator, and a user, want the value that is wrong."""
+    import fastjsonschema
+
+    path, message = list(error.path[1:]), error.message.removeprefix(error.name).lstrip()
+    while error.rule == "oneOf":
+        branches = [b for b in error.definition["oneOf"] if b.get("type") != "null"]
+        if error.value is None or len(branches) != 1:
+            break
+        try:
+            fastjsonschema.compile(_inlined(branches[0]))(error.value)
+            break
+        except fastjsonschema.JsonSchemaValueException as inner:
+            error = inner
+            path += inner.path[1:]
+            message = inner.message.removeprefix(inner.name).lstrip()
+    return path, message
+
+
+def _inlined(definition: Any) -> Any:
+    """A part of the schema with its `#/$defs/…` references replaced by what they name (the
+    definitions are not recursive), so it compiles on its own."""
+    if isinstance(definition, list):
+        return [_inlined(d) for d in definition]
+    if not isinstance(definition, dict):
+        return definition
+    ref = definition.get("$ref", "")
+    if ref.startswith("#/$defs/"):
+        return _inlined(schema()["$defs"][ref.removeprefix("#/$defs/")])
+    return {k: _inlined(v) for k, v in definition.items()}
