@@ -39,5 +39,8 @@ class PluginHost:
 
     def _activate(self, name: str) -> None:
         plugin = importlib.import_module(f"{__name__}.{name}")
+        if hasattr(plugin, "Plugin"):  # a LibraryPlugin (library_plugin.py)
+            self.active.append(plugin.Plugin(self.tracer, self.watcher))
+            return
         self.active.append(plugin)
         plugin.activate(self.tracer, self.watcher)

@@ -21,30 +21,14 @@ from __future__ import annotations
 import functools
 from types import ModuleType
 
-from ..patches.patcher import Patcher, check_tested
+from ..patches.patcher import check_tested
+from .library_plugin import LibraryPlugin
 
 
-_active: "_Plugin | None" = None
 
 
-def activate(tracer, watcher) -> None:
-    global _active
-    _active = _Plugin(tracer)
-    watcher.watch("accelerate.utils.random", _active.random)
-    watcher.watch("accelerate.utils.operations", _active.operations)
-
-
-def deactivate() -> None:
-    global _active
-    if _active is not None:
-        _active.patcher.undo()
-        _active = None
-
-
-class _Plugin:
-    def __init__(self, tracer) -> None:
-        self.tracer = tracer
-        self.patcher = Patcher()
+class Plugin(LibraryPlugin):
+    watches = {"accelerate.utils.random": "random", "accelerate.utils.operations": "operations"}
 
     def operations(self, mod: ModuleType) -> None:
         _check_version()

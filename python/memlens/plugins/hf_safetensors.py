@@ -22,24 +22,11 @@ import functools
 import json
 from types import ModuleType
 
-from ..patches.patcher import Patcher, check_tested
+from ..patches.patcher import check_tested
+from .library_plugin import LibraryPlugin
 
 METADATA_KEY = "memlens.fake_tensors"
 
-_active: "_Plugin | None" = None
-
-
-def activate(tracer, watcher) -> None:
-    global _active
-    _active = _Plugin(tracer)
-    watcher.watch("safetensors.torch", _active.patch)
-
-
-def deactivate() -> None:
-    global _active
-    if _active is not None:
-        _active.patcher.undo()
-        _active = None
 
 
 def _is_fake(t) -> bool:
@@ -48,10 +35,8 @@ def _is_fake(t) -> bool:
     return isinstance(t, FakeTensor)
 
 
-class _Plugin:
-    def __init__(self, tracer) -> None:
-        self.tracer = tracer
-        self.patcher = Patcher()
+class Plugin(LibraryPlugin):
+    watches = {"safetensors.torch": "patch"}
 
     def patch(self, mod: ModuleType) -> None:
         import safetensors
