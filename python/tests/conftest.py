@@ -37,6 +37,30 @@ def memlens():
     return run_memlens
 
 
+@pytest.fixture
+def fake_bundle(tmp_path, monkeypatch):
+    """A stand-in panel bundle for the HTML report, so tests of `--html` do not depend on the
+    TypeScript build (MEMLENS_WEBVIEW_DIST points at it)."""
+    d = tmp_path / "bundle"
+    d.mkdir()
+    (d / "webview.js").write_text('document.body.dataset.ok="1";\n//# sourceMappingURL=webview.js.map\n')
+    (d / "webview.css").write_text("body{color:red}\n/*# sourceMappingURL=webview.css.map */")
+    monkeypatch.setenv("MEMLENS_WEBVIEW_DIST", str(d))
+    return d
+
+
+def traced_gpu_snapshot(folder: Path) -> dict:
+    """The snapshot of a small GPU-target trace (scripts/values/bounded_sizes.py): it has an
+    allocation stream and the allocator's rows (reserved, fragmentation)."""
+    import json
+
+    path = folder / "gpu.json"
+    out = run_memlens("run", "--snapshot", str(path), "--",
+                      str(TESTS / "scripts" / "values" / "bounded_sizes.py"))
+    assert out.returncode == 0, out.stderr
+    return json.loads(path.read_text())
+
+
 def run_python(code: str, env: dict | None = None, timeout: int = 600) -> object:
     """Run `code` in a fresh interpreter that has the fake-CUDA shim loaded (before torch, as a
     CUDA target needs); the code assigns `result`, which comes back through JSON."""

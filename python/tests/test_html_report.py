@@ -49,17 +49,6 @@ def snapshot():
     return snap
 
 
-@pytest.fixture
-def fake_bundle(tmp_path, monkeypatch):
-    """A stand-in bundle, so these tests do not depend on the TypeScript build."""
-    d = tmp_path / "bundle"
-    d.mkdir()
-    (d / "webview.js").write_text('document.body.dataset.ok="1";\n//# sourceMappingURL=webview.js.map\n')
-    (d / "webview.css").write_text("body{color:red}\n/*# sourceMappingURL=webview.css.map */")
-    monkeypatch.setenv("MEMLENS_WEBVIEW_DIST", str(d))
-    return d
-
-
 def hostile(snap):
     """The same snapshot with attacker-chosen strings where names and paths go."""
     bad = copy.deepcopy(snap)

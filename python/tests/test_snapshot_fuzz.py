@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, run_memlens
+from conftest import REPO, run_memlens, traced_gpu_snapshot
 
 SEED = 15
 CASES = 60
@@ -29,11 +29,7 @@ HOSTILE_NUMBERS = [-1, -2, 0, 1, 7, 8, 2**31, 2**53 - 1, 2**53 + 1, 2**63, 10**3
 @pytest.fixture(scope="module")
 def base(tmp_path_factory) -> dict:
     """A GPU target's snapshot with an allocation stream (so `export` replays something)."""
-    path = tmp_path_factory.mktemp("fuzz") / "base.json"
-    out = run_memlens("run", "--snapshot", str(path), "--",
-                      str(REPO / "python" / "tests" / "scripts" / "values" / "bounded_sizes.py"))
-    assert out.returncode == 0, out.stderr
-    return json.loads(path.read_text())
+    return traced_gpu_snapshot(tmp_path_factory.mktemp("fuzz"))
 
 
 def _paths(node, prefix=()):
@@ -126,17 +122,7 @@ def _assert_one_outcome(what: str, rc: int, stdout: str, stderr: str, json_out: 
         assert ("error" in doc) == (rc == 1), f"{what}: {lines[0][:500]}"
 
 
-@pytest.fixture
-def stand_in_bundle(tmp_path, monkeypatch):
-    """The HTML report's panel bundle, so `--html` does not depend on the TypeScript build."""
-    d = tmp_path / "bundle"
-    d.mkdir()
-    (d / "webview.js").write_text('document.body.dataset.ok="1";\n')
-    (d / "webview.css").write_text("body{color:red}\n")
-    monkeypatch.setenv("MEMLENS_WEBVIEW_DIST", str(d))
-
-
-def test_random_snapshots_end_in_a_report_or_one_error(tmp_path, base, stand_in_bundle):
+def test_random_snapshots_end_in_a_report_or_one_error(tmp_path, base, fake_bundle):
     from memlens.server.digest import digest_file
 
     outcomes = {0: 0, 1: 0}

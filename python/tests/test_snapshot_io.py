@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conftest import REPO, run_memlens
+from conftest import REPO, run_memlens, traced_gpu_snapshot
 
 
 @pytest.fixture(scope="module")
@@ -66,11 +66,7 @@ def test_schema_and_reference_errors_name_the_place(tmp_path, good, change, wher
 @pytest.fixture(scope="module")
 def cuda_good(tmp_path_factory) -> dict:
     """A GPU target's snapshot: it has the allocator's rows (reserved, fragmentation)."""
-    path = tmp_path_factory.mktemp("snap") / "cuda.json"
-    out = run_memlens("run", "--snapshot", str(path), "--",
-                      str(REPO / "python" / "tests" / "scripts" / "values" / "bounded_sizes.py"))
-    assert out.returncode == 0, out.stderr
-    return json.loads(path.read_text())
+    return traced_gpu_snapshot(tmp_path_factory.mktemp("snap"))
 
 
 HOSTILE_NAME = ("evil[/] [bold red]x\x1b]8;;http://evil.example/\x1b\\link\x1b]8;;\x1b\\ "
