@@ -12,13 +12,11 @@ is too small to split), which is the allocator model's business, tested elsewher
 """
 
 import json
-import runpy
 from dataclasses import dataclass
 
 import pytest
-import torch
 
-from conftest import TESTS, run_memlens
+from conftest import TESTS, run_memlens, run_python
 
 CORPUS = TESTS / "scripts" / "corpus"
 SCRIPTS = sorted(p.stem for p in CORPUS.glob("*.py"))
@@ -27,15 +25,20 @@ TARGET = "cuda:0"
 
 def parameter_bytes(script: str) -> list[int]:
     """Device bytes of the parameters of each of the script's models, built on the meta
-    device."""
-    namespace = runpy.run_path(str(CORPUS / f"{script}.py"), run_name="corpus_count")
-    with torch.device("meta"):
-        if "build_models" in namespace:
-            models = namespace["build_models"]()
-        else:
-            models = (namespace["build_model"](),)
-    # `parameters()` yields a tied weight once
-    return [sum(p.numel() * p.element_size() for p in m.parameters()) for m in models]
+    device, in a fresh interpreter (run_python): torch imported into the test process would
+    come before the fake-CUDA shim that later in-process tests load first."""
+    return run_python(f"""
+        import runpy
+        import torch
+        namespace = runpy.run_path({str(CORPUS / f"{script}.py")!r}, run_name="corpus_count")
+        with torch.device("meta"):
+            if "build_models" in namespace:
+                models = namespace["build_models"]()
+            else:
+                models = (namespace["build_model"](),)
+        # `parameters()` yields a tied weight once
+        result = [sum(p.numel() * p.element_size() for p in m.parameters()) for m in models]
+    """)
 
 
 def nanogpt_parameter_bytes() -> int:

@@ -101,6 +101,13 @@ def test_a_policy_that_is_no_fraction_is_refused():
     assert "'2' is not a fraction in (0, 1]" in out.stderr
 
 
+def test_module_state_is_fake_in_any_kind_of_init():
+    data = _trace("module_kinds.py")  # the script asserts which tensors are fake
+    # The three 4 MiB weights were made and dropped on the CPU; on the device one 1 MiB tensor
+    # is alive at a time.
+    assert data["device_key"] == "cuda:0" and data["peak_bytes"] == 1024 * 1024
+
+
 def test_a_model_built_on_the_cpu_allocates_nothing_real():
     # The trace runs as the only child of a fresh interpreter, whose RUSAGE_CHILDREN is then
     # that trace's peak resident memory.

@@ -47,17 +47,30 @@ def _host_device(device) -> bool:
 
 
 def constructing_module(frame) -> bool:
-    """Whether an `nn.Module.__init__` (or a function it called) is running."""
-    module_type = torch.nn.Module
+    """Whether an `nn.Module.__init__` (or a function it called) is running.
+
+    The class is found from the code's qualified name and the frame's globals, never from
+    `frame.f_locals`: on Python < 3.13 reading f_locals of a running frame snapshots its
+    locals into a dict the frame keeps, which would hold the script's tensors alive (and
+    shift every free after it)."""
     for _ in range(_MODULE_INIT_DEPTH):
         if frame is None:
             return False
-        if frame.f_code.co_name == "__init__":
-            owner = frame.f_locals.get("self")
-            if isinstance(owner, module_type):
-                return True
+        if frame.f_code.co_name == "__init__" and _is_module_init(frame):
+            return True
         frame = frame.f_back
     return False
+
+
+def _is_module_init(frame) -> bool:
+    qualname = getattr(frame.f_code, "co_qualname", None)  # Python 3.11+
+    if qualname is None or "<locals>" in qualname:
+        # A class defined inside a function (or Python 3.10): only the frame knows it.
+        return isinstance(frame.f_locals.get("self"), torch.nn.Module)
+    owner: object = frame.f_globals
+    for part in qualname.split(".")[:-1]:
+        owner = owner.get(part) if isinstance(owner, dict) else getattr(owner, part, None)
+    return isinstance(owner, type) and issubclass(owner, torch.nn.Module)
 
 
 def _factory_bytes(func, args, kwargs) -> int:
