@@ -74,11 +74,11 @@ def child(mode: str, device: str) -> dict:
     from memlens import Tracer
     from memlens.targets.script import ScriptTarget, run_script
 
-    import memlens.tracer  # noqa: F401  (memlens' lazy imports, outside the clock)
+    import memlens.engine.tracer  # noqa: F401  (memlens' lazy imports, outside the clock)
     if device != "cpu":
         import memlens.allocator  # noqa: F401
         import memlens.cuda.simulate  # noqa: F401
-        import memlens.workspaces_cuda  # noqa: F401
+        import memlens.kernels.cuda  # noqa: F401
 
     t0 = time.perf_counter()
     if mode == "bare":

@@ -187,3 +187,18 @@ def test_every_memlens_import_names_a_module_that_exists():
             if module not in modules:
                 missing.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {module}")
     assert missing == []
+
+
+def test_tests_and_benches_import_memlens_modules_that_exist():
+    """Tests and benches name modules by path too (often inside functions, as subprocess code)."""
+    import importlib.util
+    import re
+
+    repo = PACKAGE.parents[1]
+    found = set()
+    for path in [*(repo / "python" / "tests").rglob("*.py"), *(repo / "bench").glob("*.py")]:
+        for module in re.findall(r"^\s*(?:from|import)\s+(memlens(?:\.\w+)+)", path.read_text(),
+                                 re.M):
+            if importlib.util.find_spec(module) is None:
+                found.add(f"{path.relative_to(repo)}: {module}")
+    assert sorted(found) == []

@@ -137,7 +137,7 @@ def test_ctrl_c_while_memlens_books_an_op_stops_the_script_at_its_next_op():
     import torch
 
     from memlens import Tracer
-    from memlens.interrupt import stop_on_interrupt
+    from memlens.engine.interrupt import stop_on_interrupt
 
     ops_after = []
     with Tracer("cpu", iterations=1000) as tracer:
