@@ -22,22 +22,13 @@ MAX_REAL_FACTORY_BYTES = 64 * 1024 * 1024
 _MODULE_INIT_DEPTH = 64  # frames searched for an nn.Module.__init__
 
 
-def _has_fake_tensor(values) -> bool:
-    for v in values:
-        if isinstance(v, FakeTensor):
-            return True
-        if isinstance(v, (list, tuple)) and _has_fake_tensor(v):
-            return True
-    return False
-
-
-def _has_tensor(values) -> bool:
+def _tensors_in(values, found: list) -> None:
+    """Append the tensors among `values` (and in their lists and tuples) to `found`."""
     for v in values:
         if isinstance(v, torch.Tensor):
-            return True
-        if isinstance(v, (list, tuple)) and _has_tensor(v):
-            return True
-    return False
+            found.append(v)
+        elif isinstance(v, (list, tuple)):
+            _tensors_in(v, found)
 
 
 def _host_device(device) -> bool:
@@ -99,11 +90,14 @@ def runs_on_host(func, types, args, kwargs, caller_frame) -> bool:
     for t in types:
         if t is not torch.Tensor and t is not torch.nn.Parameter:
             return False  # a fake tensor, or a subclass (DTensor) whose own dispatch decides
-    if _has_fake_tensor(args) or _has_fake_tensor(kwargs.values()):
+    tensors: list = []
+    _tensors_in(args, tensors)
+    _tensors_in(kwargs.values(), tensors)
+    if any(isinstance(t, FakeTensor) for t in tensors):
         return False
     if not _host_device(kwargs.get("device")):
         return False
-    if _has_tensor(args) or _has_tensor(kwargs.values()):
+    if tensors:
         # Real host tensors in, host tensor out. (Ops that move them to the simulated device
         # name the device, above.)
         return True
