@@ -46,25 +46,29 @@ def _empty(shape, like, dtype=None):
     return torch.empty(shape, dtype=dtype or like.dtype, device=like.device)
 
 
-def _nonzero(args, kwargs, k):
+# Each sizer: (args, kwargs, kept) -> (result, bound, size used, bytes of the kernel's own
+# temporaries), or None where the op has no bound; `kept(bound)` is the policy's size.
+def _nonzero(args, kwargs, kept):
     import torch
 
     x = args[0]
-    return _empty((k, x.dim()), x, torch.int64), x.numel()
+    k = kept(x.numel())
+    return _empty((k, x.dim()), x, torch.int64), x.numel(), k, 0
 
 
-def _masked_select(args, kwargs, k):
+def _masked_select(args, kwargs, kept):
     import torch
 
     x, mask = args[0], args[1]
-    return _empty((k,), x), torch.broadcast_shapes(x.shape, mask.shape).numel()
+    bound = torch.broadcast_shapes(x.shape, mask.shape).numel()
+    k = kept(bound)
+    return _empty((k,), x), bound, k, 0
 
 
-def _index(args, kwargs, k_of):
+def _index(args, kwargs, kept):
     """`x[mask]` (with any mix of boolean masks and integer indices): each mask becomes the
     integer indices of its kept elements, as in ATen (`mask.nonzero()`, a (k, mask.dim())
-    int64 tensor alive while the indexing runs), then the ordinary indexing runs.
-    Returns (result, bound, bytes of those index tensors)."""
+    int64 tensor alive while the indexing runs), then the ordinary indexing runs."""
     import torch
 
     x, indices = args[0], list(args[1])
@@ -73,79 +77,68 @@ def _index(args, kwargs, k_of):
         m = indices[i]
         if m is not None and m.dtype in (torch.bool, torch.uint8):
             bound = max(bound, m.numel())
-            k = k_of(m.numel())
+            k = kept(m.numel())
             index_bytes += k * m.dim() * 8
             indices[i:i + 1] = [_empty((k,), m, torch.int64) for _ in range(m.dim())]
-    return torch.ops.aten.index.Tensor(x, indices), bound, index_bytes
+    if not bound:
+        return None
+    return torch.ops.aten.index.Tensor(x, indices), bound, kept(bound), index_bytes
 
 
-def _unique(args, kwargs, k, consecutive=False):
+def _unique(args, kwargs, kept, consecutive=False):
     """_unique2 / unique_consecutive: (values, inverse, counts), as the kernel returns them
     (an empty inverse or counts when not asked for)."""
     import torch
 
     x = args[0]
-    return_inverse = kwargs.get("return_inverse", args[2] if len(args) > 2 else False)
-    return_counts = kwargs.get("return_counts", args[3] if len(args) > 3 else False)
-    if consecutive:
-        return_inverse = kwargs.get("return_inverse", args[1] if len(args) > 1 else False)
-        return_counts = kwargs.get("return_counts", args[2] if len(args) > 2 else False)
+    first = 1 if consecutive else 2  # where return_inverse sits among the positional args
+    return_inverse = kwargs.get("return_inverse", args[first] if len(args) > first else False)
+    return_counts = kwargs.get("return_counts",
+                               args[first + 1] if len(args) > first + 1 else False)
+    k = kept(x.numel())
     values = _empty((k,), x)
     inverse = _empty(x.shape if return_inverse else (0,), x, torch.int64)
     counts = _empty((k if return_counts else 0,), x, torch.int64)
-    return (values, inverse, counts), x.numel()
+    return (values, inverse, counts), x.numel(), k, 0
 
 
-def _bincount(args, kwargs, k):
+def _bincount(args, kwargs, kept):
     import torch
 
     minlength = kwargs.get("minlength", args[2] if len(args) > 2 else 0)
     if not minlength:
-        return None, 0
+        return None
     weights = kwargs.get("weights", args[1] if len(args) > 1 else None)
     dtype = torch.float64 if weights is not None else torch.int64
     if weights is not None and weights.dtype == torch.float32:
         dtype = torch.float32
     # Values below `minlength` (the usual idiom: expert ids, class ids): `minlength` bins.
-    return _empty((minlength,), args[0], dtype), minlength
+    return _empty((minlength,), args[0], dtype), minlength, minlength, 0
 
 
 @functools.cache
-def _tables():
-    """(ops sized from their inputs' shapes, ops handled by a function of their own)."""
+def _sizers() -> dict:
     import torch
 
     aten = torch.ops.aten
-    bounded = {
+    return {
         aten.nonzero.default: _nonzero,
         aten.masked_select.default: _masked_select,
         aten._unique2.default: _unique,
-        aten.unique_consecutive.default: lambda a, kw, k: _unique(a, kw, k, consecutive=True),
+        aten.unique_consecutive.default: lambda a, kw, kept: _unique(a, kw, kept, True),
+        aten.index.Tensor: _index,
+        aten.bincount.default: _bincount,
     }
-    return bounded, {aten.index.Tensor: _index, aten.bincount.default: _bincount}
 
 
 def has_bound(func) -> bool:
-    bounded, special = _tables()
-    return func in bounded or func in special
+    return func in _sizers()
 
 
 def bounded_result(func, args, kwargs, policy: str):
     """(result, bound, size used, bytes of the kernel's temporaries) for an op with a bound
     under `policy`, or None when the op has no bound or the policy is `error`."""
-    if policy == "error":
+    sizer = _sizers().get(func)
+    if policy == "error" or sizer is None:
         return None
-    bounded, special = _tables()
-    if func in bounded:
-        # The bound comes from shapes alone: compute it first, then the kept size.
-        _, bound = bounded[func](args, kwargs, 0)
-        k = _kept(bound, policy)
-        out, _ = bounded[func](args, kwargs, k)
-        return out, bound, k, 0
-    if special.get(func) is _index:
-        out, bound, index_bytes = _index(args, kwargs, lambda n: _kept(n, policy))
-        return (out, bound, _kept(bound, policy), index_bytes) if bound else None
-    if special.get(func) is _bincount:
-        out, bound = _bincount(args, kwargs, 0)
-        return (out, bound, bound, 0) if out is not None else None
-    return None
+    return sizer(args, kwargs, lambda bound: _kept(bound, policy))
