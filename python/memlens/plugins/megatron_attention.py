@@ -18,18 +18,12 @@ query.
 
 from __future__ import annotations
 
-_CLASS = None
+import functools
 
 
+@functools.cache
 def flash_attention_class():
     """The stand-in class (made once megatron.core is importable)."""
-    global _CLASS
-    if _CLASS is None:
-        _CLASS = _make_class()
-    return _CLASS
-
-
-def _make_class():
     import torch
     from megatron.core.transformer.dot_product_attention import DotProductAttention
     from megatron.core.transformer.enums import AttnBackend, AttnMaskType

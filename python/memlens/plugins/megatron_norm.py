@@ -9,17 +9,11 @@ cast, each kept for backward (about three times the bytes). Megatron's torch-nor
 
 from __future__ import annotations
 
-_CLASS = None
+import functools
 
 
+@functools.cache
 def fused_rms_norm_class():
-    global _CLASS
-    if _CLASS is None:
-        _CLASS = _make_class()
-    return _CLASS
-
-
-def _make_class():
     import torch
 
     class _FusedRMSNorm(torch.autograd.Function):

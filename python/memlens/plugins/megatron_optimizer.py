@@ -12,19 +12,13 @@ in-place ops are the kernel's memory, not its arithmetic.
 
 from __future__ import annotations
 
-_CLASS = None
+import functools
 
 
+@functools.cache
 def fused_adam_class():
     """A class with FusedAdam's constructor (TE's and apex's: `adam_w_mode`,
     `bias_correction`)."""
-    global _CLASS
-    if _CLASS is None:
-        _CLASS = _make_class()
-    return _CLASS
-
-
-def _make_class():
     import torch
 
     class FusedAdam(torch.optim.Optimizer):
