@@ -6,6 +6,7 @@
     memlens run --launch .vscode/launch.json:"Train 8B" [--ranks all]
     memlens run --from-script scripts/train_llama.sh[:LINE] [--ranks all] [-- SCRIPT ARGS]
     memlens trace path/to/file.py:ClassOrFactory [--device NAME] [...]
+    memlens fit --gpus 64 --micro-batch 1,2,4,8 --tp 1,2,4 --from-script train.sh  (docs/fit.md)
     memlens show SNAPSHOT [--json] [--html REPORT.html [--compare OTHER]]
     memlens export SNAPSHOT --memory-viz out.pickle
     memlens devices
@@ -86,6 +87,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="write PyTorch's memory snapshot pickle (open it at "
                         "pytorch.org/memory_viz or with python -m torch.cuda._memory_viz)")
 
+    from .fit.command import add_parser as add_fit_parser
+
+    add_fit_parser(sub)
     sub.add_parser("devices", help="list the target devices")
     return p
 
@@ -115,6 +119,11 @@ def _distributed_options(run: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "fit" in argv[:argv.index("--") if "--" in argv else len(argv)]:
+        from .fit.command import protect_values
+
+        argv = protect_values(argv)
     args = _parser().parse_args(argv)
     from .reports.terminal import make_console
 
@@ -126,6 +135,10 @@ def main(argv: list[str] | None = None) -> int:
             return _show(args, make_console(stderr=args.json))
         if args.command == "export":
             return _export(args, err)
+        if args.command == "fit":
+            from .fit.command import run as fit
+
+            return fit(args, make_console(stderr=args.json), err)
         return _trace(args, make_console(stderr=args.json or args.progress == "json"), err)
     except MemlensError as e:
         _print_error(e, err, args)
@@ -372,7 +385,8 @@ def _trace_all_ranks(args, spec, job, target, device, command, console, err) -> 
     if mode == "auto":
         mode = "rich" if err.is_terminal else "lines"
     with tempfile.TemporaryDirectory(prefix="memlens-job-") as tmp:
-        recorded = None
+        # A recorded job (memlens fit hands one in) is handed on to every rank's worker.
+        recorded = Path(args.recorded_job) if args.recorded_job else None
         if args.from_script:  # record the shell script once, not once per rank
             recorded = Path(tmp, "job.json")
             write_job(job, recorded)

@@ -25,6 +25,8 @@ LAYERS = [
     {"targets"},
     # output formats
     {"reports"},
+    # searches over many traces (memlens fit)
+    {"fit"},
     # entry points: the CLI, the language server, the Megatron-LM flag
     {"cli", "__main__", "server", "megatron_lm", "plugins.megatron_lm"},
 ]

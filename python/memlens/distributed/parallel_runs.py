@@ -100,7 +100,19 @@ def _row(group: RankGroup, res: RankResult, outputs: Outputs) -> dict[str, Any]:
             "peak_bytes": s["peak_bytes"], "peak_phase": s["peak_phase"],
             "device_key": s.get("device_key"),
             "headroom_bytes": s["device_total_bytes"] - s["peak_bytes"],
+            "verdict": _verdict(s),
             "snapshot": snap.name if snap else None}
+
+
+def _verdict(s: dict[str, Any]) -> dict[str, Any]:
+    """The rank's verdict against the card (reserved memory + what is outside the allocator),
+    for readers of the index that rank configurations (`memlens fit`)."""
+    oom = s.get("oom")
+    return {"fits": s.get("fits"), "headroom_bytes": s.get("headroom_bytes"),
+            "reserved_peak_bytes": s.get("reserved_peak_bytes"),
+            "outside_allocator_bytes": s.get("outside_allocator_bytes"),
+            "oom": {k: oom.get(k) for k in ("op", "phase", "file", "line", "requested_bytes",
+                                            "reserved_needed_bytes")} if oom else None}
 
 
 def _index(spec: RankSpec, rows, outputs: Outputs, command, first: RankResult, device) -> dict:

@@ -1,0 +1,139 @@
+"""Trace one point of the search: `python -m memlens run --recorded-job JOB --json` in a worker
+process (with `--ranks all` for a job of several processes, so only its distinct ranks are
+traced), and its result, read from the worker's JSON, on the worst rank.
+
+The same function runs in a local worker thread and inside a Ray task: it writes into the folder
+it is given and returns a plain dict (what it wrote is read back by the Ray runner).
+
+The result: `{status: "ok", fits, worst_rank, ranks_traced, peak_bytes, reserved_peak_bytes,
+outside_allocator_bytes, headroom_bytes, device_total_bytes, oom, duration_s, snapshot}`, or
+`{status: "error", error: {kind, message, file, line}, retry}`; `retry` is true when the worker
+itself failed (no result: killed, crashed), which is worth one more try, and false for an error
+of the script, which another try would only repeat.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ..worker_protocol import final_json, progress_record, worker_env
+
+JOB_FILE, SNAPSHOT_FILE, LOG_FILE = "job.json", "snapshot.json", "trace.log"
+LOG_TAIL = 10
+
+
+def worker_argv(request: dict[str, Any], folder: Path) -> list[str]:
+    argv = ["run", "--json", "--progress", "json", "--recorded-job", str(folder / JOB_FILE),
+            "--device", request["device"]]
+    argv += ["--snapshot", str(folder / SNAPSHOT_FILE)] if request.get("snapshots", True) \
+        else ["--no-snapshot"]
+    if request.get("iterations") is not None:
+        argv += ["--iterations", str(request["iterations"])]
+    world = request.get("world_size") or 1
+    if world > 1:
+        argv += ["--world-size", str(world), "--ranks", "all", "--jobs", "1"]
+        if request.get("nproc_per_node"):
+            argv += ["--nproc-per-node", str(request["nproc_per_node"])]
+    return (["--debug"] if request.get("debug") else []) + argv
+
+
+def trace(request: dict[str, Any], folder: Path, running: set | None = None) -> dict[str, Any]:
+    """Run the point's trace into `folder` and return its result. The worker runs in a session
+    of its own (with the rank workers it starts): `running` holds it while it runs, so that an
+    interrupted driver can end the whole group (kill_group)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / JOB_FILE).write_text(json.dumps(request["job"]), encoding="utf-8")
+    started = time.time()
+    proc = subprocess.Popen([sys.executable, "-m", "memlens", *worker_argv(request, folder)],
+                            env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, errors="replace",
+                            cwd=request.get("cwd"), start_new_session=True)
+    if running is not None:
+        running.add(proc)
+    try:
+        stdout, stderr = proc.communicate()
+    except BaseException:  # interrupted, or a Ray task cancelled: no orphans left tracing
+        kill_group(proc)
+        raise
+    finally:
+        if running is not None:
+            running.discard(proc)
+    lines = [ln for ln in stderr.splitlines() if progress_record(ln) is None]
+    (folder / LOG_FILE).write_text("\n".join(lines) + "\n", encoding="utf-8", errors="replace")
+    result = read_result(final_json(stdout), proc.returncode, lines)
+    result["duration_s"] = round(time.time() - started, 3)
+    return result
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+def _env() -> dict[str, str]:
+    env = worker_env()
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def read_result(out: dict[str, Any] | None, returncode: int, log: list[str]) -> dict[str, Any]:
+    """The point's result from the worker's JSON: a single-process summary or a rank index."""
+    if out is None:
+        tail = "\n".join(log[-LOG_TAIL:])
+        return {"status": "error", "retry": True, "error": {
+            "kind": "WorkerFailed",
+            "message": f"the trace's worker exited with status {returncode} and no result"
+                       + (f":\n{tail}" if tail else "")}}
+    if out.get("format") == "memlens.ranks":
+        return _from_index(out)
+    if "error" in out:
+        return _error(out["error"])
+    verdict = {k: out.get(k) for k in ("fits", "headroom_bytes", "reserved_peak_bytes",
+                                        "outside_allocator_bytes", "oom")}
+    return _ok(verdict, out["peak_bytes"], out["device_total_bytes"], out.get("rank", 0), 1,
+               out.get("snapshot"))
+
+
+def _from_index(index: dict[str, Any]) -> dict[str, Any]:
+    rows = index["ranks"]
+    failed = next((r for r in rows if r["status"] != "ok"), None)
+    if failed is not None:
+        error = dict(failed["error"])
+        error["message"] = f"rank {failed['rank']}: {error.get('message', '')}"
+        return _error(error)
+    worst = min(rows, key=lambda r: (_headroom(r), r["rank"]))
+    return _ok(worst["verdict"], worst["peak_bytes"], index["device_total_bytes"],
+               worst["rank"], len(rows), index.get("snapshot"))
+
+
+def _headroom(row: dict[str, Any]) -> int:
+    h = row["verdict"]["headroom_bytes"]
+    return h if h is not None else row["headroom_bytes"]
+
+
+def _ok(verdict: dict, peak: int, total: int, rank: int, traced: int, snapshot) -> dict:
+    oom = verdict.get("oom")
+    headroom = verdict.get("headroom_bytes")
+    return {"status": "ok", "fits": bool(verdict.get("fits")) and oom is None,
+            "worst_rank": rank, "ranks_traced": traced, "peak_bytes": peak,
+            "reserved_peak_bytes": verdict.get("reserved_peak_bytes"),
+            "outside_allocator_bytes": verdict.get("outside_allocator_bytes"),
+            "headroom_bytes": headroom if headroom is not None else total - peak,
+            "device_total_bytes": total,
+            "oom": {k: oom.get(k) for k in ("op", "phase", "file", "line")} if oom else None,
+            "snapshot": Path(snapshot).name if snapshot else None}
+
+
+def _error(error: dict[str, Any]) -> dict[str, Any]:
+    keep = {k: error.get(k) for k in ("kind", "message", "file", "line") if error.get(k)}
+    return {"status": "error", "retry": False, "error": keep}
