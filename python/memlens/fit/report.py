@@ -43,7 +43,11 @@ def _reason(row: dict[str, Any], search: Search, o) -> str:
     if o.verdict == ERROR:
         e = o.result.get("error", {})
         where = f"{e['file']}:{e['line']}: " if e.get("file") else ""
-        return f"the script's error: {where}{(e.get('message') or '').splitlines()[0][:300]}"
+        message = (e.get("message") or "").splitlines()[0][:300]
+        if e.get("kind") in ("WorkerFailed", "RayTaskFailed"):
+            tries = o.result.get("attempts", 1)
+            return f"the trace failed ({tries} tries): {message}"
+        return f"the script's error: {where}{message}"
     if o.verdict == OOM and o.traced:
         text = f"OOM by {format_bytes(-o.result['headroom_bytes'])} on rank {o.result['worst_rank']}"
         oom = o.result.get("oom")
