@@ -196,3 +196,36 @@ def test_the_frontier_sorts_by_the_chosen_key_then_the_others():
     # no recompute first; ties: fewer GPUs, then more micro-batch
     assert key(report.frontier(rows, "recompute")) == [("1", "none", 8), ("2", "none", 16),
                                                        ("4", "full", 8), ("2", "full", 8)]
+
+
+def test_a_run_folder_keeps_results_and_refuses_another_search(tmp_path):
+    from memlens.fit.run_dir import RunDir
+
+    first = RunDir(tmp_path / "run", {"space": [1]})
+    first.save_index({"rows": []})
+    first.save_result("p", "micro-batch=1", {"status": "ok", "fits": True})
+    again = RunDir(tmp_path / "run", {"space": [1]})
+    assert again.finished("p", "micro-batch=1") == {"status": "ok", "fits": True}
+    assert again.finished("p", "micro-batch=2") is None  # another point's folder name
+    with pytest.raises(MemlensError, match="holds another search"):
+        RunDir(tmp_path / "run", {"space": [2]})
+
+
+def test_the_page_escapes_what_the_job_names():
+    from memlens.fit.html_page import render
+
+    hostile = "<img src=x onerror=alert(1)>"
+    row = {"key": f"x={hostile}", "point": {"x": hostile}, "verdict": "fits", "gpus": 1,
+           "peak_bytes": 2 * GiB, "reserved_peak_bytes": 3 * GiB, "headroom_bytes": 5 * GiB,
+           "device_total_bytes": 10 * GiB, "worst_rank": 0, "reason": "fits"}
+    doc = {"rows": [row, {**row, "point": {"x": "b"}, "key": "x=b"}], "frontier": [row],
+           "excluded": [], "device_total_bytes": 10 * GiB, "device": "h100-80gb",
+           "target": hostile, "space": [{"name": "x", "values": [hostile, "b"]}],
+           "counts": {"points": 2, "fits": 2, "oom": 0, "errors": 0, "traced": 2, "resumed": 0,
+                      "pruned": 0, "implied": 0}}
+    page = render(doc)
+    assert hostile not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert page.count("<svg") == 1 and "device memory" in page
+
+
+GiB = 2**30
