@@ -231,3 +231,24 @@ def test_a_dead_worker_is_traced_once_more_and_a_script_error_is_not(tmp_path):
                                 "ValueError: the batch does not divide the number of GPUs")
     # the dead worker left no result: the same command traces it again
     assert len(list((tmp_path / "run").glob("points/*/result.json"))) == 1
+
+
+def test_a_megatron_launch_script_gets_megatrons_flags(tmp_path):
+    launch = TESTS / "scripts" / "launch"
+    out = run_memlens("fit", "--gpus", "4", "--micro-batch", "3", "--json", "--jobs", "1",
+                      "--from-script", str(launch / "megatron_style.sh"), "--", "ckpt", "128",
+                      cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    doc = json.loads(out.stdout)
+    [row] = doc["rows"]
+    assert (row["key"], row["verdict"], row["source"]) == ("gpus=4,micro-batch=3", "fits",
+                                                           "traced")
+    report = json.loads((tmp_path / "logs" / "report-0.json").read_text())
+    # --micro-batch-size replaced where the launch line has it; --gpus 4 over the line's 2 x 4
+    assert report["argv"] == [
+        "--num-layers", "2", "--hidden-size", "128", "--ffn-hidden-size", "512",
+        "--micro-batch-size", "3", "--global-batch-size", "16", "--train-iters", "100",
+        "--save", "ckpt", "--report", str(tmp_path / "logs" / "report-{rank}.json")]
+    assert (report["world"], report["WORLD_SIZE"], report["LOCAL_WORLD_SIZE"]) == (4, "4", "4")
+    # the shell script ran once, when the job was recorded
+    assert (tmp_path / "logs" / "launches.log").read_text() == "launching on 8 GPUs\n"
