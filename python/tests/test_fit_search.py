@@ -226,6 +226,8 @@ def test_the_page_escapes_what_the_job_names():
     page = render(doc)
     assert hostile not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
     assert page.count("<svg") == 1 and "device memory" in page
+    # nothing runs, nothing is fetched: the style is allowed by its hash
+    assert "content=\"default-src 'none'; style-src 'sha256-" in page and "<script>" not in page
 
 
 GiB = 2**30

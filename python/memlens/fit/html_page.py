@@ -43,7 +43,8 @@ def render(document: dict[str, Any]) -> str:
            "'; base-uri 'none'; form-action 'none'")
     title = f"memlens fit · {document['target']}"
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            f"<meta http-equiv=\"Content-Security-Policy\" content=\"{html.escape(csp)}\">\n"
+            "<meta http-equiv=\"Content-Security-Policy\" "
+            f"content=\"{html.escape(csp, quote=False)}\">\n"
             "<meta name=\"referrer\" content=\"no-referrer\">\n"
             f"<title>{html.escape(title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n"
             f"<h1>{html.escape(title)}</h1>\n"
