@@ -116,7 +116,10 @@ def _distributed_options(run: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    from .process_tree import adopt_orphans
     from .reports.terminal import make_console
+
+    adopt_orphans()  # a worker's script leaves no process behind (process_tree.py)
 
     err = make_console(stderr=True)
     try:

@@ -17,12 +17,15 @@ from typing import Any
 PROGRESS_EVENT = "progress"
 
 
-def worker_env(base: dict[str, str] | None = None, extra: dict[str, str] | None = None
-               ) -> dict[str, str]:
+def worker_env(base: dict[str, str] | None = None, extra: dict[str, str] | None = None,
+               defaults: dict[str, str] | None = None) -> dict[str, str]:
     """The worker's environment: `base` (default: this process's), the target's own variables
-    (`extra`), and PYTHONPATH such that the worker imports this same memlens."""
+    (`extra`), `defaults` where neither sets them, and PYTHONPATH such that the worker imports
+    this same memlens."""
     env = dict(os.environ if base is None else base)
     env.update(extra or {})
+    for key, value in (defaults or {}).items():
+        env.setdefault(key, value)
     package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     paths = [package_parent] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))

@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
-from .worker import memlens_env
+from ..worker_protocol import worker_env
 
 SNAPSHOT_DIR = ".memlens"
 GITIGNORE = "# Snapshots of Torch Memory Lens; regenerate them with \"Trace Memory\".\n*\n"
@@ -60,7 +60,7 @@ async def digest_in_helper(paths: list[str], timeout: float = 300.0) -> list[dic
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "memlens.server.digest", *paths,
         stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, env=memlens_env(), limit=256 * 1024 * 1024)
+        stderr=asyncio.subprocess.PIPE, env=worker_env(), limit=256 * 1024 * 1024)
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout)
     except asyncio.TimeoutError:

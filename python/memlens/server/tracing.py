@@ -18,7 +18,8 @@ from ..units import format_bytes
 from .index import ensure_snapshot_dir
 from .settings import Settings
 from .targets import TargetInfo
-from .worker import Worker, WorkerResult, memlens_env, python_executable
+from ..worker_protocol import worker_env
+from .worker import Worker, WorkerResult, python_executable
 
 _PHASE = re.compile(r"^(forward_backward|optimizer_step)_iter_(\d+)$")
 
@@ -60,7 +61,7 @@ def build_command(req: TraceRequest, snapshot_path: str, python: str
         argv = base + ["run"] + common + ["--"] + what + list(t.args)
     cwd = t.cwd or t.folder or os.path.dirname(t.path)
     # A shell script's own variables reach the rank through the recording, as it sets them.
-    return argv, cwd, memlens_env(extra={} if t.kind == "torchrun" else t.env)
+    return argv, cwd, worker_env(extra={} if t.kind == "torchrun" else t.env)
 
 
 def _iteration_fraction(phase: str, iterations: int) -> float | None:
