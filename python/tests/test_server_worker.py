@@ -16,9 +16,10 @@ from memlens.server.digest import digest_file
 from memlens.server.index import SnapshotIndex
 from memlens.server.settings import Settings
 from memlens.server.targets import TargetInfo
-from memlens.server.tracing import (TraceRequest, build_command, explain_failure,
-                                    progress_text, traceback_frames)
+from memlens.server.tracing import (TraceRequest, explain_failure, progress_text,
+                                    traceback_frames)
 from memlens.server.worker import Worker, WorkerResult
+from memlens.worker_protocol import final_json, normalize_path, trace_command
 
 from conftest import TESTS, run_memlens
 from support.lsp import pid_alive
@@ -173,14 +174,14 @@ def _target(kind, **kw):
 
 def test_worker_command_lines():
     model = TraceRequest(_target("model", symbol="GPT"), "h100-80gb", iterations=3)
-    argv, cwd, env = build_command(model, "/ws/.memlens/s.json", "/py")
+    argv, cwd, env = trace_command(model, "/ws/.memlens/s.json", "/py")
     assert argv == ["/py", "-m", "memlens", "trace", "/ws/model.py:GPT", "--device", "h100-80gb",
-                    "--json", "--progress", "json", "--snapshot", "/ws/.memlens/s.json",
-                    "--iterations", "3"]
+                    "--json", "--progress", "json", "--with-digest", "--snapshot",
+                    "/ws/.memlens/s.json", "--iterations", "3"]
     assert cwd == "/ws" and env["PYTHONPATH"].split(os.pathsep)[0] == str(TESTS.parent)
     launch = _target("launch", program="/ws/train.py", args=["--lr", "1"], world_size=8,
                      env={"OMP_NUM_THREADS": "1"}, cwd="/ws/run")
-    argv, cwd, env = build_command(TraceRequest(launch, "cpu", rank=5), "/s.json", "/py")
+    argv, cwd, env = trace_command(TraceRequest(launch, "cpu", rank=5), "/s.json", "/py")
     assert argv[3:4] == ["run"] and argv[-4:] == ["--", "/ws/train.py", "--lr", "1"]
     assert argv[argv.index("--world-size") + 1] == "8" and "--rank" in argv
     assert cwd == "/ws/run" and env["OMP_NUM_THREADS"] == "1"
@@ -189,12 +190,12 @@ def test_worker_command_lines():
     torchrun = _target("torchrun", path="/ws/scripts/train.sh", line=4, program="/ws/train.py",
                        args=["--lr", "1"], world_size=8, env={"OMP_NUM_THREADS": "1"},
                        cwd="/ws")
-    argv, cwd, env = build_command(TraceRequest(torchrun, "cpu", rank=5), "/s.json", "/py")
+    argv, cwd, env = trace_command(TraceRequest(torchrun, "cpu", rank=5), "/s.json", "/py")
     assert argv[-2:] == ["--from-script", "/ws/scripts/train.sh:5"] and "--" not in argv
     assert "--world-size" not in argv and argv[argv.index("--rank") + 1] == "5"
     assert cwd == "/ws" and env.get("OMP_NUM_THREADS") == os.environ.get("OMP_NUM_THREADS")
     module = _target("launch", module="pkg.train", world_size=1)
-    argv, _, _ = build_command(TraceRequest(module, "cpu", all_ranks=True), "/s.json", "/py")
+    argv, _, _ = trace_command(TraceRequest(module, "cpu", all_ranks=True), "/s.json", "/py")
     assert argv[-3:] == ["--", "-m", "pkg.train"] and "--world-size" not in argv
     assert argv[argv.index("--ranks") + 1] == "all"
 
@@ -275,6 +276,40 @@ def test_digest_refuses_indices_out_of_range(tiny_snapshot, tmp_path):
     assert "index out of range" in digest_file(bad)["error"]
 
 
+def test_the_cli_and_the_server_keep_a_targets_snapshots_in_one_folder(tmp_path):
+    model_file = TESTS / "scripts" / "model_factory.py"
+    done = run_memlens("trace", f"{model_file}:Tiny", "--device", "cpu", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    written = [p.parent.name for p in (tmp_path / ".memlens").glob("*/*.json")]
+    target = TargetInfo(id="model:model_factory.py:Tiny", kind="model", name="Tiny",
+                        path=normalize_path(str(model_file)), line=3, symbol="Tiny")
+    assert written == [target.slug] and target.slug.startswith("model-Tiny-")
+
+
+def test_the_digest_the_worker_sends_is_not_read_again(tmp_path):
+    """The worker's final line carries the snapshot's digest, the same as reading the file
+    gives; the index takes it as it is, and a refresh starts no helper process for it."""
+    ws = tmp_path / "ws"
+    snapshot = ws / ".memlens" / "model-Tiny-12345678" / "20260101-000000-000000.json"
+    done = run_memlens("trace", f"{TESTS / 'scripts' / 'model_factory.py'}:Tiny", "--device",
+                       "cpu", "--json", "--with-digest", "--snapshot", str(snapshot))
+    assert done.returncode == 0, done.stderr
+    sent = final_json(done.stdout)["digest"]
+    assert sent == digest_file(snapshot)
+    tiny = next(m for m in sent["modules"] if m["cls"] == "Tiny")
+    assert tiny["bytes"]["parameter"] == (16 * 16 + 16) * 4  # Linear(16, 16), float32
+    read: list[list[str]] = []
+
+    async def helper(paths):
+        read.append(paths)
+        return [digest_file(p) for p in paths]
+
+    index = SnapshotIndex(runner=helper)
+    entry = index.add(str(snapshot), sent)
+    assert run(index.refresh([str(ws)])) is False and read == []
+    assert index.usable() == [entry] and entry.digest is sent
+
+
 def test_index_keeps_the_newest_snapshot_per_target(tiny_snapshot, tmp_path):
     ws = tmp_path / "ws"
     d = ws / ".memlens" / "model-Tiny-12345678"
@@ -327,7 +362,7 @@ def _trace_script(tmp_path, script):
     """What memlens.trace runs for a script target, to its end."""
     target = _target("script", path=str(script), program=str(script), folder=str(tmp_path))
     req = TraceRequest(target, "cpu", iterations=1)
-    argv, cwd, env = build_command(req, str(tmp_path / "snap.json"), PY)
+    argv, cwd, env = trace_command(req, str(tmp_path / "snap.json"), PY)
     worker = Worker(argv, cwd, env, LIMIT, None)
     # Past the child's own 300 s only if nothing ends it: the test fails instead of hanging.
     result = run(asyncio.wait_for(worker.run(), LIMIT + 60))
