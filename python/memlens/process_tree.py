@@ -16,7 +16,9 @@ children that inherit the worker's stdout/stderr keep its pipes open after it ex
   whatever still carries the worker's mark once it has exited (a worker killed outright cannot
   sweep).
 
-Where there is no /proc (not Linux) only the process group is killed.
+Where there is no /proc (not Linux) only the process group is killed. Its users: the language
+server's trace worker (server/worker.py), the rank workers of `--ranks all`
+(distributed/workers.py) and the run of a launch script (targets/shell_record.py).
 """
 
 from __future__ import annotations
