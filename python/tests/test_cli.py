@@ -4,7 +4,9 @@ import json
 
 import pytest
 
-from conftest import TESTS
+from support.paths import TESTS
+
+pytestmark = pytest.mark.slow  # traces in fresh processes
 
 SCRIPTS = TESTS / "scripts"
 

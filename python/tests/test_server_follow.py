@@ -19,7 +19,7 @@ from lsprotocol import types as lsp
 from support.lsp import (MemlensClient, execute, inlay_hints, line_of, open_document,
                          session_fixtures, uri)
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
 SETTINGS = {"device": "cpu", "timeLimitSeconds": 300}
 GPT = "model:model.py:GPT"

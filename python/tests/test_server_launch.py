@@ -15,7 +15,7 @@ from support.lsp import (MemlensClient, line_of, open_document, pid_alive,
 from support.lsp import execute as command
 from memlens.units import format_bytes
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
 SETTINGS = {"device": "cpu"}
 TRAIN = "launch:.vscode/launch.json:Train GPT (small)"

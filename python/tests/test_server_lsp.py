@@ -21,7 +21,7 @@ from support.lsp import execute as command
 from support.lsp import inlay_hints as hints
 from memlens.units import format_bytes
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
 SETTINGS = {"device": "cpu", "timeLimitSeconds": 300}
 GPT = "model:model.py:GPT"

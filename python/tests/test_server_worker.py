@@ -20,7 +20,8 @@ from memlens.server.tracing import (TraceRequest, build_command, explain_failure
                                     progress_text, traceback_frames)
 from memlens.server.worker import Worker, WorkerResult, memlens_env
 
-from conftest import TESTS, run_memlens
+from support.paths import TESTS
+from support.runs import run_memlens
 from support.lsp import pid_alive
 
 PY = sys.executable
@@ -192,6 +193,7 @@ def tiny_snapshot(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow  # traces in a fresh process
 def test_digest_of_a_real_snapshot(tiny_snapshot):
     d = digest_file(tiny_snapshot)
     assert "error" not in d, d.get("error")
@@ -219,6 +221,7 @@ def test_digest_of_a_bad_file_is_an_error_message(tmp_path, text, message):
     assert message in d["error"] and set(d) == {"path", "error"}
 
 
+@pytest.mark.slow  # traces in a fresh process
 def test_digest_refuses_indices_out_of_range(tiny_snapshot, tmp_path):
     snap = json.loads(tiny_snapshot.read_text())
     snap["tensors"][0]["stack"] = 10_000
@@ -227,6 +230,7 @@ def test_digest_refuses_indices_out_of_range(tiny_snapshot, tmp_path):
     assert "index out of range" in digest_file(bad)["error"]
 
 
+@pytest.mark.slow  # traces in a fresh process
 def test_index_keeps_the_newest_snapshot_per_target(tiny_snapshot, tmp_path):
     ws = tmp_path / "ws"
     d = ws / ".memlens" / "model-Tiny-12345678"

@@ -18,8 +18,8 @@ from pygls.protocol import (JsonRPCNotification, JsonRPCRequestMessage, JsonRPCR
 from pytest_lsp import LanguageClient, client_capabilities
 from pytest_lsp.client import register_lsp_features
 
-TESTS = Path(__file__).parents[1]
-REPO = TESTS.parent.parent
+from support.paths import REPO, TESTS
+
 EXAMPLE = REPO / "examples" / "gpt"
 EXTRA = TESTS / "lsp_workspace"
 SERVER_COMMAND = [sys.executable, "-m", "memlens.server"]
