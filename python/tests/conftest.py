@@ -1,6 +1,7 @@
 """Fixtures and hooks every test module gets; the helpers tests import are in support/."""
 
 import pytest
+import pytest_asyncio
 
 from support.runs import run_memlens
 
@@ -20,6 +21,16 @@ def fake_bundle(tmp_path, monkeypatch):
     (d / "webview.css").write_text("body{color:red}\n/*# sourceMappingURL=webview.css.map */")
     monkeypatch.setenv("MEMLENS_WEBVIEW_DIST", str(d))
     return d
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def restore_settings(client):
+    """For a language-server test that changes the server's settings: the session's settings
+    again afterwards, whether the test passed or not (`client` is its module's session)."""
+    from support.lsp import apply_settings
+
+    yield
+    await apply_settings(client, client.session_settings, push=True)
 
 
 def pytest_configure(config):
