@@ -4,8 +4,10 @@ import json
 
 import pytest
 
-from conftest import TESTS
 from memlens.worker_protocol import snapshot_folder_name
+from support.paths import TESTS
+
+pytestmark = pytest.mark.slow  # traces in fresh processes
 
 SCRIPTS = TESTS / "scripts"
 

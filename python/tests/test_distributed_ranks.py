@@ -6,10 +6,14 @@ import textwrap
 import threading
 import time
 
-from conftest import run_memlens
+import pytest
+
+from support.runs import run_memlens
 from memlens.distributed.roles import chunk_length, compact, group_ranks
 from support.lsp import pid_alive
 from support.ranks import DEVICE, SCRIPTS, model_state_bytes
+
+pytestmark = pytest.mark.slow  # traces in fresh processes
 
 
 def _all(tmp_path, world, script, *args, jobs="2"):

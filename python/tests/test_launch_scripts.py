@@ -8,8 +8,11 @@ import sys
 
 import pytest
 
-from conftest import TESTS, run_memlens
+from support.paths import TESTS
+from support.runs import run_memlens
 from support.ranks import DEVICE
+
+pytestmark = pytest.mark.slow  # traces in fresh processes
 
 LAUNCH = TESTS / "scripts" / "launch"
 TINY = LAUNCH / "tiny_train.py"

@@ -21,7 +21,8 @@ from memlens.server.tracing import (TraceRequest, explain_failure, progress_text
 from memlens.server.worker import Worker, WorkerResult
 from memlens.worker_protocol import final_json, normalize_path, trace_command
 
-from conftest import TESTS, run_memlens
+from support.paths import TESTS
+from support.runs import run_memlens
 from support.lsp import pid_alive
 
 PY = sys.executable
@@ -104,6 +105,7 @@ def test_time_limit_ends_the_worker_and_its_children(tmp_path):
     assert _gone(worker, child)
 
 
+@pytest.mark.slow  # traces or waits out a time limit in fresh processes
 def test_time_limit_ends_children_that_left_the_group(tmp_path):
     """A child in a session of its own (start_new_session=True): no group kill reaches it, and it
     holds the worker's pipes; the time limit still answers at the limit, and ends it."""
@@ -123,6 +125,7 @@ def test_time_limit_ends_children_that_left_the_group(tmp_path):
     assert _gone(worker, child)
 
 
+@pytest.mark.slow  # traces or waits out a time limit in fresh processes
 def test_time_limit_ends_a_daemon_that_dropped_its_environment(tmp_path):
     """A double fork and setsid, the grandchild exec'd with an empty environment (so without the
     worker's mark): re-parented to the worker, a subreaper, it is found from the worker down."""
@@ -241,6 +244,7 @@ def tiny_snapshot(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow  # traces in a fresh process
 def test_digest_of_a_real_snapshot(tiny_snapshot):
     d = digest_file(tiny_snapshot)
     assert "error" not in d, d.get("error")
@@ -268,6 +272,7 @@ def test_digest_of_a_bad_file_is_an_error_message(tmp_path, text, message):
     assert message in d["error"] and set(d) == {"path", "error"}
 
 
+@pytest.mark.slow  # traces in a fresh process
 def test_digest_refuses_indices_out_of_range(tiny_snapshot, tmp_path):
     snap = json.loads(tiny_snapshot.read_text())
     snap["tensors"][0]["stack"] = 10_000
@@ -276,6 +281,7 @@ def test_digest_refuses_indices_out_of_range(tiny_snapshot, tmp_path):
     assert "index out of range" in digest_file(bad)["error"]
 
 
+@pytest.mark.slow  # traces in a fresh process
 def test_the_cli_and_the_server_keep_a_targets_snapshots_in_one_folder(tmp_path):
     model_file = TESTS / "scripts" / "model_factory.py"
     done = run_memlens("trace", f"{model_file}:Tiny", "--device", "cpu", cwd=tmp_path)
@@ -286,6 +292,7 @@ def test_the_cli_and_the_server_keep_a_targets_snapshots_in_one_folder(tmp_path)
     assert written == [target.slug] and target.slug.startswith("model-Tiny-")
 
 
+@pytest.mark.slow  # traces in a fresh process
 def test_the_digest_the_worker_sends_is_not_read_again(tmp_path):
     """The worker's final line carries the snapshot's digest, the same as reading the file
     gives; the index takes it as it is, and a refresh starts no helper process for it."""
@@ -310,6 +317,7 @@ def test_the_digest_the_worker_sends_is_not_read_again(tmp_path):
     assert index.usable() == [entry] and entry.digest is sent
 
 
+@pytest.mark.slow  # traces in a fresh process
 def test_index_keeps_the_newest_snapshot_per_target(tiny_snapshot, tmp_path):
     ws = tmp_path / "ws"
     d = ws / ".memlens" / "model-Tiny-12345678"
@@ -369,6 +377,7 @@ def _trace_script(tmp_path, script):
     return result, explain_failure(result, req, Settings(timeLimitSeconds=LIMIT), PY)
 
 
+@pytest.mark.slow  # traces or waits out a time limit in fresh processes
 @pytest.mark.parametrize("raises", [False, True], ids=["finishes", "raises"])
 def test_a_child_in_its_own_session_neither_delays_the_trace_nor_outlives_it(tmp_path, raises):
     script, pid_file, line = _script_with_a_child(tmp_path, detached=True, raises=raises)
@@ -383,6 +392,7 @@ def test_a_child_in_its_own_session_neither_delays_the_trace_nor_outlives_it(tmp
     assert _gone(int(pid_file.read_text()))
 
 
+@pytest.mark.slow  # traces or waits out a time limit in fresh processes
 def test_a_child_holding_the_pipes_does_not_turn_the_error_into_a_timeout(tmp_path):
     script, pid_file, line = _script_with_a_child(tmp_path, detached=False, raises=True)
     result, error = _trace_script(tmp_path, script)

@@ -134,9 +134,9 @@ def explain_failure(result: WorkerResult, req: TraceRequest, settings: Settings,
 @dataclass
 class RunningTrace:
     request: TraceRequest
-    msg_id: Any
+    msg_id: Any  # the memlens.trace request's id (None: a trace on save)
     snapshot: str = ""  # the path the worker is told to write
-    token: Any = None
+    token: str | None = None  # its `$/progress`, where the client shows one
     worker: Worker | None = None
     cancelled_before_start: str | None = None
     started: float = field(default_factory=lambda: _dt.datetime.now().timestamp())
@@ -149,7 +149,8 @@ class RunningTrace:
 
 
 class TraceHooks(Protocol):
-    """The LSP side of a trace, which the server supplies to the TraceRunner."""
+    """The LSP side of a trace, which the server supplies to the TraceRunner (commands.py's
+    LspTraceHooks)."""
 
     def running_changed(self, run: RunningTrace) -> None:
         """A trace was registered or has ended."""
@@ -158,8 +159,6 @@ class TraceHooks(Protocol):
 
     def report_progress(self, run: RunningTrace, message: str,
                         percentage: int | None) -> None: ...
-
-    def end_progress(self, run: RunningTrace, message: str) -> None: ...
 
     def spawning(self, run: RunningTrace) -> None:
         """The worker is about to start."""
