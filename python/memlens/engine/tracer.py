@@ -25,7 +25,8 @@ from ..errors import StopTracing
 from .ledger import Ledger
 from .modules import ModuleTracker
 from ..patches import Patcher
-from ..patches import torch_compile, torch_core, torch_data, torch_loops, torch_values
+from ..patches import (torch_checkpoint, torch_compile, torch_core, torch_data, torch_loops,
+                       torch_values)
 from .healthy_values import mark_finite_check
 from .phases import PhaseTracker
 from ..plugins import PluginHost
@@ -92,6 +93,7 @@ class Tracer:
             torch_loops.apply(self._patcher, self.phases.on_optimizer_created,
                               self.phases.on_backward_end)
             torch_compile.apply(self._patcher, self.add_note)
+            torch_checkpoint.apply(self._patcher, self.classifier.mark_saved)
             if self.rank is not None:
                 from ..patches import torch_distributed
 
