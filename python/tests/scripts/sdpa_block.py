@@ -1,7 +1,7 @@
 """One attention block trained for two steps, in bf16, for the SDPA backend tests.
 
     python sdpa_block.py [--toggle none|no-flash|no-cudnn|only-efficient|only-math|deprioritize]
-                         [--sac none|save-flash|recompute-all] [--dropout P] [--heads-kv N]
+                         [--sac none|plain|save-flash|recompute-all] [--dropout P] [--heads-kv N]
 
 Shapes: batch 2, 4 query heads, 100 tokens, head size 64 (model width 256), causal."""
 
@@ -72,6 +72,8 @@ class Block(nn.Module):
     def forward(self, x):
         if args.sac == "none":
             return x + self.attention(x)
+        if args.sac == "plain":  # everything recomputed in backward
+            return x + checkpoint(self.attention, x, use_reentrant=False)
         save = {torch.ops.aten._scaled_dot_product_flash_attention.default} \
             if args.sac == "save-flash" else set()
         context = partial(create_selective_checkpoint_contexts, partial(policy, save))
