@@ -141,6 +141,28 @@ def test_flash_backward_takes_its_fp32_workspaces(memlens, tmp_path):
     assert {c for _, c in grads[3:]} == {TEMPORARY}
 
 
+def test_flash_splits_the_keys_when_the_batch_leaves_sms_idle():
+    from memlens.kernels.cuda import flash_num_splits
+
+    # b*h*ceil(s_q/64) blocks of queries against 2 x SMs: 2*4*16 = 128 of 264 on an H100 with
+    # ceil(1024/256) = 4 key blocks: 1 split fills 48 % of a wave, 2 fill 97 %: 2 splits.
+    assert flash_num_splits(128, 264, 4) == 2
+    # an A100 (2 x 108): 1 or 2 splits fill 59 % of the last wave, 4 fill 79 % (3 is no split)
+    assert flash_num_splits(128, 216, 4) == 4
+    assert flash_num_splits(16, 216, 1) == 1  # one key block: nothing to split
+    assert flash_num_splits(212, 264, 8) == 1  # at least 80 % of the SMs busy: no split
+
+
+def test_flash_forward_takes_fp32_partial_results_per_split(memlens, tmp_path):
+    snap, _ = trace(memlens, tmp_path, "--sdpa-backend", "flash", "--", str(SCRIPT), "--seq", "1024")
+    made = of_op(snap, "_scaled_dot_product_flash_attention")
+    # 2 splits (above); softmax_lse_accum 2*b*h*s*4 and out_accum 2*b*h*s*64*4, both freed
+    assert [n for n, c in made if c == TEMPORARY and n] == [2 * 2 * 4 * 1024 * 4,
+                                                            2 * 2 * 4 * 1024 * 64 * 4]
+    assert [n for n, c in made if c == ACTIVATION] == [2 * 1024 * 4 * 64 * 2, 2 * 4 * 1024 * 4,
+                                                       16, 8]
+
+
 def test_math_keeps_the_s_by_s_probabilities(memlens, tmp_path):
     snap, _ = trace(memlens, tmp_path, "--sdpa-backend", "math", "--", str(SCRIPT))
     # The math path computes in fp32: the softmax output, b*h*s*s*4 = 2*4*100*100*4 bytes.

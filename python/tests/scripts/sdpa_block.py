@@ -1,9 +1,9 @@
 """One attention block trained for two steps, in bf16, for the SDPA backend tests.
 
     python sdpa_block.py [--toggle none|no-flash|no-cudnn|only-efficient|only-math|deprioritize]
-                         [--sac none|plain|save-flash|recompute-all] [--dropout P] [--heads-kv N]
+                         [--sac none|plain|save-flash|recompute-all] [--dropout P] [--heads-kv N] [--seq S]
 
-Shapes: batch 2, 4 query heads, 100 tokens, head size 64 (model width 256), causal."""
+Shapes: batch 2, 4 query heads, 100 tokens (--seq), head size 64 (model width 256), causal."""
 
 import argparse
 import os
@@ -21,6 +21,7 @@ p.add_argument("--toggle", default="none")
 p.add_argument("--sac", default="none")
 p.add_argument("--dropout", type=float, default=0.0)
 p.add_argument("--heads-kv", type=int, default=4)
+p.add_argument("--seq", type=int, default=100)
 args = p.parse_args()
 
 if args.toggle == "deprioritize":
@@ -34,7 +35,7 @@ if args.toggle == "no-cudnn-no-flash":
     torch.backends.cuda.enable_flash_sdp(False)
 KERNELS = {"only-efficient": [SDPBackend.EFFICIENT_ATTENTION], "only-math": [SDPBackend.MATH]}
 
-B, S, H, D = 2, 100, 4, 64
+B, S, H, D = 2, args.seq, 4, 64
 
 
 class Attention(nn.Module):
