@@ -54,7 +54,8 @@ def order_reason(cc: tuple[int, int], pinned: int | None) -> str:
     """Why the order is what it is, in a sentence for the report."""
     sm = f"sm{cc[0]}{cc[1]}"
     if pinned is not None:
-        return f"pinned to {NAMES[pinned]} by --sdpa-backend (the others where it cannot run)"
+        return (f"pinned to {NAMES[pinned]} by --sdpa-backend or the recipe's sdpa_backend "
+                f"(the others where it cannot run)")
     if [b for b in torch._C._get_sdp_priority_order() if b in NAMES] != _TORCH_DEFAULT_ORDER:
         return "the priority the script set with sdpa_kernel(..., set_priority=True)"
     if cc[0] in (9, 10) and cudnn_deprioritized():
@@ -104,7 +105,8 @@ def _efficient_ok(q, k, v, enable_gqa, cc) -> bool:
     half = q.dtype in _LOW_PRECISION
     if q.dtype not in (torch.float32, *_LOW_PRECISION) or (q.dtype == torch.bfloat16 and cc < (8, 0)):
         return False
-    align = 8 if half and cc >= (7, 0) else 4  # minimum_gemm_alignment
+    # minimum_gemm_alignment: tensor cores from sm80 (sm70 for fp16) want 128-bit rows
+    align = (8 if half else 4) if cc >= (8, 0) else (8 if half and cc >= (7, 0) else 1)
     # q, k, v must start at an aligned address (check_data_ptr_alignment_mem_efficient).
     aligned = cc < (8, 0) or all(t.storage_offset() % align == 0 for t in (q, k, v))
     return (q.shape[-1] == k.shape[-1] and q.shape[-1] % align == 0 and v.shape[-1] % align == 0
