@@ -53,6 +53,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="size of results that depend on tensor values (x[mask], "
                         "nonzero, unique): bound (the default: their upper bound), a fraction "
                         "of the bound such as 0.5, or error")
+        sp.add_argument("--sdpa-backend", choices=("flash", "efficient", "cudnn", "math"),
+                        default=None, help="the attention kernel F.scaled_dot_product_attention "
+                        "runs on where it can take the inputs (default: the one torch picks on "
+                        "the device: cuDNN first on sm90/sm10x, flash elsewhere)")
         sp.add_argument("--max-allocations", type=int, default=None,
                         help="keep the full allocation stream in the snapshot up to this many "
                         "allocations (default 1,000,000)")
@@ -239,7 +243,9 @@ def _trace(args, console, err) -> int:
             snap = trace_target(target, device, iterations, progress_mode=progress_mode,
                                 console=err, command=command,
                                 max_allocations=args.max_allocations, rank=spec,
-                                dynamic_sizes=args.dynamic_sizes or "bound")
+                                dynamic_sizes=args.dynamic_sizes or "bound",
+                                sdpa_backend=args.sdpa_backend or (
+                                    recipe.sdpa_backend if recipe else None))
         except DataDependentError as e:
             # What was traced until the script needed a value: the report, then the error.
             from .reports.terminal import print_report
@@ -420,7 +426,8 @@ def _worker_argv(args, spec, rank: int, snapshot: Path | None,
                      str(snapshot) if snapshot else None,
                      (("--device", args.device), ("--iterations", args.iterations),
                       ("--max-allocations", args.max_allocations),
-                      ("--dynamic-sizes", args.dynamic_sizes)), what)
+                      ("--dynamic-sizes", args.dynamic_sizes),
+                      ("--sdpa-backend", args.sdpa_backend)), what)
     return ["--debug", *argv] if args.debug else argv
 
 

@@ -106,7 +106,7 @@ def test_missing_script(memlens, tmp_path):
 def test_unknown_device_lists_the_valid_ones(memlens):
     out = memlens("run", "--device", "h900", "--", str(SCRIPTS / "raises.py"))
     assert out.returncode == 1
-    assert "unknown device 'h900'; valid devices: h100-80gb, h100-94gb, h200, b200" in out.stderr
+    assert "unknown device 'h900'; valid devices: h100-80gb, h100-94gb, h100-96gb, h200, gh200-96gb" in out.stderr
 
 
 def test_trace_a_model_from_its_recipe(memlens):

@@ -28,6 +28,7 @@ def test_the_readme_example_reads_as_documented(tmp_path):
         "h100-80gb", 2, "autocast-bf16", "adamw")
     assert gpt.optimizer_args == {"fused": True, "weight_decay": 0.1}
     assert gpt.budget == "80 GiB" and gpt.lr == 3e-4 and gpt.batch == 8
+    assert gpt.sdpa_backend == "flash"
     assert gpt.init["n_layer"] == 12
     assert gpt.input_shape(gpt.inputs["idx"]) == [8, 1024]
     assert gpt.inputs["idx"].dtype == "int64" and gpt.inputs["idx"].high == 50257
@@ -49,6 +50,7 @@ def test_the_readme_example_reads_as_documented(tmp_path):
     ("budget = \"lots\"", "recipe key 'budget': not a size: 'lots'"),
     ("loss = \"max\"", "unknown loss 'max'"),
     ("precision = \"fp8\"", "unknown precision 'fp8'"),
+    ("sdpa_backend = \"xformers\"", "unknown SDPA backend 'xformers'; one of flash, efficient"),
     ("optimiser = \"adamw\"", "unknown recipe key(s): optimiser"),
 ])
 def test_a_wrong_key_type_or_value_names_the_file_and_the_key(tmp_path, line, message):
