@@ -65,18 +65,19 @@ def _host_memory_bytes() -> int:
 _CUDA = [
     DeviceSpec("h100-80gb", "NVIDIA H100 80GB HBM3", 81559 * MiB, 9, 0, 132),
     DeviceSpec("h100-94gb", "NVIDIA H100 NVL", 95830 * MiB, 9, 0, 132),
-    # nvidia-smi "NVIDIA H100 96GB": the 96 GB Hopper parts (GH200 96GB, H20) report
-    # 97871 MiB; compute capability 9.0 and 132 SMs as the H100 SXM5 (NVIDIA H100 datasheet).
+    # Inferred, not read off this SKU: no nvidia-smi output of an H100 96GB was found; the other
+    # 96 GB Hopper parts (GH200 96GB, H20) report 97871 MiB. sm90 and 132 SMs as the H100 SXM5.
     DeviceSpec("h100-96gb", "NVIDIA H100 96GB", 97871 * MiB, 9, 0, 132),
     DeviceSpec("h200", "NVIDIA H200", 143771 * MiB, 9, 0, 132),
     # nvidia-smi names the 96 GB HBM3 GH200 after its 480 GB of LPDDR5X; 97871 MiB total
-    # (nvidia-smi on Lambda and CoreWeave GH200 nodes); sm90, 132 SMs (NVIDIA GH200 datasheet).
+    # (public nvidia-smi output of GH200 nodes); sm90 and 132 SMs as the H100 SXM5.
     DeviceSpec("gh200-96gb", "NVIDIA GH200 480GB", 97871 * MiB, 9, 0, 132),
     # 144 GB HBM3e variant: nvidia-smi --query-gpu=memory.total reports 146831 MiB; sm90.
     DeviceSpec("gh200-144gb", "NVIDIA GH200 144G HBM3e", 146831 * MiB, 9, 0, 132),
     DeviceSpec("b200", "NVIDIA B200", 183359 * MiB, 10, 0, 148),
     # Blackwell Ultra, 288 GB HBM3e: nvidia-smi reports 275040 MiB and compute_cap 10.3
-    # (sm103); 148 SMs enabled (NVIDIA Blackwell Ultra datasheet, as B200).
+    # (sm103), public nvidia-smi output; 148 SMs assumed as the B200's (not confirmed: it only
+    # sets flash attention's split heuristic).
     DeviceSpec("b300", "NVIDIA B300 SXM6 AC", 275040 * MiB, 10, 3, 148),
     DeviceSpec("a100-40gb", "NVIDIA A100-SXM4-40GB", 40960 * MiB, 8, 0, 108),
     DeviceSpec("a100-80gb", "NVIDIA A100-SXM4-80GB", 81920 * MiB, 8, 0, 108),
