@@ -77,7 +77,7 @@ _CUDA = [
     DeviceSpec("b200", "NVIDIA B200", 183359 * MiB, 10, 0, 148),
     # Blackwell Ultra, 288 GB HBM3e: nvidia-smi reports 275040 MiB and compute_cap 10.3
     # (sm103), public nvidia-smi output; 148 SMs assumed as the B200's (not confirmed: it only
-    # sets flash attention's split heuristic).
+    # sets flash attention's split heuristic and multi_processor_count).
     DeviceSpec("b300", "NVIDIA B300 SXM6 AC", 275040 * MiB, 10, 3, 148),
     DeviceSpec("a100-40gb", "NVIDIA A100-SXM4-40GB", 40960 * MiB, 8, 0, 108),
     DeviceSpec("a100-80gb", "NVIDIA A100-SXM4-80GB", 81920 * MiB, 8, 0, 108),
