@@ -37,7 +37,8 @@ _CONTEXT_BASIS = (
     "more kernels are used."
 )
 _CONTEXT_MIB = {  # device name as in memlens.devices -> MiB
-    "h100-80gb": 512, "h100-94gb": 512, "h200": 512, "b200": 640,
+    "h100-80gb": 512, "h100-94gb": 512, "h100-96gb": 512, "gh200-96gb": 512,
+    "gh200-144gb": 512, "h200": 512, "b200": 640, "b300": 640,
     "a100-40gb": 448, "a100-80gb": 448, "l40s": 384, "rtx-4090": 384,
 }
 

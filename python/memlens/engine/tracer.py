@@ -18,6 +18,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from .. import categories as C
 from .accountant import Accountant
 from .classifier import Classifier
+from ..cuda.sdpa import SdpaLog
 from ..devices import DeviceSpec
 from ..distributed.env import RankSpec
 from ..distributed.layout import Layout
@@ -25,7 +26,8 @@ from ..errors import StopTracing
 from .ledger import Ledger
 from .modules import ModuleTracker
 from ..patches import Patcher
-from ..patches import torch_compile, torch_core, torch_data, torch_loops, torch_values
+from ..patches import (torch_checkpoint, torch_compile, torch_core, torch_data, torch_loops,
+                       torch_values)
 from .healthy_values import mark_finite_check
 from .phases import PhaseTracker
 from ..plugins import PluginHost
@@ -36,13 +38,15 @@ from ..kernels.buffers import WorkspaceModel
 class Tracer:
     def __init__(self, device: DeviceSpec | str = "h100-80gb", iterations: int = 2,
                  rank: RankSpec | None = None, device_count: int = 1, device_index: int = 0,
-                 dynamic_sizes: str = "bound"):
+                 dynamic_sizes: str = "bound", sdpa_backend: str | None = None):
         """`rank`: simulate that rank of a distributed job (fake process groups; see
         patches/torch_distributed.py; the caller gives the script the rank's environment): its
         node's GPUs are simulated and the trace describes its local GPU. Without a rank,
         `device_count` GPUs of `device` are simulated and the trace describes
         `cuda:{device_index}`. `dynamic_sizes`: how ops whose result's size depends on tensor
-        values are sized (dynamic_sizes.py: "bound", "error" or a fraction of the bound)."""
+        values are sized (dynamic_sizes.py: "bound", "error" or a fraction of the bound).
+        `sdpa_backend`: the attention kernel tried first on a CUDA target (flash, efficient,
+        cudnn, math; cuda/sdpa.py), instead of the order torch would use on the device."""
         if isinstance(device, str):
             from ..devices import get_device
 
@@ -63,7 +67,8 @@ class Tracer:
         self.workspaces = WorkspaceModel(device.type, device)
         self.fake_mode: FakeTensorMode | None = None
         self._cuda = None  # the torch.cuda simulation of a CUDA target
-        self.sdpa_backends: dict[str, int] = {}  # attention kernel -> calls (CUDA targets)
+        self.sdpa = SdpaLog((device.major, device.minor), sdpa_backend)  # CUDA targets
+        self.sdpa_backends = self.sdpa.calls  # attention kernel -> calls
         self._patcher = Patcher()
         self._undo = contextlib.ExitStack()  # what __enter__ applied, undone by __exit__
         self._step_hooks: list = []
@@ -92,6 +97,7 @@ class Tracer:
             torch_loops.apply(self._patcher, self.phases.on_optimizer_created,
                               self.phases.on_backward_end)
             torch_compile.apply(self._patcher, self.add_note)
+            torch_checkpoint.apply(self._patcher, self.classifier.mark_saved)
             if self.rank is not None:
                 from ..patches import torch_distributed
 

@@ -16,6 +16,8 @@ collective; the rules only note which devices ran one, and the report sizes the 
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from ..allocator.outside import cublas_workspace_bytes
@@ -109,4 +111,50 @@ def _flash_backward(args, kwargs, out) -> list[int]:
     return sizes
 
 
+def flash_num_splits(batch_heads_m_blocks: int, num_sms: int, n_blocks: int,
+                     max_splits: int = 128) -> int:
+    """FlashAttention-2's num_splits_heuristic (flash_api.cpp): the fewest key/value splits
+    that reach 85 % of the best wave efficiency, none when the blocks almost fill the SMs."""
+    if batch_heads_m_blocks >= 0.8 * num_sms:
+        return 1
+    max_splits = min(max_splits, num_sms, n_blocks)
+
+    def eligible(n: int) -> bool:  # one more split that gives the same blocks per split is none
+        return n == 1 or -(-n_blocks // n) != -(-n_blocks // (n - 1))
+
+    efficiency = {}
+    for n in range(1, max_splits + 1):
+        if eligible(n):
+            waves = batch_heads_m_blocks * n / num_sms
+            efficiency[n] = waves / -(-waves // 1)
+    best = max(efficiency.values(), default=0.0)
+    return next((n for n, e in efficiency.items() if e >= 0.85 * best), 1)
+
+
+def _flash_forward(sm_count: int, args, kwargs, out) -> list[int]:
+    """mha_fwd (flash_api.cpp) splits the keys when the batch leaves SMs idle and dropout is off
+    (set_params_splitkv): fp32 partial results per split, softmax_lse_accum (splits x b x h x
+    s_q) and out_accum (splits x b x h x s_q x head size rounded to 32, or 64 above 128),
+    freed when the op returns. The heuristic counts 2 x the SMs (128 threads per block)."""
+    query, key, dropout_p = args[0], args[1], args[3] if len(args) > 3 else 0.0
+    if dropout_p > 0.0:
+        return []
+    b, h, s_q, d = query.shape
+    s_k = key.shape[2]
+    head = _round_up(d, 8)
+    head_rounded = _round_up(head, 32 if head <= 128 else 64)
+    block_n = 256 if head <= 64 else (128 if head <= 128 else 64)
+    splits = flash_num_splits(b * h * -(-s_q // 64), 2 * sm_count, -(-s_k // block_n))
+    if splits <= 1:
+        return []
+    return [splits * b * h * s_q * 4, splits * b * h * s_q * head_rounded * 4]
+
+
 CUDA_RULES = {aten._scaled_dot_product_flash_attention_backward.default: _flash_backward}
+
+
+def cuda_rules(spec) -> dict:
+    """CUDA_RULES with the rules that depend on the device (its SM count)."""
+    sm_count = spec.sm_count if spec is not None else 132
+    return {**CUDA_RULES, aten._scaled_dot_product_flash_attention.default:
+            functools.partial(_flash_forward, sm_count)}
