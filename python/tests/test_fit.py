@@ -32,7 +32,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, TESTS, run_memlens
+from support.paths import REPO, TESTS
+from support.runs import run_memlens
+
+pytestmark = pytest.mark.slow  # traces in fresh processes
 
 SCRIPT = str(TESTS / "scripts" / "fit_gpt.py")
 S, H, A, L, V = 8192, 4096, 32, 4, 8192

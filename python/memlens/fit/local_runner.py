@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from .trace_point import kill_group, trace
+from .trace_point import trace
 
 
 class LocalRunner:
@@ -41,6 +41,6 @@ class LocalRunner:
 
     def close(self, cancel: bool = False) -> None:
         if cancel:
-            for proc in list(self._procs):
-                kill_group(proc)
+            for process in list(self._procs):
+                process.stop()
         self._pool.shutdown(wait=not cancel, cancel_futures=cancel)

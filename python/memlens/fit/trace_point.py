@@ -15,14 +15,11 @@ of the script, which another try would only repeat.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
+from ..process_tree import WorkerProcess
 from ..worker_protocol import final_json, progress_record, worker_env
 
 JOB_FILE, SNAPSHOT_FILE, LOG_FILE = "job.json", "snapshot.json", "trace.log"
@@ -45,45 +42,34 @@ def worker_argv(request: dict[str, Any], folder: Path) -> list[str]:
 
 
 def trace(request: dict[str, Any], folder: Path, running: set | None = None) -> dict[str, Any]:
-    """Run the point's trace into `folder` and return its result. The worker runs in a session
-    of its own (with the rank workers it starts): `running` holds it while it runs, so that an
-    interrupted driver can end the whole group (kill_group)."""
+    """Run the point's trace into `folder` and return its result. The worker and everything it
+    starts (the rank workers of `--ranks all`) end together (process_tree.py): `running` holds
+    the WorkerProcess while it runs, so that an interrupted driver can stop it; an exception
+    here (Ctrl-C, a cancelled Ray task) stops it too."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / JOB_FILE).write_text(json.dumps(request["job"]), encoding="utf-8")
-    started = time.time()
-    proc = subprocess.Popen([sys.executable, "-m", "memlens", *worker_argv(request, folder)],
-                            env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, errors="replace",
-                            cwd=request.get("cwd"), start_new_session=True)
+    lines: list[str] = []
+
+    def stderr_line(line: str) -> None:
+        if progress_record(line) is None:
+            lines.append(line)
+
+    env = worker_env(defaults={"OMP_NUM_THREADS": "1"})
+    process = WorkerProcess([sys.executable, "-m", "memlens", *worker_argv(request, folder)],
+                            request.get("cwd"), env, on_stderr_line=stderr_line)
     if running is not None:
-        running.add(proc)
+        running.add(process)
     try:
-        stdout, stderr = proc.communicate()
-    except BaseException:  # interrupted, or a Ray task cancelled: no orphans left tracing
-        kill_group(proc)
-        raise
+        process.start()
+        ended = process.wait()
     finally:
+        process.stop()
         if running is not None:
-            running.discard(proc)
-    lines = [ln for ln in stderr.splitlines() if progress_record(ln) is None]
+            running.discard(process)
     (folder / LOG_FILE).write_text("\n".join(lines) + "\n", encoding="utf-8", errors="replace")
-    result = read_result(final_json(stdout), proc.returncode, lines)
-    result["duration_s"] = round(time.time() - started, 3)
+    result = read_result(final_json(ended.stdout), ended.returncode, lines)
+    result["duration_s"] = round(ended.duration_s, 3)
     return result
-
-
-def kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
-
-
-def _env() -> dict[str, str]:
-    env = worker_env()
-    env.setdefault("OMP_NUM_THREADS", "1")
-    return env
 
 
 def read_result(out: dict[str, Any] | None, returncode: int, log: list[str]) -> dict[str, Any]:
