@@ -116,7 +116,8 @@ def _with_monotone(axes: list[Axis], monotone: dict[str, str]) -> list[Axis]:
     names = {a.name for a in axes}
     for name, direction in monotone.items():
         if name not in names:
-            raise MemlensError(f"--monotone {name}: no such axis (axes: {', '.join(sorted(names))})")
+            raise MemlensError(f"--monotone {name}: no such axis "
+                               f"(axes: {', '.join(sorted(names))})")
         if direction not in DIRECTIONS:
             raise MemlensError(f"--monotone {name}={direction}: use up, down or none")
     out = []

@@ -154,8 +154,8 @@ class _ProgressView:
         if kind == "start":
             self.started[point] = time.time()
         elif kind in ("done", "retry") and self.mode in ("rich", "lines"):
-            self.console.print(escape(f"{point.key(axes)}: {_line(kind, result)} "
-                                      f"({time.time() - self.started.get(point, time.time()):.0f} s)"),
+            took = time.time() - self.started.get(point, time.time())
+            self.console.print(escape(f"{point.key(axes)}: {_line(kind, result)} ({took:.0f} s)"),
                                highlight=False)
         if self._status is not None:
             s = self.fit.search

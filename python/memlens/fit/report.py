@@ -49,7 +49,8 @@ def _reason(row: dict[str, Any], search: Search, o) -> str:
             return f"the trace failed ({tries} tries): {message}"
         return f"the script's error: {where}{message}"
     if o.verdict == OOM and o.traced:
-        text = f"OOM by {format_bytes(-o.result['headroom_bytes'])} on rank {o.result['worst_rank']}"
+        over = format_bytes(-o.result["headroom_bytes"])
+        text = f"OOM by {over} on rank {o.result['worst_rank']}"
         oom = o.result.get("oom")
         if oom:
             at = f", {oom['file'].rsplit('/', 1)[-1]}:{oom['line']}" if oom.get("file") else ""
