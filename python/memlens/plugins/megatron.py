@@ -411,12 +411,13 @@ class _Plugin:
 
         @functools.wraps(original)
         def validate_args(args, *rest, **kwargs):
+            out = original(args, *rest, **kwargs)  # the user's arguments, as given
             te = getattr(args, "transformer_impl", None) == "transformer_engine"
             for text in megatron_args.set_up(args, tracer.iterations):
                 plugin.note(text)
             if te and args.transformer_impl == "local":
                 plugin.want_flash_attention()
-            return original(args, *rest, **kwargs)
+            return out
 
         self.replace(mod, "validate_args", validate_args)
 
