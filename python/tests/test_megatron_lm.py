@@ -363,7 +363,7 @@ GPT_MODEL_ARGS=(--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-l
     --max-position-embeddings 128 --attention-backend auto)
 TRAINING_ARGS=(--micro-batch-size 2 --global-batch-size 64 --rampup-batch-size 16 16 4096
     --train-samples 100000 --lr 1e-4 --lr-decay-style cosine --lr-warmup-fraction .01 --bf16
-    --deterministic-mode --no-cross-entropy-loss-fusion)
+    --deterministic-mode)
 MODEL_PARALLEL_ARGS=(--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2)
 DATA_ARGS=(--data-path 0.6 "${DATA_PATH}_a" 0.4 "${DATA_PATH}_b" --split 949,50,1
     --data-cache-path "$CHECKPOINT_PATH/cache" --tokenizer-type GPT2BPETokenizer

@@ -42,8 +42,8 @@ _DATA = (
 def set_up(args: Any, iterations: int) -> list[str]:
     """Change validated `args` for a trace of `iterations` training iterations; returns notes."""
     notes = ["Megatron-LM run for a trace: no checkpoint load or save, no evaluation, no "
-             "logging services, no NaN/inf or spiky-loss checks (they read values a trace does "
-             "not have), dataset helpers not compiled"]
+             "logging services or profiler, no NaN/inf or spiky-loss checks (they read values a "
+             "trace does not have), dataset helpers not compiled"]
     megatron_batch.check(args)
     notes.append(_data(args))
     for name, value in _OFF:
