@@ -179,6 +179,24 @@ def test_what_needs_values_or_files_is_off_and_said():
 
 
 @needs_megatron
+def test_fp8_without_transformer_engine_is_refused_not_traced_in_bf16():
+    from memlens.errors import MemlensError
+
+    with pytest.raises(MemlensError, match="--fp8-format hybrid needs Transformer Engine"):
+        megatron_args.set_up(_args(fp8="hybrid", transformer_impl="transformer_engine"), 2)
+
+
+@needs_megatron
+def test_gpt2_bpe_without_its_vocabulary_file_is_gpt2_sized(tmp_path):
+    """Megatron-LM's GPT-3 example names gpt2-vocab.json; without it, NullTokenizer of GPT-2's
+    50,257 tokens (NullTokenizer(n) has n + 1: an end-of-document token)."""
+    args = _args(tokenizer_type="GPT2BPETokenizer", vocab_file=str(tmp_path / "gpt2-vocab.json"))
+    notes = " ".join(megatron_args.set_up(args, iterations=2))
+    assert (args.tokenizer_type, args.vocab_size) == ("NullTokenizer", 50256)
+    assert "NullTokenizer of GPT-2's 50257 tokens" in notes
+
+
+@needs_megatron
 def test_vocab_size_without_tokenizer_type_gets_the_null_tokenizer():
     """Megatron-LM's --tokenizer-type has no default: with only --vocab-size, building the
     tokenizer would fail; mock data needs none, as when a tokenizer is named."""

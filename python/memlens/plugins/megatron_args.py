@@ -10,10 +10,14 @@ recomputation and the optimizer are the user's.
 
 from __future__ import annotations
 
+import os
 from importlib.util import find_spec
 from typing import Any
 
+from ..errors import MemlensError
 from . import megatron_batch
+
+GPT2_VOCAB = 50257  # GPT2BPETokenizer's vocabulary (gpt2-vocab.json)
 
 # Set whatever the user gave. Attributes a Megatron-LM version does not have are skipped.
 _OFF = (
@@ -83,6 +87,14 @@ def _tokenizer(args: Any) -> list[str]:
     """Mock data needs no text: with a vocabulary size Megatron's NullTokenizer stands in for
     a tokenizer whose files may not be here."""
     kind = getattr(args, "tokenizer_type", None)
+    vocab_file = getattr(args, "vocab_file", None)
+    if kind == "GPT2BPETokenizer" and not getattr(args, "vocab_size", None) and \
+            not (vocab_file and os.path.isfile(vocab_file)):
+        # GPT-2's BPE has one size; NullTokenizer(n) has n tokens and an end-of-document one.
+        args.vocab_size = GPT2_VOCAB - 1
+        args.tokenizer_type = "NullTokenizer"
+        return [f"GPT-2's vocabulary file {vocab_file} is not here: NullTokenizer of GPT-2's "
+                f"{GPT2_VOCAB} tokens instead (mock data needs no text)"]
     if kind == "NullTokenizer" or not getattr(args, "vocab_size", None):
         return []
     args.tokenizer_type = "NullTokenizer"
@@ -91,8 +103,17 @@ def _tokenizer(args: Any) -> list[str]:
 
 
 def _implementation(args: Any) -> list[str]:
-    if getattr(args, "transformer_impl", "local") != "transformer_engine" or \
-            find_spec("transformer_engine") is not None:
+    if find_spec("transformer_engine") is not None:
+        return []
+    low_precision = [f"--{name}-format {getattr(args, name)}" for name in ("fp8", "fp4")
+                     if getattr(args, name, None)]
+    if low_precision:
+        # FP8/FP4 tensors (weights, saved activations, transposes, scaling history) are
+        # Transformer Engine's; a trace in bf16 instead would answer another configuration.
+        raise MemlensError(f"{' and '.join(low_precision)} needs Transformer Engine, which is "
+                           "not installed here: memlens cannot trace FP8/FP4 training without "
+                           "it (install transformer_engine, or trace without the flag)")
+    if getattr(args, "transformer_impl", "local") != "transformer_engine":
         return []
     args.transformer_impl = "local"  # the plugin notes it, with how attention is held
     return []
