@@ -153,8 +153,11 @@ class TraceCommands:
         if result is None:
             out["status"] = run.cancelled_before_start or "cancelled"
         elif result.status == "ok":
+            # The worker's final line carries the snapshot's digest: no process reads it again.
+            digest = (result.output or {}).get("digest")
+            added = isinstance(digest, dict) and self.index.add(snapshot, digest) is not None
             try:
-                await self.refresh_index()
+                await self.refresh_index(changed=added)
             except Exception as exc:  # noqa: BLE001 - reported as the trace's failure below
                 self.log(f"reading snapshots failed: {type(exc).__name__}: {exc}",
                          lsp.MessageType.Error)

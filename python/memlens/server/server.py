@@ -193,20 +193,9 @@ class MemlensServer(TraceCommands, LanguageServer):
         return next((t for t in self.all_targets() if t.id == target_id), None)
 
     def entry_for(self, t: TargetInfo) -> SnapshotEntry | None:
-        """The newest snapshot of a target: written for it by this server, or by the CLI."""
-        candidates = []
-        own = self.index.by_slug(t.folder, t.slug)
-        if own:
-            candidates.append(own)
-        for e in self.index.usable():
-            m = e.digest["meta"]
-            if t.kind == "model" and m["targetKind"] == "model" and m["targetName"] == t.symbol \
-                    and m["targetPath"] == t.path:
-                candidates.append(e)
-            elif t.kind == "script" and m["targetKind"] == "script" and \
-                    m["targetPath"] == t.path and not e.slug.startswith(("launch-", "torchrun-")):
-                candidates.append(e)
-        return max(candidates, key=lambda e: e.created, default=None)
+        """The newest snapshot of a target: written for it by this server, or by the CLI run
+        in the workspace folder (the same folder under .memlens/: worker_protocol.py)."""
+        return self.index.by_slug(t.folder, t.slug)
 
     def target_of(self, e: SnapshotEntry) -> TargetInfo | None:
         """The target whose newest snapshot `e` is (cached until targets or snapshots change)."""
@@ -257,8 +246,10 @@ class MemlensServer(TraceCommands, LanguageServer):
         return out
 
     # -- snapshots and documents ------------------------------------------------------------
-    async def refresh_index(self) -> None:
-        if await self.index.refresh(self.folders):
+    async def refresh_index(self, changed: bool = False) -> None:
+        """Pick up snapshots; `changed`: the index has changed already (a snapshot added with
+        the digest its worker sent)."""
+        if await self.index.refresh(self.folders) or changed:
             self.on_index_changed()
 
     def on_index_changed(self) -> None:
