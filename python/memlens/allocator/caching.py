@@ -9,8 +9,12 @@ What it follows, by the C++ function it imitates:
 - free: free_block merges free neighbours back and caches the block (inactive_split counts
   the free pieces of segments that cannot be released).
 - expandable_segments: find_expandable_block / map_block / unmap_block on ExpandableSegment.
-What it leaves out: frees are immediate (no cross-stream events or recordStream), no CUDA graph
-private pools or MemPools, cudaMalloc never fails for fragmentation of the driver's own address
+- streams: each free pool is searched by the requesting stream only (BlockPool keyed by stream,
+  as get_free_block's search key), and recordStream / insert_events / process_events /
+  synchronize_and_free_events defer the return of a block other streams used (see
+  stream_events.py for when such a block is taken to be done with).
+What it leaves out: no CUDA graph private pools or MemPools, active == allocated (a block
+waiting for its events is not counted as active), cudaMalloc never fails for fragmentation of the driver's own address
 space, and addresses come from a bump allocator rather than the driver.
 """
 
@@ -25,6 +29,7 @@ from .expandable import ExpandableSegment
 from .oom import ONE_EXABYTE, OomInfo, exabyte_oom, oom_message
 from .sizes import MIN_BLOCK_SIZE, ROUND_LARGE, SMALL_SIZE, allocation_size, round_size
 from .stats import ALLOCATED_BYTES, RESERVED_BYTES, SEGMENT, DeviceStats
+from .stream_events import StreamEvents
 
 _BASE_ADDRESS = 0x7F0000000000  # where the model's fake device pointers start
 
@@ -75,6 +80,8 @@ class CachingAllocatorModel:
         self.expandable_segments: list[ExpandableSegment] = []
         self._next_address = _BASE_ADDRESS
         self.history: list[dict] | None = [] if record_history else None
+        self.events = StreamEvents()  # blocks freed while other streams may use them
+        self.clock = 0  # one tick per malloc and free: when stream events were recorded
 
     # -- public API ------------------------------------------------------------------------
     @property
@@ -90,6 +97,9 @@ class CachingAllocatorModel:
     def malloc(self, block_id: int, nbytes: int, stream: int = 0) -> AllocResult:
         if block_id in self.active or block_id in self._empty_ids:
             raise ValueError(f"block id {block_id} is already allocated")
+        self.clock += 1
+        if self.events:
+            self._process_events()
         if nbytes == 0:
             self._empty_ids.add(block_id)
             return AllocResult(True, block_id, 0, 0, None, stream)
@@ -125,13 +135,39 @@ class CachingAllocatorModel:
             self._empty_ids.discard(block_id)
             return
         block = self.active.pop(block_id)  # KeyError: never allocated, or freed twice
+        self.clock += 1
         block.allocated = False
         self.stats.block_freed(block.pool.stat_type, block.size, block.requested)
         if self.history is not None:
             self._trace("free_requested", block.addr, block.requested, block.stream, block_id)
         if block.size >= self._max_split:
             self.stats.oversize_allocations.decrease(1)
-        self._free_block(block)
+        if block.stream_uses:
+            uses, block.stream_uses = block.stream_uses, None
+            self.events.insert(block, uses, self.clock)  # insert_events
+        else:
+            self._free_block(block)
+
+    def record_stream(self, block_id: int, stream: int) -> None:
+        """Tensor.record_stream(s) on the block: its free waits for the work queued on `s`.
+        Uses on the allocation stream need no synchronisation and are ignored, as in PyTorch.
+        An id the model does not hold (a zero-byte or refused allocation) is ignored too."""
+        block = self.active.get(block_id)
+        if block is None or stream == block.stream:
+            return
+        if block.stream_uses is None:
+            block.stream_uses = set()
+        block.stream_uses.add(stream)
+
+    def stream_waited(self, waiter: int, stream: int, marker: int | None = None) -> None:
+        """`waiter` (a stream id, or stream_events.HOST) waited for `stream`'s work up to the
+        model's tick `marker` (default: now). Blocks it completes come back at the next
+        malloc, as process_events runs there."""
+        self.events.waited(waiter, stream, self.clock if marker is None else marker)
+
+    def _process_events(self) -> None:
+        for block in list(self.events.completed()):
+            self._free_block(block)
 
     def empty_cache(self) -> None:
         """torch.cuda.empty_cache(): release_cached_blocks."""
@@ -222,8 +258,8 @@ class CachingAllocatorModel:
 
     def _try_merge(self, dst: Block, src: Block | None) -> int:
         """try_merge_blocks: absorb a free neighbour of the same mapping state."""
-        if src is None or src.allocated or src.mapped != dst.mapped:
-            return 0
+        if src is None or src.allocated or src.event_count or src.mapped != dst.mapped:
+            return 0  # (a block waiting for other streams' events is not free yet)
         if dst.prev is src:
             dst.addr = src.addr
             dst.prev = src.prev
@@ -298,7 +334,10 @@ class CachingAllocatorModel:
         return released >= target
 
     def _release_cached_blocks(self) -> bool:
-        """Free every cached segment no block is using; unmap free pages of expandable ones."""
+        """Free every cached segment no block is using; unmap free pages of expandable ones.
+        First synchronize_and_free_events: blocks waiting for other streams come back."""
+        for block in list(self.events.drain()):
+            self._free_block(block)
         for pool in (self.large_pool, self.small_pool):
             to_unmap = []
             for block in list(pool.blocks()):
