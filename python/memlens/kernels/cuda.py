@@ -89,7 +89,7 @@ class CudaRules:
         name = func._schema.name.partition("::")[2]
         direction = {"send": "send", "recv_": "recv", "recv_any_source_": "recv"}.get(name)
         peer_index = next((i for i, a in enumerate(func._schema.arguments)
-                           if a.name in ("dstRank", "srcRank")), None)
+                           if a.name in ("dst", "src", "dstRank", "srcRank")), None)
 
         def rule(args, kwargs, out) -> list[Persistent]:
             t = _first_tensor(out)
