@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from . import expandable
+from . import expandable, release
 from .blocks import Block, BlockPool
 from .config import SIZE_MAX, AllocatorConfig, AllocatorConfigError
 from .expandable import ExpandableSegment
@@ -312,26 +312,7 @@ class CachingAllocatorModel:
         block.pool.remove(block)
 
     def _release_available_cached_blocks(self, pool: BlockPool, stream: int, size: int) -> bool:
-        """Free oversize cached segments until one request's worth is back (only with
-        max_split_size_mb set): the best-fitting one, else the largest ones downwards."""
-        if self._max_split == SIZE_MAX:
-            return False
-        target = max(size, self._max_split)
-        position, block = pool.best_fit(stream, target)
-        if block is not None and block.segment is None:
-            self._release_block(block)
-            return True
-        released = 0
-        position -= 1
-        while released < target and position >= 0:
-            block = pool.at(stream, position)
-            if block.size < self._max_split:
-                break
-            if block.segment is None:
-                released += block.size
-                self._release_block(block)
-            position -= 1
-        return released >= target
+        return release.release_available_cached_blocks(self, pool, stream, size)
 
     def _release_cached_blocks(self) -> bool:
         """Free every cached segment no block is using; unmap free pages of expandable ones.
@@ -353,29 +334,7 @@ class CachingAllocatorModel:
         return True
 
     def _garbage_collect(self) -> None:
-        """garbage_collect_cached_blocks: when reserved memory passes the threshold, release
-        unsplit cached large segments whose age (cache lookups since they were cached) is at
-        least the average, repeatedly, until enough is back."""
-        threshold = int(self.config.garbage_collection_threshold * self.allowed_max)
-        if self.reserved_bytes <= threshold:
-            return
-        target = self.reserved_bytes - threshold
-        pool = self.large_pool
-        clock = pool.get_free_blocks_call_count
-        ages = [clock - b.gc_count_base for b in pool.blocks() if not b.is_split()]
-        total_age, freeable = sum(ages), len(ages)
-        reclaimed, block_freed = 0, True
-        while reclaimed < target and block_freed and freeable > 0:
-            age_threshold = total_age / freeable
-            block_freed = False
-            for block in list(pool.blocks()):
-                age = clock - block.gc_count_base
-                if not block.is_split() and block.segment is None and age >= age_threshold:
-                    block_freed = True
-                    reclaimed += block.size
-                    total_age -= age
-                    freeable -= 1
-                    self._release_block(block)
+        release.garbage_collect_cached_blocks(self)
 
     def _out_of_memory(self, nbytes: int, size: int, alloc_size: int, stream: int) -> OomInfo:
         self.stats.num_ooms += 1
@@ -393,7 +352,14 @@ class CachingAllocatorModel:
         self._next_address = address + size
         return address
 
-    # -- what expandable.py's growing and shrinking of a pool asks of the model -------------
+    # -- what expandable.py and release.py ask of the model --------------------------------
+    @property
+    def max_split(self) -> int:
+        return self._max_split
+
+    def release_block(self, block: Block) -> None:
+        self._release_block(block)
+
     def reserve_addresses(self, size: int, alignment: int) -> int:
         return self._reserve_addresses(size, alignment)
 
