@@ -4,7 +4,8 @@ stream).
 
 Scripts: scripts/distributed/fsdp2_streams.py (two 4096 x 4096 fp32 linear layers, each its own
 FSDP2 unit over 2 ranks: 64 MiB unsharded, 32 MiB shards, activations in the small pool),
-fsdp_tp_train.py (dp 4 x tp 2), pp_train.py (4 pipeline stages), scripts/cuda_streams.py."""
+fsdp_tp_train.py (dp 4 x tp 2), pp_train.py (4 pipeline stages), nccl_bringup.py (DDP and a
+metrics group), scripts/cuda_streams.py."""
 
 import json
 
@@ -24,7 +25,8 @@ def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("streams")
     plan = {"fsdp": ("fsdp2_streams.py", 2, 0, "--layers", "2"),
             "fsdp_tp": ("fsdp_tp_train.py", 8, 0, "--tp", "2"),
-            "pp": ("pp_train.py", 4, 1)}
+            "pp": ("pp_train.py", 4, 1),
+            "ddp": ("nccl_bringup.py", 4, 0)}
     return dict(zip(plan, trace_all(tmp, list(plan.values()), device="h100-80gb")))
 
 
@@ -133,6 +135,17 @@ def test_an_fsdp2_job_has_an_nccl_row_for_its_group(runs):
     outside = sum(r["bytes"] for r in summary["outside_allocator"]
                   if not r["counted_by_allocator"])
     assert summary["outside_allocator_bytes"] == outside == 512 * MiB + 192 * MiB
+
+
+def test_a_ddp_job_has_a_row_for_each_group_it_used(runs):
+    # DDP's gradient all-reduces (and barriers) on the default group, the metric all-reduce on
+    # a group made with new_group (no description: named by its id): two communicators,
+    # 16 ring channels x 12 MiB each.
+    rows = nccl_rows(runs["ddp"])
+    assert {k: v["bytes"] for k, v in rows.items()} == {
+        "NCCL buffers (default, 4 ranks)": 192 * MiB, "NCCL buffers (group 1, 4 ranks)": 192 * MiB}
+    assert all("ring: 16 channels x (recv 10,485,760 + send 2,097,152 B)" in v["basis"]
+               for v in rows.values())
 
 
 def test_a_2d_job_has_one_nccl_row_per_communicator(runs):

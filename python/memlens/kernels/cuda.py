@@ -62,8 +62,7 @@ class CudaRules:
     def __init__(self, spec=None):
         self.capability = (spec.major, spec.minor) if spec is not None else (9, 0)
         self._cublas_ops = _overloads(CUBLAS_OPS)
-        self.collective_devices: set[str] = set()  # devices that ran a collective
-        # device -> process group name -> {ranks, ring, send, recv}: NCCL's communicators
+        # device -> process group -> {name, ranks, ring, send, recv}: NCCL's communicators
         self.communicators: dict[str, dict[str, dict]] = {}
 
     def persistent_rule(self, func):
@@ -97,14 +96,13 @@ class CudaRules:
                 t = _first_tensor(args)
             if t is None or t.device.type != "cuda":
                 return []
-            device = device_key(t.device)
-            self.collective_devices.add(device)
             group = _process_group(args)
             if group is None:
                 return []
-            key = _group_name(group)
-            use = self.communicators.setdefault(device, {}).setdefault(
-                key, {"ranks": group.size(), "ring": False, "send": set(), "recv": set()})
+            use = self.communicators.setdefault(device_key(t.device), {}).setdefault(
+                getattr(group, "group_name", None) or id(group),
+                {"name": _group_name(group), "ranks": group.size(), "ring": False,
+                 "send": set(), "recv": set()})
             if direction is None:
                 use["ring"] = True
             elif peer_index is not None and peer_index < len(args):
@@ -137,11 +135,15 @@ def _process_group(args):
 
 
 def _group_name(group) -> str:
+    """How a report names a group: its description (a device mesh's `mesh_dp`), else its id."""
     import torch.distributed as dist
 
     if group is dist.GroupMember.WORLD:
         return "default"
-    return getattr(group, "group_desc", None) or getattr(group, "group_name", None) or "group"
+    desc = getattr(group, "group_desc", None)
+    if desc and desc != "undefined":
+        return desc
+    return f"group {getattr(group, 'group_name', '?')}"
 
 
 def _round_up(n: int, multiple: int) -> int:

@@ -122,14 +122,14 @@ def _nccl(tracer, device: str, world_size: int) -> list[dict[str, Any]]:
     groups = rules.communicators.get(device, {}) if rules is not None else {}
     rows = []
     spec = tracer.device
-    for name, use in groups.items():
-        comm = nccl.Communicator(name, use["ranks"], use["ring"], frozenset(use["send"]),
+    for use in groups.values():
+        comm = nccl.Communicator(use["name"], use["ranks"], use["ring"], frozenset(use["send"]),
                                  frozenset(use["recv"]))
         nbytes, basis = nccl.communicator_bytes(comm, spec.name, (spec.major, spec.minor))
         kinds = (["ring"] if comm.ring else []) + \
             ([f"p2p x{len(comm.send_peers) + len(comm.recv_peers)}"]
              if comm.send_peers or comm.recv_peers else [])
-        rows.append({"label": f"NCCL buffers ({name}, {comm.ranks} ranks)", "bytes": nbytes,
+        rows.append({"label": f"NCCL buffers ({comm.name}, {comm.ranks} ranks)", "bytes": nbytes,
                      "basis": basis,
                      "short_basis": f"{' + '.join(kinds)} connections; approximate",
                      "counted_by_allocator": False})
