@@ -4,7 +4,10 @@ import json
 
 import pytest
 
-from conftest import TESTS
+from memlens.worker_protocol import snapshot_folder_name
+from support.paths import TESTS
+
+pytestmark = pytest.mark.slow  # traces in fresh processes
 
 SCRIPTS = TESTS / "scripts"
 
@@ -14,7 +17,9 @@ def test_run_prints_the_report_and_writes_a_snapshot(memlens, tmp_path):
     assert out.returncode == 0, out.stderr
     for heading in ("Phases", "At the peak", "Top modules", "Top source lines"):
         assert heading in out.stdout
-    snaps = list((tmp_path / ".memlens" / "patterns").glob("*.json"))
+    # The folder the language server keeps the same script's snapshots in (worker_protocol).
+    folder = snapshot_folder_name("script", "patterns.py", str(SCRIPTS / "patterns.py"))
+    snaps = list((tmp_path / ".memlens" / folder).glob("*.json"))
     assert len(snaps) == 1
     shown = memlens("show", str(snaps[0]), "--json")
     assert shown.returncode == 0, shown.stderr

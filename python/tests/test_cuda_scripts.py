@@ -5,7 +5,9 @@ import re
 
 import pytest
 
-from conftest import TESTS
+from support.paths import TESTS
+
+pytestmark = pytest.mark.slow  # traces in fresh processes
 
 GPU_STYLE = str(TESTS / "scripts" / "gpu_style.py")
 

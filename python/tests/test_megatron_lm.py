@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, TESTS
+from support.paths import REPO, TESTS
 from memlens.plugins import megatron_args
 from support import megatron as M
 
@@ -98,6 +98,7 @@ def test_vocab_size_without_tokenizer_type_gets_the_null_tokenizer():
 
 # -- the entry-point path, with the stand-in ----------------------------------------------------
 @needs_megatron
+@pytest.mark.slow  # traces in a fresh process
 def test_entry_point_every_rank(memlens, tmp_path):
     out = memlens("run", "--world-size", "4", "--ranks", "all", "--progress", "none",
                   "--snapshot", str(tmp_path / "s.json"), "--", str(STUB),
@@ -148,6 +149,7 @@ def _megatron_env() -> dict:
 
 @needs_megatron
 @needs_checkout
+@pytest.mark.slow  # traces in a fresh process
 def test_pretrain_gpt_every_rank(memlens, tmp_path):
     out = memlens("run", "--world-size", "8", "--ranks", "all", "--progress", "none",
                   "--snapshot", str(tmp_path / "s.json"), "--",
@@ -160,6 +162,7 @@ def test_pretrain_gpt_every_rank(memlens, tmp_path):
 
 @needs_megatron
 @needs_checkout
+@pytest.mark.slow  # traces in a fresh process
 def test_patched_megatron_traces_itself(tmp_path):
     patched = tmp_path / "Megatron-LM"
     shutil.copytree(CHECKOUT, patched, ignore=shutil.ignore_patterns(".git", "__pycache__"))

@@ -9,7 +9,7 @@ import pytest
 
 from support import megatron as M
 
-pytestmark = M.NEEDS
+pytestmark = [pytest.mark.slow, M.NEEDS]
 
 EXPERTS, EP, TOPK, LAYERS = 4, 2, 2, 2
 GPT = M.Gpt(layers=LAYERS)

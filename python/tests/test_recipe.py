@@ -2,14 +2,13 @@
 is an error naming the recipe file and the key."""
 
 import re
-from pathlib import Path
 
 import pytest
 
 from memlens.errors import MemlensError
 from memlens.targets.recipe import load_recipe
-
-REPO = Path(__file__).resolve().parents[2]
+from support.paths import REPO
+from support.runs import run_memlens
 
 
 def _readme_recipe() -> str:
@@ -93,9 +92,8 @@ def test_a_memlens_entry_that_is_no_table_is_named_as_such(tmp_path):
     (["--iterations", "0"], "--iterations: iterations must be at least 1, got 0"),
     (["--loss", "max"], "--loss: unknown loss 'max'"),
 ])
+@pytest.mark.slow  # traces in a fresh process
 def test_command_line_overrides_obey_the_recipe_rules(flags, message):
-    from conftest import REPO, run_memlens
-
     out = run_memlens("trace", str(REPO / "examples" / "gpt" / "model.py:GPT"), "--device", "cpu",
                       *flags, "--no-snapshot")
     assert out.returncode == 1

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TESTS, run_memlens
+from support.paths import TESTS
+from support.runs import run_memlens
 from memlens.cuda.build import find_torch
 
 # What the Megatron tests need. `make test` installs both (python/requirements-dev.txt,
