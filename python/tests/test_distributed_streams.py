@@ -11,12 +11,14 @@ import json
 
 import pytest
 
-from conftest import TESTS, run_memlens
-from support.ranks import SCRIPTS, trace_all
+from support.paths import TESTS
+from support.ranks import trace_all
+from support.runs import run_memlens
 
 from memlens.allocator import replay
 from memlens.allocator.nccl import Communicator, communicator_bytes
 
+pytestmark = pytest.mark.slow  # traces in fresh processes
 MiB = 1 << 20
 
 
