@@ -43,7 +43,7 @@ class Classifier:
         self._grad_hooked: set[int] = set()
         self._param_handles: list[Any] = []
         self._pinned: set[int] = set()  # records whose category and module are settled
-        self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self.pack, self._unpack)
 
     def install(self) -> None:
         from torch.nn.modules import module as m
@@ -159,7 +159,9 @@ class Classifier:
                 self.mark(value, C.OPTIMIZER_STATE, owner, only_from=(C.TEMPORARY, C.INPUT, C.OTHER))
 
     # -- activations -----------------------------------------------------------------------
-    def _pack(self, t: torch.Tensor):
+    def pack(self, t: torch.Tensor):
+        """The saved-tensor pack hook: what autograd saves is an activation (public for code
+        that saves without the hook and counts what it saved)."""
         self.mark(t, C.ACTIVATION, only_from=(C.TEMPORARY,))
         if t.grad_fn is None:  # a leaf or a tensor outside autograd: no cycle possible
             return t
