@@ -27,6 +27,7 @@ from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
 from megatron.core.transformer.enums import AttnBackend
 from megatron.core.transformer.module import Float16Module
 from megatron.core.transformer.transformer_config import TransformerConfig
+from megatron.core.utils import get_batch_on_this_cp_rank
 
 p = argparse.ArgumentParser()
 p.add_argument("--tp", type=int, default=1)
@@ -135,6 +136,8 @@ def batches():
 
 def forward_step(data_iterator, model):
     batch = next(data_iterator)
+    if args.cp > 1:  # each context-parallel rank keeps its chunks of the sequence
+        batch = get_batch_on_this_cp_rank(batch)
     output = model(batch["tokens"], batch["position_ids"], batch["attention_mask"],
                    labels=batch["labels"])
 
