@@ -73,12 +73,14 @@ def test_training_is_cut_to_the_traced_iterations_keeping_the_schedule():
 
 
 def test_what_needs_values_or_files_is_off_and_said():
-    args = _args(vocab_size=128256, num_experts=8, moe_grouped_gemm=True)
+    args = _args(vocab_size=128256, num_experts=8, moe_grouped_gemm=True,
+                 moe_expert_capacity_factor=None, moe_pad_expert_input_to_capacity=False)
     notes = megatron_args.set_up(args, iterations=2)
     assert (args.load, args.save, args.eval_iters, args.num_workers) == (None, None, 0, 0)
     assert args.mock_data and not args.check_for_nan_in_loss_and_grad
     assert args.tokenizer_type == "NullTokenizer"
-    assert (args.moe_expert_capacity_factor, args.moe_pad_expert_input_to_capacity) == (1.0, True)
+    # MoE routing is left as configured (the plugin fixes the tokens per expert instead)
+    assert (args.moe_expert_capacity_factor, args.moe_pad_expert_input_to_capacity) == (None, False)
     text = " ".join(notes)
     assert "mock data" in text and "NullTokenizer" in text and "global batch 16" in text
 

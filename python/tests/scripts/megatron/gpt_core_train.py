@@ -76,7 +76,9 @@ if args.moe_experts:
                moe_token_dispatcher_type=args.moe_dispatcher,
                moe_router_load_balancing_type=args.moe_router_load_balancing_type,
                moe_ffn_hidden_size=2 * args.hidden, moe_grouped_gemm=False,
-               moe_aux_loss_coeff=1e-2)
+               # Sinkhorn balances without an auxiliary loss (Megatron refuses one)
+               moe_aux_loss_coeff=0.0 if args.moe_router_load_balancing_type in ("sinkhorn", "none")
+               else 1e-2)
 config = TransformerConfig(
     num_layers=args.layers, hidden_size=args.hidden, num_attention_heads=args.heads,
     ffn_hidden_size=4 * args.hidden, bf16=True, params_dtype=torch.bfloat16,
