@@ -100,6 +100,19 @@ def test_worst_case_routing_sends_every_token_to_this_ranks_experts(ranks, tmp_p
     assert any(n.startswith("MoE routing worst") for n in snap["meta"]["notes"])
 
 
+def test_worst_case_top1_loads_one_expert(tmp_path):
+    """Top-1, worst case: every token of both ranks to expert 0 (rank 0's first): 2 x 256 =
+    512 tokens, 1,572,864 B of activations in each layer's expert 0, none in expert 1. The
+    alltoall dispatcher sorts the received chunks (256, 0 from each rank) by expert with
+    host-side orders: no value of it is a placeholder."""
+    flags = ("--ep", str(EP), "--moe-experts", str(EXPERTS), "--moe-topk", "1", "--layers",
+             str(LAYERS))
+    snap = M.trace(tmp_path, EP, 0, *flags, env={"MEMLENS_MOE_ROUTING": "worst"})
+    assert _expert_activations(snap) == [EP * TOKENS * EXPERT_BYTES_PER_TOKEN, 0] * LAYERS
+    assert not [p for p in snap["summary"].get("placeholders", [])
+                if "token_dispatcher" in p["file"] or "moe_utils" in p["file"]]
+
+
 @pytest.mark.parametrize("flags", [("--moe-router-load-balancing-type", "sinkhorn"),
                                    ("--moe-router-load-balancing-type", "seq_aux_loss"),
                                    ("--moe-router-load-balancing-type", "none"),

@@ -67,7 +67,24 @@ def alltoall_preprocess(plugin, cls, which: str) -> None:
     """The alltoall dispatcher's counts (tokens per local expert, the all-to-all splits, the
     tokens each rank sends each local expert) as the host values it would copy from the
     device: the policy's, every rank of the TP x EP group routing its tokens the same way."""
-    original = cls.preprocess
+    init, original = cls.__init__, cls.preprocess
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        if self.config.moe_permute_fusion:
+            return
+        # The orders that sort the received chunks by local expert and back, which Megatron
+        # reads with .tolist(): host tensors (made under the trace's mode they would be fake).
+        with _host():
+            import torch
+
+            chunks = torch.arange(self.num_experts * self.tp_size)
+            self.sort_input_by_local_experts = chunks.reshape(-1, self.num_local_experts).T.ravel()
+            self.restore_output_by_local_experts = \
+                chunks.reshape(self.num_local_experts, -1).T.ravel()
+
+    plugin.patcher.setattr(cls, "__init__", __init__)
 
     @functools.wraps(original)
     def preprocess(self, routing_map):

@@ -76,6 +76,7 @@ if args.moe_experts:
                moe_token_dispatcher_type=args.moe_dispatcher,
                moe_router_load_balancing_type=args.moe_router_load_balancing_type,
                moe_ffn_hidden_size=2 * args.hidden, moe_grouped_gemm=False,
+               moe_router_pre_softmax=args.moe_topk == 1,  # Megatron asks it of top-1
                # Sinkhorn balances without an auxiliary loss (Megatron refuses one)
                moe_aux_loss_coeff=0.0 if args.moe_router_load_balancing_type in ("sinkhorn", "none")
                else 1e-2)
