@@ -4,7 +4,8 @@ CP 2, TP 1, DP 1), against the same model at CP 1 (2 ranks: DP 2).
 The TE-attention stand-in attends as TE's p2p ring does: each rank holds s/CP = 64 of the 128
 tokens (Megatron's get_batch_on_this_cp_rank), so every sequence-dependent activation of a
 layer halves. With fused attention Korthikanti's per-layer bytes (TP 1) are 34sbh (no 5as^2b
-scores), plus the fp32 log-sum-exp 4asb; both are linear in s, so CP 2 is the formula at s = 64: 34 x 64 x 2 x 256 + 4 x 8 x 64 x 2 = 1,118,208 B (CP 1: 2,236,416 B).
+scores), plus the fp32 log-sum-exp 4asb; both are linear in s, so CP 2 is the formula at
+s = 64: 34 x 64 x 2 x 256 + 4 x 8 x 64 x 2 = 1,118,208 B (CP 1: 2,236,416 B).
 """
 
 from __future__ import annotations

@@ -90,7 +90,8 @@ config = TransformerConfig(
     # Korthikanti et al.'s layer: GeLU MLP of 4h with biases, eager softmax in 16 bits,
     # dropout after the attention probabilities and after both projections.
     attention_softmax_in_fp32=False, masked_softmax_fusion=False, bias_activation_fusion=False,
-    bias_dropout_fusion=False, gradient_accumulation_fusion=args.grad_accum_fusion, persist_layer_norm=False,
+    bias_dropout_fusion=False, gradient_accumulation_fusion=args.grad_accum_fusion,
+    persist_layer_norm=False,
     attention_dropout=0.1, hidden_dropout=0.1,
     recompute_granularity=None if args.recompute == "none" else args.recompute,
     recompute_method="uniform" if args.recompute == "full" else None,
