@@ -168,12 +168,14 @@ def test_every_data_source_is_replaced_by_mock_batches_and_said():
 
 @needs_megatron
 def test_what_needs_values_or_files_is_off_and_said():
-    args = _args(vocab_size=128256, num_experts=8, moe_grouped_gemm=True)
+    args = _args(vocab_size=128256, num_experts=8, moe_grouped_gemm=True,
+                 moe_expert_capacity_factor=None, moe_pad_expert_input_to_capacity=False)
     notes = megatron_args.set_up(args, iterations=2)
     assert (args.load, args.save, args.eval_iters, args.num_workers) == (None, None, 0, 0)
     assert args.mock_data and not args.check_for_nan_in_loss_and_grad
     assert args.tokenizer_type == "NullTokenizer"
-    assert (args.moe_expert_capacity_factor, args.moe_pad_expert_input_to_capacity) == (1.0, True)
+    # MoE routing is left as configured (the plugin fixes the tokens per expert instead)
+    assert (args.moe_expert_capacity_factor, args.moe_pad_expert_input_to_capacity) == (None, False)
     text = " ".join(notes)
     assert "mock batches" in text and "NullTokenizer" in text
 
@@ -453,3 +455,32 @@ def test_patched_megatron_traces_itself(tmp_path):
     snap = json.loads((tmp_path / "snaps" / "rank-4.json").read_text())
     assert snap["meta"]["rank"] == 4 and snap["meta"]["stopped_after_iterations"]
     assert snap["meta"]["parallel"]["role"].startswith("pp 1/2")
+
+
+FLAG_GPT = [a for a in SMALL_GPT if a != "--use-distributed-optimizer"]
+FLAG_GPT[FLAG_GPT.index("--tensor-model-parallel-size") + 1] = "1"
+FLAG_GPT[FLAG_GPT.index("--pipeline-model-parallel-size") + 1] = "1"
+MOE = ("--num-experts 4 --expert-model-parallel-size 2 --moe-router-topk 2 --swiglu "
+       "--disable-bias-linear").split()
+
+
+@needs_megatron
+@needs_checkout
+@pytest.mark.parametrize("flags,note", [
+    # the default --gradient-accumulation-fusion with both overlaps (DP 2)
+    (("--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather"),
+     "fused weight-gradient accumulation"),
+    # the TE spec (Megatron-LM's default transformer_impl) with CP 2
+    (("--context-parallel-size", "2", "--overlap-grad-reduce"), "context parallelism 2"),
+    # MoE: Sinkhorn (no capacity factor) with the allgather dispatcher, worst-case routing
+    ((*MOE, "--moe-router-load-balancing-type", "sinkhorn", "--moe-token-dispatcher-type",
+      "allgather"), "MoE routing worst"),
+])
+def test_pretrain_gpt_with_performance_flags(memlens, tmp_path, flags, note):
+    out = memlens("run", "--world-size", "2", "--rank", "0", "--progress", "none",
+                  "--snapshot", str(tmp_path / "s.json"), "--",
+                  str(Path(CHECKOUT, "pretrain_gpt.py")), *FLAG_GPT, *flags, cwd=tmp_path,
+                  env={**_megatron_env(), "MEMLENS_MOE_ROUTING": "worst"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    notes = json.loads((tmp_path / "s.json").read_text())["meta"]["notes"]
+    assert any(note in n for n in notes), notes
