@@ -16,7 +16,7 @@ import pytest
 
 from support import megatron as M
 
-pytestmark = M.NEEDS
+pytestmark = [pytest.mark.slow, M.NEEDS]
 
 WORLD, CP = 2, 2
 GPT = M.Gpt()

@@ -35,6 +35,8 @@ p.add_argument("--pp", type=int, default=1)
 p.add_argument("--ep", type=int, default=1)
 p.add_argument("--cp", type=int, default=1, help="context parallelism")
 p.add_argument("--sp", action="store_true", help="sequence parallelism")
+p.add_argument("--layernorm-1p", action="store_true", help="zero-centered gamma, as Megatron-LM's "
+               "--apply-layernorm-1p")
 p.add_argument("--recompute", choices=("none", "selective", "full"), default="none")
 p.add_argument("--distributed-optimizer", action="store_true")
 p.add_argument("--layers", type=int, default=4)
@@ -91,7 +93,7 @@ config = TransformerConfig(
     # dropout after the attention probabilities and after both projections.
     attention_softmax_in_fp32=False, masked_softmax_fusion=False, bias_activation_fusion=False,
     bias_dropout_fusion=False, gradient_accumulation_fusion=args.grad_accum_fusion,
-    persist_layer_norm=False,
+    persist_layer_norm=False, layernorm_zero_centered_gamma=args.layernorm_1p,
     attention_dropout=0.1, hidden_dropout=0.1,
     recompute_granularity=None if args.recompute == "none" else args.recompute,
     recompute_method="uniform" if args.recompute == "full" else None,
