@@ -32,6 +32,9 @@ SETTINGS = {
     "tp-selective": (("--recompute", "selective"), False, "selective", False),
     "tp-sp-selective": (("--sp", "--recompute", "selective"), True, "selective", False),
     "full-recompute": (("--recompute", "full"), False, "full", False),
+    # Zero-centered gamma (Megatron-LM's --apply-layernorm-1p), which torch's norm refuses:
+    # apex's and TE's fused norms add the 1 inside the kernel, nothing more held.
+    "tp-layernorm-1p": (("--layernorm-1p",), False, "none", False),
     # The Transformer Engine layer spec without TE installed: fused attention's memory.
     "te-spec-flash": (("--spec", "te"), False, "none", False),
     # Grouped-query attention, 2 query groups per TP rank (4 in all, for 8 heads): K and V
@@ -46,7 +49,7 @@ SETTINGS = {
 }
 GROUPS = {"te-spec-flash-gqa": 4}
 FUSED_ATTENTION = {"te-spec-flash", "te-spec-flash-gqa", "te-spec-fused"}
-RANKS = {"tp": (0, LAST), "tp-sp-distopt": (0, LAST)}
+RANKS = {"tp": (0, LAST), "tp-sp-distopt": (0, LAST), "tp-layernorm-1p": (0,)}
 
 
 @pytest.fixture(scope="module")
@@ -122,6 +125,13 @@ def test_each_rank_uses_its_own_gpu(snapshots):
 def test_sequence_parallel_with_torch_norms_is_noted(snapshots):
     notes = snapshots("tp-sp-distopt", 0)["meta"].get("notes", [])
     assert any("sequence-parallel" in n for n in notes), notes
+
+
+def test_zero_centered_gamma_is_noted_and_holds_what_a_plain_norm_holds(snapshots):
+    one_p, plain = snapshots("tp-layernorm-1p", 0), snapshots("tp", 0)
+    assert any("zero-centered gamma" in n for n in one_p["meta"]["notes"])
+    assert M.model_state_bytes(one_p) == M.model_state_bytes(plain)
+    assert M.layer_activation_bytes(one_p, LAYER) == M.layer_activation_bytes(plain, LAYER)
 
 
 def test_te_spec_without_te_is_noted_and_uses_fused_attention(snapshots):

@@ -8,7 +8,7 @@ backward in checkpointing's own cache, not through autograd's saved-tensor hooks
 
 import json
 
-from conftest import TESTS
+from support.paths import TESTS
 
 SCRIPT = TESTS / "scripts" / "sdpa_block.py"
 LOSS_LINE = next(i for i, text in enumerate(SCRIPT.read_text().splitlines(), 1)

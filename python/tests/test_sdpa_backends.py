@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from conftest import TESTS
+from support.paths import TESTS
 from memlens.cuda import sdpa
 
 SCRIPT = TESTS / "scripts" / "sdpa_block.py"

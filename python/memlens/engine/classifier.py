@@ -44,7 +44,7 @@ class Classifier:
         self._grad_hooked: set[int] = set()
         self._param_handles: list[Any] = []
         self._pinned: set[int] = set()  # records whose category and module are settled
-        self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self.pack, self._unpack)
 
     def install(self) -> None:
         from torch.nn.modules import module as m
@@ -165,7 +165,8 @@ class Classifier:
         checkpointing's cache): an activation, whichever saved it."""
         self.mark(t, C.ACTIVATION, only_from=(C.TEMPORARY,))
 
-    def _pack(self, t: torch.Tensor):
+    def pack(self, t: torch.Tensor):
+        """The saved-tensor pack hook (public: code that saves without it recognises it)."""
         self.mark_saved(t)
         if t.grad_fn is None:  # a leaf or a tensor outside autograd: no cycle possible
             return t

@@ -128,6 +128,9 @@ class Tracer:
                                            device_count=self.device_count, device=self.device_index)
                 undo.callback(setattr, self, "_cuda", None)
                 undo.enter_context(self._cuda)
+                # Each CUDA allocation is booked on the current stream of its device.
+                self.ledger.stream_of = _current_stream_of
+                undo.callback(setattr, self.ledger, "stream_of", None)
             self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
             undo.enter_context(self.fake_mode)
             undo.enter_context(self.accountant)
@@ -255,3 +258,10 @@ class Tracer:
             "torch.", ""), tuple(t.shape), C.OTHER, self.modules.current(), self.phases.index,
             self.ledger.op_id(op), self.stacks.capture())
         self.ledger.track_storage(st, rid)
+
+
+def _current_stream_of(device_key: str) -> int:
+    """The calling thread's current stream on a simulated GPU ('cuda:3' -> its stream id)."""
+    from ..cuda.streams import STREAMS
+
+    return STREAMS.current_id(int(device_key[5:] or 0))

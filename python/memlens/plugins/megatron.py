@@ -12,7 +12,8 @@ of which module gets which patch. The patches live by what they are about:
 - megatron_stand_ins.py: Transformer Engine or apex absent: their kernels stood in for by
   ones with the same memory (norms, fused weight-gradient accumulation, TE layer specs and
   attention, fused RoPE; docs/megatron.md has the list);
-- megatron_moe.py: mixture of experts (routing fixed so shapes do not depend on router values);
+- megatron_moe.py: mixture of experts: the tokens per expert fixed by memlens' routing policy
+  (megatron_routing.py), so shapes do not depend on router values a trace does not have;
 - megatron_training.py: Megatron-LM's `megatron.training` (when present), set up for a trace
   (see megatron_args.py).
 """

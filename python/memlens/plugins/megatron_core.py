@@ -170,6 +170,39 @@ def buffers(plugin, mod: ModuleType) -> None:
     plugin.patcher.setattr(cls, "__init__", __init__)
 
 
+# -- saved weights ----------------------------------------------------------------------------
+def linear_keeps_its_weight(plugin, mod: ModuleType) -> None:
+    """Megatron's linear autograd function passes its weight's attributes (`main_grad`,
+    `grad_added_to_main_grad`) from forward to backward on the saved weight itself: on a GPU
+    backward unpacks the Parameter object. Under saved-tensor hooks (memlens counts activations
+    with them) torch unpacks a saved leaf as a new tensor without those attributes, so with
+    gradient accumulation fusion backward would return no weight gradient (nor DDP's dummy
+    one), which `--overlap-grad-reduce` refuses. This function saves without memlens' hooks,
+    as on a GPU, and what it saved is counted as activations all the same."""
+    import torch
+
+    cls = mod.LinearWithGradAccumulationAndAsyncCommunication
+    original = cls.apply  # torch's Function.apply, bound to the class
+    classifier = plugin.tracer.classifier
+    hooks = torch._C._autograd
+
+    def apply(cls, *args):
+        top = hooks._top_saved_tensors_default_hooks(False)
+        if top is None or top[0] != classifier.pack:  # another's hooks (checkpointing): theirs
+            return original(*args)
+        hooks._pop_saved_tensors_default_hooks()
+        try:
+            out = original(*args)
+        finally:
+            hooks._push_saved_tensors_default_hooks(*top)
+        if out.grad_fn is not None:
+            for saved in out.grad_fn.saved_tensors:
+                classifier.mark_saved(saved)
+        return out
+
+    plugin.patcher.setattr(cls, "apply", classmethod(apply))
+
+
 # -- host reads --------------------------------------------------------------------------------
 def utils(plugin, mod: ModuleType) -> None:
     """Without apex and Transformer Engine, Megatron's gradient norm builds a host tensor
@@ -212,4 +245,5 @@ PATCHES = {
     "megatron.core.optimizer.distrib_optimizer": distributed_optimizer,
     "megatron.core.optimizer.optimizer": optimizer,
     "megatron.core.distributed.distributed_data_parallel": buffers,
+    "megatron.core.tensor_parallel.layers": linear_keeps_its_weight,
 }

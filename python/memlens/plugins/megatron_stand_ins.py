@@ -17,8 +17,8 @@ def torch_norm(plugin, mod: ModuleType) -> None:
     """Megatron's torch-norm fallback (no apex, no TE) as a GPU would run it:
     - RMSNorm as the fused kernel CUDA builds of torch (and TE, apex) run: it keeps its
       input and an fp32 statistic, not the decomposition's fp32 copies (megatron_norm.py);
-    - sequence parallelism and the persistent kernel flag, which it refuses, as apex's
-      FusedLayerNorm takes them (the same saved tensors): weights marked for the
+    - sequence parallelism, the persistent kernel flag and zero-centered gamma
+      (`--apply-layernorm-1p`), which it refuses, as apex's FusedLayerNorm takes them (the same saved tensors): weights marked for the
       tensor-parallel gradient all-reduce under sequence parallelism."""
     import copy
 
@@ -31,13 +31,17 @@ def torch_norm(plugin, mod: ModuleType) -> None:
     @functools.wraps(original)
     def __new__(cls, config, *args, **kwargs):
         sp = getattr(config, "sequence_parallel", False)
-        if sp or getattr(config, "persist_layer_norm", False):
+        one_p = getattr(config, "layernorm_zero_centered_gamma", False)
+        if sp or one_p or getattr(config, "persist_layer_norm", False):
             plain = copy.copy(config)
             plain.sequence_parallel = plain.persist_layer_norm = False
+            plain.layernorm_zero_centered_gamma = False
             plugin.note("apex is not installed: torch's LayerNorm/RMSNorm stands in for "
                         "apex's FusedLayerNorm (the same saved tensors)" +
                         (", its weights marked sequence-parallel as apex marks them" if sp
-                         else ""))
+                         else "") +
+                        ("; zero-centered gamma (--apply-layernorm-1p) adds 1 to the weight "
+                         "inside the fused kernel, which holds nothing more" if one_p else ""))
         else:
             plain = config
         norm = original(cls, plain, *args, **kwargs)

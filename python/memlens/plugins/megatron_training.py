@@ -1,6 +1,6 @@
 """Patches of Megatron-LM's training package (`megatron.training`, not in the megatron-core
-wheel) for a trace: its arguments set up (megatron_args.py), no compiled helpers, mock batches,
-and the values it reads back from all-reduced tensors. Each patch is `patch(plugin, module)`
+wheel) for a trace: its arguments set up once Megatron validated them (megatron_args.py), no
+compiled helpers, mock batches, and the values it reads back from all-reduced tensors. Each patch is `patch(plugin, module)`
 (the plugin is megatron.py).
 """
 
@@ -22,12 +22,13 @@ def arguments(plugin, mod: ModuleType) -> None:
 
     @functools.wraps(original)
     def validate_args(args, *rest, **kwargs):
+        out = original(args, *rest, **kwargs)  # the user's arguments, as given
         te = getattr(args, "transformer_impl", None) == "transformer_engine"
         for text in megatron_args.set_up(args, tracer.iterations):
             plugin.note(text)
         if te and args.transformer_impl == "local":
             want_flash_attention(plugin)
-        return original(args, *rest, **kwargs)
+        return out
 
     plugin.replace(mod, "validate_args", validate_args)
 
