@@ -73,6 +73,19 @@ def snapshot_path(folder: str, folder_name: str) -> str:
     return os.path.join(folder, SNAPSHOT_DIR, folder_name, f"{stamp}.json")
 
 
+def cli_snapshot_path(target: dict[str, Any], cwd: str) -> str:
+    """Where `memlens run|trace` puts a target's snapshot by default (`target`: its
+    `to_json()`): the folder the language server keeps the same target's snapshots in."""
+    if target["kind"] == "model":
+        name = detail = target["name"]
+        path = target["path"]
+    else:  # a script: named by its file, as the language server names it
+        path = os.path.join(target.get("cwd") or "", target["path"]) if target.get("path") \
+            else target["name"]
+        name, detail = os.path.basename(path), ""
+    return snapshot_path(cwd, snapshot_folder_name(target["kind"], name, path, detail))
+
+
 # -- the worker's command line -------------------------------------------------------------
 class TraceTarget(Protocol):
     """What `trace_command` reads of a target (server/targets.TargetInfo)."""

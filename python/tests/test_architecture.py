@@ -136,7 +136,7 @@ def test_the_graph_sees_the_imports_it_must():
     assert "memlens.engine.ledger" in graph["memlens.engine.tracer"]
     assert "memlens.patches.torch_distributed" in graph["memlens.engine.tracer"]  # in a method
     assert "memlens.kernels.cpu.conv" in graph["memlens.kernels.cpu.rules"]  # from . import conv
-    assert "memlens.reports.terminal" in graph["memlens.cli"]
+    assert "memlens.reports.terminal" in graph["memlens.cli.main"]
     assert len(graph) > 100
 
 

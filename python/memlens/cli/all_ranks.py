@@ -1,0 +1,70 @@
+"""`memlens run --ranks all|every`: every distinct rank of the job traced in worker processes
+(distributed/parallel_runs.py), each with the same options as the parent's command line."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from ..errors import MemlensError
+from ..worker_protocol import cli_snapshot_path, rank_argv
+
+def trace_all_ranks(args, spec, job, target, device, command, console, err) -> int:
+    import tempfile
+
+    from ..targets.job import write_job
+    from ..distributed.parallel_runs import Outputs, run_all
+
+    if spec is None:
+        raise MemlensError(f"--ranks {args.ranks} needs --world-size (or a launch line that "
+                           "says how many processes)")
+    jobs = args.jobs or os.cpu_count() or 1
+    if jobs < 1:
+        raise MemlensError("--jobs must be at least 1")
+    snapshot = None if args.no_snapshot else Path(
+        args.snapshot or cli_snapshot_path(target.to_json(), os.getcwd()))
+    mode = args.progress
+    if mode == "auto":
+        mode = "rich" if err.is_terminal else "lines"
+    with tempfile.TemporaryDirectory(prefix="memlens-job-") as tmp:
+        # A recorded job (memlens fit hands one in) is handed on to every rank's worker.
+        recorded = Path(args.recorded_job) if args.recorded_job else None
+        if args.from_script:  # record the shell script once, not once per rank
+            recorded = Path(tmp, "job.json")
+            write_job(job, recorded)
+        index, status = run_all(
+            spec, lambda rank, path: worker_argv(args, spec, rank, path, recorded), jobs,
+            Outputs(snapshot), mode, err if args.json else console, command, device,
+            group=args.ranks == "all")
+    if args.json:
+        failed = next((r for r in index["ranks"] if r["status"] != "ok"), None)
+        if failed is not None:  # one error, as a single trace prints it, for programs
+            error = dict(failed["error"])
+            error["message"] = f"rank {failed['rank']}: {error.get('message', '')}"
+            index = {**index, "error": error}
+        elif args.with_digest and snapshot is not None and snapshot.exists():
+            from ..server.digest import digest_file
+
+            index = {**index, "digest": digest_file(snapshot)}
+        print(json.dumps(index))
+    return status
+
+
+def worker_argv(args, spec, rank: int, snapshot: Path | None,
+                 recorded_job: Path | None = None) -> list[str]:
+    """`memlens run` arguments that trace one rank of the same job."""
+    if args.launch:
+        what = ["--launch", args.launch]
+    elif recorded_job is not None:
+        what = ["--recorded-job", str(recorded_job)]
+    else:
+        script = list(args.script)
+        what = script if script[:1] == ["--"] else ["--", *script]
+    argv = rank_argv(spec.world_size, spec.local_world_size, rank,
+                     str(snapshot) if snapshot else None,
+                     (("--device", args.device), ("--iterations", args.iterations),
+                      ("--max-allocations", args.max_allocations),
+                      ("--dynamic-sizes", args.dynamic_sizes),
+                      ("--sdpa-backend", args.sdpa_backend)), what)
+    return ["--debug", *argv] if args.debug else argv

@@ -1,0 +1,173 @@
+"""`memlens run` and `memlens trace`: one target traced in this process (or every rank, in
+workers: all_ranks.py), its report printed and its snapshot written."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from pathlib import Path
+
+from ..errors import DataDependentError, MemlensError
+from ..worker_protocol import cli_snapshot_path
+from .all_ranks import trace_all_ranks
+from .exit_codes import EXIT_INTERRUPTED
+
+def trace(args, console, err) -> int:
+    from ..devices import DEFAULT_DEVICE, get_device
+
+    command = ["memlens", *(sys.argv[1:] if sys.argv else [])]
+    target, recipe, spec, job = _target(args)
+    if job is not None and job.note:
+        err.print(f"note: {job.note}", highlight=False, markup=False, soft_wrap=True)
+    device = get_device(args.device or (recipe.device if recipe else None) or DEFAULT_DEVICE)
+    iterations = args.iterations if args.iterations is not None else (
+        (recipe.iterations if recipe else None) or 2)
+    if iterations < 1:
+        raise MemlensError("--iterations must be at least 1")
+
+    if getattr(args, "ranks", None):
+        return trace_all_ranks(args, spec, job, target, device, command, console, err)
+
+    from ..targets.session import prepare_process, trace_target
+
+    prepare_process(device, spec.local_world_size if spec else 1)
+
+    progress_mode = args.progress
+    if progress_mode == "auto":
+        progress_mode = "rich" if err.is_terminal else "none"
+    # With --json, stdout carries one JSON object: what the script prints goes to stderr.
+    quiet = _stdout_to_stderr() if args.json else contextlib.nullcontext()
+    with quiet:
+        try:
+            snap = trace_target(target, device, iterations, progress_mode=progress_mode,
+                                console=err, command=command,
+                                max_allocations=args.max_allocations, rank=spec,
+                                dynamic_sizes=args.dynamic_sizes or "bound",
+                                sdpa_backend=args.sdpa_backend or (
+                                    recipe.sdpa_backend if recipe else None))
+        except DataDependentError as e:
+            # What was traced until the script needed a value: the report, then the error.
+            from ..reports.terminal import print_report
+
+            print_report(e.partial_snapshot, console, None)
+            raise
+    path = None
+    unwritten = None  # the snapshot could not be written: the report still comes first
+    if not args.no_snapshot:
+        from ..snapshot.output_files import OutputError
+        from ..snapshot import write_snapshot
+
+        try:
+            path = str(write_snapshot(snap, args.snapshot or
+                                      cli_snapshot_path(target.to_json(), os.getcwd())))
+        except OutputError as e:
+            unwritten = e
+    from ..reports.terminal import print_report, summary_json
+
+    print_report(snap, console, path)
+    if unwritten is not None:
+        raise unwritten
+    if args.json:
+        summary = summary_json(snap, path)
+        if args.with_digest and path:
+            from ..server.digest import digest
+
+            summary["digest"] = digest(snap, path)
+        print(json.dumps(summary))
+    # Ctrl-C ended the trace: the report of what was traced, then the status of an interrupt.
+    return EXIT_INTERRUPTED if snap["meta"].get("interrupted") else 0
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr():
+    """Point file descriptor 1 (and sys.stdout) at stderr, also for output from C code."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _target(args):
+    """(target, recipe or None, RankSpec or None, Job or None)."""
+    if args.command == "run":
+        job = _job(args)
+        spec = _rank_spec(args, job)
+        if spec is not None and args.ranks is None:
+            job.target.env.update(spec.env())  # torchrun's variables win over the launch's
+            if job.local_rank_arg:  # torch.distributed.launch without --use-env
+                job.target.args.insert(0, f"--local-rank={spec.local_rank}")
+        return job.target, None, spec, job
+
+    from ..targets.recipe import load_recipe
+    from ..targets.model import ModelTarget, parse_target
+
+    file, symbol = parse_target(args.target)
+    recipe = load_recipe(file, symbol, Path(args.recipe) if args.recipe else None)
+    for key in ("batch", "precision", "optimizer", "loss"):
+        value = getattr(args, key)
+        if value is not None:
+            setattr(recipe, key, value)
+    if args.iterations is not None:
+        recipe.iterations = args.iterations
+    from ..targets.recipe import check_values
+
+    # The overrides obey the recipe's own rules (--batch 0 is no batch).
+    given = ("batch", "precision", "optimizer", "loss", "iterations")
+    check_values(recipe, names={k: f"--{k}" for k in given if getattr(args, k) is not None})
+    return ModelTarget(str(file), symbol, recipe), recipe, None, None
+
+
+def _job(args):
+    """The script to run: after `--`, from --launch or from --from-script (what follows `--`
+    is then the shell script's arguments)."""
+    from ..targets.launchers import Job, from_launch, from_script
+    from ..targets.script import ScriptTarget
+
+    script = list(args.script)
+    if script and script[0] == "--":
+        script = script[1:]
+    if args.launch and args.from_script:
+        raise MemlensError("give --launch or --from-script, not both")
+    if args.launch and script:
+        raise MemlensError("--launch names the script; remove what follows `--`")
+    if args.recorded_job:
+        from ..targets.job import read_job
+
+        return read_job(args.recorded_job)
+    if args.launch:
+        return from_launch(args.launch)
+    if args.from_script:
+        return from_script(args.from_script, script)
+    if not script:
+        raise MemlensError("nothing to run: give a script after `--`, e.g. "
+                           "memlens run -- train.py --lr 3e-4")
+    if script[0] == "-m":
+        if len(script) < 2:
+            raise MemlensError("-m needs a module name")
+        return Job(ScriptTarget(path="", module=script[1], args=script[2:]))
+    return Job(ScriptTarget(path=script[0], args=script[1:]))
+
+
+def _rank_spec(args, job):
+    """The simulated rank, or None for a single-process run."""
+    from ..distributed.env import RankSpec, default_nproc_per_node
+
+    world = args.world_size or job.world_size
+    if world is None and job.world_size_problem:
+        raise MemlensError(f"{job.world_size_problem}: give --world-size", job.location)
+    if world is None:
+        if args.rank is not None or args.ranks or args.nproc_per_node:
+            raise MemlensError("--rank, --ranks and --nproc-per-node need --world-size (or a "
+                               "launch line that says how many processes)")
+        return None
+    nproc = args.nproc_per_node or job.nproc_per_node or default_nproc_per_node(world)
+    return RankSpec(world, args.rank or 0, nproc)
+
