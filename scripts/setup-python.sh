@@ -14,7 +14,7 @@ stamp=$VENV/.memlens-setup-$( (cat "$req" python/pyproject.toml; echo "$torch_re
 if [ -f "$stamp" ]; then
   exit 0
 fi
-"$PYTHON" -c 'import sys; assert sys.version_info >= (3, 10), "memlens needs Python 3.10 or newer"'
+"$PYTHON" -c 'import sys; assert sys.version_info >= (3, 11), "memlens needs Python 3.11 or newer"'
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
 "$VENV/bin/python" -m pip install --quiet "$torch_req" -r <(grep -v '^torch==' "$req")

@@ -66,7 +66,7 @@ export function parseProbe(stdout: string): Probe | Error {
 
 export type Verdict =
   | { kind: 'ok' }
-  /** Python is too old for memlens (3.10+). */
+  /** Python is too old for memlens (3.11+). */
   | { kind: 'oldPython'; message: string }
   /** memlens, or its server's dependencies, cannot be imported: the server cannot start. */
   | { kind: 'noMemlens'; message: string }
@@ -76,8 +76,8 @@ export type Verdict =
 /** What to tell the user about an interpreter; `python` is how they know it (a path). */
 export function verdict(p: Probe, python: string): Verdict {
   const [major = 0, minor = 0] = p.pythonVersion.split('.').map(Number);
-  if (major < 3 || (major === 3 && minor < 10)) {
-    return { kind: 'oldPython', message: `${python} is Python ${p.pythonVersion}; Torch Memory Lens needs Python 3.10 or newer.` };
+  if (major < 3 || (major === 3 && minor < 11)) {
+    return { kind: 'oldPython', message: `${python} is Python ${p.pythonVersion}; Torch Memory Lens needs Python 3.11 or newer.` };
   }
   if (!p.memlens) return { kind: 'noMemlens', message: `memlens is not installed in ${python}.` };
   if (!p.server) {

@@ -18,6 +18,8 @@ const ok: Probe = {
 test('the verdict names what is missing, worst first', () => {
   assert.equal(verdict(ok, 'py').kind, 'ok');
   assert.equal(verdict({ ...ok, pythonVersion: '3.8.10' }, 'py').kind, 'oldPython');
+  assert.equal(verdict({ ...ok, pythonVersion: '3.10.14' }, 'py').kind, 'oldPython'); // tomllib is 3.11's
+  assert.equal(verdict({ ...ok, pythonVersion: '3.11.2' }, 'py').kind, 'ok');
   assert.equal(verdict({ ...ok, memlens: false, server: false }, 'py').kind, 'noMemlens');
   assert.equal(verdict({ ...ok, server: false }, 'py').kind, 'noMemlens');
   const noTorch = verdict({ ...ok, torch: false }, '/v/bin/python');

@@ -9,11 +9,7 @@ to the recipe file) and may override any default. See the README for a full exam
 from __future__ import annotations
 
 import re
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10: the same parser, as a package
-    import tomli as tomllib
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
