@@ -49,7 +49,7 @@ def _args(**kw) -> Namespace:
                 global_batch_size=1024, rampup_batch_size=None, train_iters=500000,
                 train_samples=None, lr_decay_iters=None, lr_warmup_fraction=None,
                 lr_warmup_iters=2000, load="/ckpt", save="/ckpt", eval_iters=10,
-                tokenizer_type="HuggingFaceTokenizer", vocab_size=None,
+                tokenizer_type="NullTokenizer", vocab_size=32000,
                 transformer_impl="local", num_experts=None, num_workers=8,
                 check_for_nan_in_loss_and_grad=True, mock_data=False, data_path=None,
                 split=None)
@@ -168,12 +168,13 @@ def test_every_data_source_is_replaced_by_mock_batches_and_said():
 
 @needs_megatron
 def test_what_needs_values_or_files_is_off_and_said():
-    args = _args(vocab_size=128256, num_experts=8, moe_grouped_gemm=True,
+    args = _args(tokenizer_type="HuggingFaceTokenizer", vocab_size=128256, num_experts=8,
+                 moe_grouped_gemm=True,
                  moe_expert_capacity_factor=None, moe_pad_expert_input_to_capacity=False)
     notes = megatron_args.set_up(args, iterations=2)
     assert (args.load, args.save, args.eval_iters, args.num_workers) == (None, None, 0, 0)
     assert args.mock_data and not args.check_for_nan_in_loss_and_grad
-    assert args.tokenizer_type == "NullTokenizer"
+    assert (args.tokenizer_type, args.vocab_size) == ("NullTokenizer", 128255)  # + its EOD
     # MoE routing is left as configured (the plugin fixes the tokens per expert instead)
     assert (args.moe_expert_capacity_factor, args.moe_pad_expert_input_to_capacity) == (None, False)
     text = " ".join(notes)
@@ -192,10 +193,39 @@ def test_fp8_without_transformer_engine_is_refused_not_traced_in_bf16():
 def test_gpt2_bpe_without_its_vocabulary_file_is_gpt2_sized(tmp_path):
     """Megatron-LM's GPT-3 example names gpt2-vocab.json; without it, NullTokenizer of GPT-2's
     50,257 tokens (NullTokenizer(n) has n + 1: an end-of-document token)."""
-    args = _args(tokenizer_type="GPT2BPETokenizer", vocab_file=str(tmp_path / "gpt2-vocab.json"))
+    args = _args(tokenizer_type="GPT2BPETokenizer", vocab_size=None,
+                 vocab_file=str(tmp_path / "gpt2-vocab.json"))
     notes = " ".join(megatron_args.set_up(args, iterations=2))
     assert (args.tokenizer_type, args.vocab_size) == ("NullTokenizer", 50256)
     assert "NullTokenizer of GPT-2's 50257 tokens" in notes
+
+
+@needs_megatron
+def test_llama2_tokenizer_without_its_model_file_is_llama2_sized(tmp_path):
+    """Megatron-LM's Mixtral example names a sentencepiece model; without it, NullTokenizer of
+    Llama 2's 32,000 tokens (31,999 + the end-of-document token NullTokenizer adds)."""
+    args = _args(tokenizer_type="Llama2Tokenizer", vocab_size=None,
+                 tokenizer_model=str(tmp_path / "t.model"))
+    notes = " ".join(megatron_args.set_up(args, iterations=2))
+    assert (args.tokenizer_type, args.vocab_size) == ("NullTokenizer", 31_999)
+    assert "NullTokenizer of its 32000 tokens" in notes
+
+
+@needs_megatron
+def test_a_tokenizer_whose_file_is_not_here_asks_for_the_vocabulary_size(tmp_path):
+    from memlens.errors import MemlensError
+
+    missing = str(tmp_path / "tokenizer.json")
+    with pytest.raises(MemlensError, match=r"HuggingFaceTokenizer reads its vocabulary .*"
+                                           r"tokenizer.json.*--vocab-size N"):
+        megatron_args.set_up(_args(tokenizer_type="HuggingFaceTokenizer", vocab_size=None,
+                                   tokenizer_model=missing), 2)
+    # With the size given, no file is read: n tokens, as the user's tokenizer has.
+    args = _args(tokenizer_type="HuggingFaceTokenizer", tokenizer_model=missing,
+                 vocab_size=128_256)
+    notes = " ".join(megatron_args.set_up(args, iterations=2))
+    assert (args.tokenizer_type, args.vocab_size) == ("NullTokenizer", 128_255)
+    assert "HuggingFaceTokenizer replaced by NullTokenizer of --vocab-size 128256" in notes
 
 
 @needs_megatron

@@ -18,6 +18,7 @@ from ..errors import MemlensError
 from . import megatron_batch
 
 GPT2_VOCAB = 50257  # GPT2BPETokenizer's vocabulary (gpt2-vocab.json)
+LLAMA2_VOCAB = 32000  # Llama2Tokenizer's: the sentencepiece model of Llama 2 (and Mixtral)
 
 # Set whatever the user gave. Attributes a Megatron-LM version does not have are skipped.
 _OFF = (
@@ -95,11 +96,32 @@ def _tokenizer(args: Any) -> list[str]:
         args.tokenizer_type = "NullTokenizer"
         return [f"GPT-2's vocabulary file {vocab_file} is not here: NullTokenizer of GPT-2's "
                 f"{GPT2_VOCAB} tokens instead (mock data needs no text)"]
+    model_file = getattr(args, "tokenizer_model", None)
+    if kind == "Llama2Tokenizer" and not getattr(args, "vocab_size", None) and \
+            not (model_file and os.path.isfile(model_file)):
+        args.vocab_size = LLAMA2_VOCAB - 1  # NullTokenizer(n) adds an end-of-document token
+        args.tokenizer_type = "NullTokenizer"
+        return [f"Llama 2's tokenizer model {model_file} is not here: NullTokenizer of its "
+                f"{LLAMA2_VOCAB} tokens instead (mock data needs no text; --vocab-size N "
+                "gives another size)"]
+    if kind not in (None, "NullTokenizer") and not getattr(args, "vocab_size", None):
+        files = [f for f in (vocab_file, model_file) if f]
+        if not files or not all(os.path.exists(f) for f in files):  # a file or an HF folder
+            # Megatron would fail reading it (or importing its library); the trace needs
+            # only the vocabulary's size.
+            named = " or ".join(files) or "no --vocab-file or --tokenizer-model"
+            raise MemlensError(f"--tokenizer-type {kind} reads its vocabulary from a file "
+                               f"({named}), which is not here: give the vocabulary's size with "
+                               "--vocab-size N (a trace reads no text)")
     if kind == "NullTokenizer" or not getattr(args, "vocab_size", None):
         return []
     args.tokenizer_type = "NullTokenizer"
-    was = f"tokenizer {kind} replaced by" if kind else "no --tokenizer-type given:"
-    return [f"{was} NullTokenizer of --vocab-size {args.vocab_size} (mock data needs no text)"]
+    if not kind:  # as if NullTokenizer had been named
+        return [f"no --tokenizer-type given: NullTokenizer of --vocab-size {args.vocab_size} "
+                "(mock data needs no text)"]
+    args.vocab_size -= 1  # NullTokenizer(n) has n + 1 tokens; the user's tokenizer has n
+    return [f"tokenizer {kind} replaced by NullTokenizer of --vocab-size {args.vocab_size + 1} "
+            "tokens (mock data needs no text)"]
 
 
 def _implementation(args: Any) -> list[str]:
