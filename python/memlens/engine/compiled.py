@@ -117,6 +117,7 @@ class CompiledPrograms:
         def compile_graph(gm: torch.fx.GraphModule, example_inputs):
             region.graphs += 1
             self._compiling.append(region)
+            saved = region.saved_bytes, region.eager_saved_bytes
             try:
                 with _disable_current_modes():
                     if self.device_type == "cpu":
@@ -131,6 +132,7 @@ class CompiledPrograms:
                     return self._partitioned(gm, example_inputs)
             except Exception as e:  # a part no model covers: this graph runs eagerly
                 region.how = "eager"
+                region.saved_bytes, region.eager_saved_bytes = saved  # nothing compiled ran
                 region.eager_because = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
                 self.add_note(f"{region.place}: {region.call}: a graph was traced eagerly, as "
                               f"memlens cannot model it ({region.eager_because})")
@@ -151,6 +153,7 @@ class CompiledPrograms:
 
     def _partitioned(self, gm, example_inputs):
         from torch._dynamo.backends.common import aot_autograd
+        from torch._inductor import config as inductor_config
         from torch._inductor.compile_fx import partition_fn
         from torch._inductor.decomposition import select_decomp_table
 
@@ -162,9 +165,13 @@ class CompiledPrograms:
             with _disable_current_modes():
                 return graph_runs_op_by_op(graph, inputs)
 
-        return aot_autograd(fw_compiler=graph_runs_op_by_op, bw_compiler=lazy_backward,
-                            partition_fn=partition_fn,
-                            decompositions=select_decomp_table())(gm, example_inputs)
+        # Constant folding computes values on the device for real, and there is none. Folding
+        # turns uniform tensors into `full` constants, which are rarely saved for backward
+        # (test_compiled_cuda.py compares with the partitioner run with folding).
+        with inductor_config.patch(joint_graph_constant_folding=False):
+            return aot_autograd(fw_compiler=graph_runs_op_by_op, bw_compiler=lazy_backward,
+                                partition_fn=partition_fn,
+                                decompositions=select_decomp_table())(gm, example_inputs)
 
     @contextlib.contextmanager
     def counting_breaks(self, region: Region):

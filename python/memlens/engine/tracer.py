@@ -94,7 +94,8 @@ class Tracer:
             torch_loops.apply(self._patcher, self.phases.on_optimizer_created,
                               self.phases.on_backward_end)
             torch_compile.apply(self._patcher, self.compiled, self.add_note,
-                                self.accountant.made_fake, self._compiled_module_call)
+                                self.accountant.made_fake, self._compiled_module_call,
+                                self._modes_entered)
             if self.rank is not None:
                 from ..patches import torch_distributed
 
@@ -206,6 +207,12 @@ class Tracer:
     def _on_top_level_forward(self, module: torch.nn.Module) -> None:
         self.classifier.scan_model(module)
         self.phases.on_top_level_forward(module)
+
+    @contextlib.contextmanager
+    def _modes_entered(self) -> Iterator[None]:
+        """The tracer's dispatch modes, entered again where compilation has taken them off."""
+        with self.fake_mode, self.accountant:
+            yield
 
     def _compiled_module_call(self, module: torch.nn.Module, args: tuple, call):
         """A compiled module's call: its hooks run inside the compiled code, where the trackers

@@ -50,10 +50,11 @@ def _dynamo_kwargs(kwargs: dict) -> dict:
     return {k: kwargs[k] for k in ("fullgraph", "dynamic") if k in kwargs}
 
 
-def apply(patcher: Patcher, programs, add_note, made_fake, module_called) -> None:
+def apply(patcher: Patcher, programs, add_note, made_fake, module_called, traced) -> None:
     """`programs`: engine.compiled.CompiledPrograms. `made_fake`: a context in which the
     accountant makes every new tensor fake. `module_called(module, call)`: runs `call()` as a
-    call of `module` for the tracker of modules (a compiled call runs no hooks of its own)."""
+    call of `module` for the tracker of modules (a compiled call runs no hooks of its own).
+    `traced`: a context that puts the tracer's modes back while Dynamo compiles."""
     check_tested("torch_compile", torch.__version__)
     import torch._functorch.config as functorch_config
     import torch._inductor.compile_fx as compile_fx
@@ -87,6 +88,21 @@ def apply(patcher: Patcher, programs, add_note, made_fake, module_called) -> Non
         return fw, bw
 
     patcher.setattr(compile_fx, "min_cut_rematerialization_partition", observed_min_cut)
+
+    # Dynamo runs an optimizer's `_init_group` for real while it compiles a step (to avoid
+    # tracing it): the state it makes (Adam's moments) is the script's, made in the trace.
+    from torch._dynamo.variables.optimizer import OptimizerVariable
+
+    optimizer_call = OptimizerVariable.call_method
+
+    @functools.wraps(optimizer_call)
+    def call_method(self, tx, name, *args, **kwargs):
+        if name != "_init_group":
+            return optimizer_call(self, tx, name, *args, **kwargs)
+        with traced():
+            return optimizer_call(self, tx, name, *args, **kwargs)
+
+    patcher.setattr(OptimizerVariable, "call_method", call_method)
 
     def eager(target, place: str, call: str, why: str):
         region = programs.region(place, call)
@@ -159,3 +175,15 @@ def apply(patcher: Patcher, programs, add_note, made_fake, module_called) -> Non
 
     patcher.setattr(torch, "compile", compile)
     patcher.setattr(torch.nn.Module, "compile", module_compile)
+
+    def forget_compiled() -> None:
+        """What was compiled in the trace has no-op kernels: after it (the Python API runs in
+        the user's process), Dynamo's code caches and Inductor's loaded modules must go, so
+        that a compiled call recompiles for real."""
+        if programs.regions:
+            from torch._inductor.codecache import PyCodeCache
+
+            torch._dynamo.reset()
+            PyCodeCache.cache_clear()
+
+    patcher.defer(forget_compiled)

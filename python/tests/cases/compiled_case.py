@@ -13,24 +13,21 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-p = argparse.ArgumentParser()
-p.add_argument("--model", required=True)
-p.add_argument("--iterations", type=int, default=2)
-p.add_argument("--how", default="module", choices=["module", "method", "function", "eager"])
-p.add_argument("--device", default="cpu")
-args = p.parse_args()
-torch.manual_seed(0)
 SEQ, D = 32, 64
 
 
 class MLP(nn.Module):
-    def __init__(self, d=64, hidden=256):
+    def __init__(self, d=64, hidden=256, graph_break=False):
         super().__init__()
         self.fc1, self.fc2, self.head = nn.Linear(d, hidden), nn.Linear(hidden, hidden), \
             nn.Linear(hidden, 10)
+        self.graph_break = graph_break
 
     def forward(self, x):
-        return self.head(F.gelu(self.fc2(F.gelu(self.fc1(x)))))
+        x = F.gelu(self.fc2(F.gelu(self.fc1(x))))
+        if self.graph_break:  # as a print() or a .item() in a forward would
+            torch._dynamo.graph_break()
+        return self.head(x)
 
 
 class GPTBlock(nn.Module):
@@ -46,7 +43,7 @@ class GPTBlock(nn.Module):
         q, k, v = self.qkv(x).split(d, dim=2)
         q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
         att = (q @ k.transpose(-2, -1)) / (d // self.heads) ** 0.5
-        mask = torch.ones(s, s, dtype=torch.bool).tril()
+        mask = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()
         att = att.masked_fill(~mask, float("-inf")).softmax(-1)
         return self.proj((att @ v).transpose(1, 2).reshape(b, s, d))
 
@@ -124,8 +121,8 @@ class ConvNet(nn.Module):
 
 
 def build(name):
-    if name == "mlp":
-        return MLP(), lambda: torch.randn(16, 64)
+    if name in ("mlp", "mlp-graph-break"):
+        return MLP(graph_break=name == "mlp-graph-break"), lambda: torch.randn(16, 64)
     if name in ("gpt", "gpt-checkpoint"):
         return GPT(checkpointed=name == "gpt-checkpoint"), lambda: torch.randn(4, SEQ, D)
     if name == "llama":
@@ -135,25 +132,38 @@ def build(name):
     raise SystemExit(f"unknown model {name}")
 
 
-model, make_inputs = build(args.model)
-model = model.to(args.device)
-make_input = lambda: make_inputs().to(args.device)  # noqa: E731
-opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-if args.how == "module":
-    model = torch.compile(model)
-elif args.how == "method":
-    model.compile()
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", required=True)
+    p.add_argument("--iterations", type=int, default=2)
+    p.add_argument("--how", default="module", choices=["module", "method", "function", "eager"])
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--backend", default="inductor")
+    p.add_argument("--compile-step", action="store_true", help="torch.compile(opt.step) too")
+    args = p.parse_args()
+    torch.manual_seed(0)
+    model, make_input = build(args.model)
+    model = model.to(args.device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    if args.how == "module":
+        model = torch.compile(model, **({} if args.backend == "inductor" else
+                                        {"backend": args.backend}))
+    elif args.how == "method":
+        model.compile()
+
+    def loss_of(x):
+        return model(x).float().pow(2).mean()
+
+    if args.how == "function":
+        loss_of = torch.compile(loss_of)
+
+    step = torch.compile(opt.step) if args.compile_step else opt.step
+    for _ in range(args.iterations):
+        loss = loss_of(make_input().to(args.device))
+        loss.backward()
+        step()
+        opt.zero_grad(set_to_none=True)
 
 
-def loss_of(x):
-    return model(x).float().pow(2).mean()
-
-
-if args.how == "function":
-    loss_of = torch.compile(loss_of)
-
-for step in range(args.iterations):
-    loss = loss_of(make_input())
-    loss.backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
+if __name__ == "__main__":
+    main()
