@@ -77,6 +77,13 @@ def _concrete(n) -> int:
     return int(n)
 
 
+def _control_flow() -> tuple[type, ...]:
+    """Exceptions Dynamo raises through a backend to restart or skip, never failures."""
+    from torch._dynamo.exc import RestartAnalysis, SkipFrame
+
+    return RestartAnalysis, SkipFrame
+
+
 class CompiledPrograms:
     """The backends of one trace and the regions they compiled (snapshot meta.compiled_regions)."""
 
@@ -131,9 +138,15 @@ class CompiledPrograms:
                             "not (each ATen op's result is booked)")
                     return self._partitioned(gm, example_inputs)
             except Exception as e:  # a part no model covers: this graph runs eagerly
+                if isinstance(e, _control_flow()):  # Dynamo restarts its analysis: no failure
+                    region.graphs -= 1
+                    region.saved_bytes, region.eager_saved_bytes = saved
+                    raise
                 region.how = "eager"
                 region.saved_bytes, region.eager_saved_bytes = saved  # nothing compiled ran
-                region.eager_because = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+                first = (str(e).strip().splitlines() or [""])[0][:200]
+                region.eager_because = f"{type(e).__name__}: {first}" if first \
+                    else type(e).__name__
                 self.add_note(f"{region.place}: {region.call}: a graph was traced eagerly, as "
                               f"memlens cannot model it ({region.eager_because})")
                 return gm.forward
