@@ -96,6 +96,18 @@ export interface Summary {
   placeholders?: Placeholder[];
   /** The allocation that did not fit, where the trace stopped (only `stack` is an index). */
   oom?: { stack?: number } | null;
+  /** CUDA targets: the allocator model's reserved peak and the rows next to it. */
+  reserved_peak_bytes?: number | null;
+  outside_allocator?: OutsideItem[] | null;
+}
+
+/** A line item next to the allocator's memory (CUDA context, cuBLAS workspace, NCCL buffers). */
+export interface OutsideItem {
+  label: string;
+  bytes: number;
+  basis: string;
+  short_basis?: string;
+  counted_by_allocator: boolean;
 }
 
 export interface Phase {

@@ -219,7 +219,7 @@ export interface Settings {
   iterations?: number | null;
   /** Default 300. */
   timeLimitSeconds?: number;
-  /** The worker's address-space limit; 0: the host's physical memory. */
+  /** The worker's address-space limit; 0: twice the host's memory; -1: none. */
   memoryLimitMB?: number;
   /** Default false. */
   traceOnSave?: boolean;

@@ -2,6 +2,7 @@ import os
 import sys
 
 from .cli import main
+from .process_tree import end_children
 
 code = main()
 # Leave without interpreter teardown: everything is written, and torch's autograd device
@@ -9,4 +10,5 @@ code = main()
 # active exception", pytorch#38228).
 sys.stdout.flush()
 sys.stderr.flush()
+end_children()  # in a worker: what the script left running ends with it
 os._exit(code)

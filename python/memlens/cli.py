@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as _dt
 import json
 import os
 import sys
@@ -42,15 +41,22 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--iterations", type=int, default=None,
                         help="training iterations to trace (default 2)")
         sp.add_argument("--snapshot", default=None,
-                        help="where to write the snapshot (default .memlens/<target>/<time>.json)")
+                        help="where to write the snapshot (default "
+                        ".memlens/<kind>-<target>-<hash>/<time>.json)")
         sp.add_argument("--no-snapshot", action="store_true", help="do not write a snapshot")
         sp.add_argument("--json", action="store_true",
                         help="print one JSON object on stdout (tables go to stderr)")
         sp.add_argument("--progress", choices=("auto", "rich", "json", "none"), default="auto")
+        # The language server's worker: the --json summary carries the snapshot's digest.
+        sp.add_argument("--with-digest", action="store_true", help=argparse.SUPPRESS)
         sp.add_argument("--dynamic-sizes", type=_dynamic_sizes, default=None, metavar="POLICY",
                         help="size of results that depend on tensor values (x[mask], "
                         "nonzero, unique): bound (the default: their upper bound), a fraction "
                         "of the bound such as 0.5, or error")
+        sp.add_argument("--sdpa-backend", choices=("flash", "efficient", "cudnn", "math"),
+                        default=None, help="the attention kernel F.scaled_dot_product_attention "
+                        "runs on where it can take the inputs (default: the one torch picks on "
+                        "the device: cuDNN first on sm90/sm10x, flash elsewhere)")
         sp.add_argument("--max-allocations", type=int, default=None,
                         help="keep the full allocation stream in the snapshot up to this many "
                         "allocations (default 1,000,000)")
@@ -116,7 +122,10 @@ def _distributed_options(run: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    from .process_tree import adopt_orphans
     from .reports.terminal import make_console
+
+    adopt_orphans()  # a worker's script leaves no process behind (process_tree.py)
 
     err = make_console(stderr=True)
     try:
@@ -234,7 +243,9 @@ def _trace(args, console, err) -> int:
             snap = trace_target(target, device, iterations, progress_mode=progress_mode,
                                 console=err, command=command,
                                 max_allocations=args.max_allocations, rank=spec,
-                                dynamic_sizes=args.dynamic_sizes or "bound")
+                                dynamic_sizes=args.dynamic_sizes or "bound",
+                                sdpa_backend=args.sdpa_backend or (
+                                    recipe.sdpa_backend if recipe else None))
         except DataDependentError as e:
             # What was traced until the script needed a value: the report, then the error.
             from .reports.terminal import print_report
@@ -248,7 +259,7 @@ def _trace(args, console, err) -> int:
         from .snapshot import write_snapshot
 
         try:
-            path = str(write_snapshot(snap, args.snapshot or default_snapshot_path(target.name)))
+            path = str(write_snapshot(snap, args.snapshot or default_snapshot_path(target)))
         except OutputError as e:
             unwritten = e
     from .reports.terminal import print_report, summary_json
@@ -257,7 +268,12 @@ def _trace(args, console, err) -> int:
     if unwritten is not None:
         raise unwritten
     if args.json:
-        print(json.dumps(summary_json(snap, path)))
+        summary = summary_json(snap, path)
+        if args.with_digest and path:
+            from .server.digest import digest
+
+            summary["digest"] = digest(snap, path)
+        print(json.dumps(summary))
     # Ctrl-C ended the trace: the report of what was traced, then the status of an interrupt.
     return EXIT_INTERRUPTED if snap["meta"].get("interrupted") else 0
 
@@ -367,7 +383,7 @@ def _trace_all_ranks(args, spec, job, target, device, command, console, err) -> 
     if jobs < 1:
         raise MemlensError("--jobs must be at least 1")
     snapshot = None if args.no_snapshot else Path(args.snapshot or
-                                                  default_snapshot_path(target.name))
+                                                  default_snapshot_path(target))
     mode = args.progress
     if mode == "auto":
         mode = "rich" if err.is_terminal else "lines"
@@ -386,6 +402,10 @@ def _trace_all_ranks(args, spec, job, target, device, command, console, err) -> 
             error = dict(failed["error"])
             error["message"] = f"rank {failed['rank']}: {error.get('message', '')}"
             index = {**index, "error": error}
+        elif args.with_digest and snapshot is not None and snapshot.exists():
+            from .server.digest import digest_file
+
+            index = {**index, "digest": digest_file(snapshot)}
         print(json.dumps(index))
     return status
 
@@ -393,22 +413,22 @@ def _trace_all_ranks(args, spec, job, target, device, command, console, err) -> 
 def _worker_argv(args, spec, rank: int, snapshot: Path | None,
                  recorded_job: Path | None = None) -> list[str]:
     """`memlens run` arguments that trace one rank of the same job."""
-    argv = ["run", "--world-size", str(spec.world_size), "--nproc-per-node",
-            str(spec.local_world_size), "--rank", str(rank), "--json", "--progress", "json"]
-    for flag, value in (("--device", args.device), ("--iterations", args.iterations),
-                        ("--max-allocations", args.max_allocations),
-                        ("--dynamic-sizes", args.dynamic_sizes)):
-        if value is not None:
-            argv += [flag, str(value)]
-    argv += ["--snapshot", str(snapshot)] if snapshot else ["--no-snapshot"]
-    if args.debug:
-        argv.insert(0, "--debug")
+    from .worker_protocol import rank_argv
+
     if args.launch:
-        return argv + ["--launch", args.launch]
-    if recorded_job is not None:
-        return argv + ["--recorded-job", str(recorded_job)]
-    script = list(args.script)
-    return argv + (script if script[:1] == ["--"] else ["--", *script])
+        what = ["--launch", args.launch]
+    elif recorded_job is not None:
+        what = ["--recorded-job", str(recorded_job)]
+    else:
+        script = list(args.script)
+        what = script if script[:1] == ["--"] else ["--", *script]
+    argv = rank_argv(spec.world_size, spec.local_world_size, rank,
+                     str(snapshot) if snapshot else None,
+                     (("--device", args.device), ("--iterations", args.iterations),
+                      ("--max-allocations", args.max_allocations),
+                      ("--dynamic-sizes", args.dynamic_sizes),
+                      ("--sdpa-backend", args.sdpa_backend)), what)
+    return ["--debug", *argv] if args.debug else argv
 
 
 def _dynamic_sizes(text: str) -> str:
@@ -420,10 +440,19 @@ def _dynamic_sizes(text: str) -> str:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def default_snapshot_path(name: str) -> Path:
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
-    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name) or "trace"
-    return Path(os.getcwd()) / ".memlens" / safe / f"{stamp}.json"
+def default_snapshot_path(target) -> Path:
+    """`.memlens/<kind>-<name>-<hash>/<time>.json` in the working directory: the folder the
+    language server keeps the same target's snapshots in (worker_protocol.py)."""
+    from .worker_protocol import snapshot_folder_name, snapshot_path
+
+    t = target.to_json()
+    if t["kind"] == "model":
+        name = detail = t["name"]
+        path = t["path"]
+    else:  # a script: named by its file, as the language server names it
+        path = os.path.join(t.get("cwd") or "", t["path"]) if t.get("path") else t["name"]
+        name, detail = os.path.basename(path), ""
+    return Path(snapshot_path(os.getcwd(), snapshot_folder_name(t["kind"], name, path, detail)))
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 import pytest
 
 from memlens.allocator.outside import cublas_workspace_bytes, cublas_workspace_items, \
-    cuda_context_items, cudnn_workspace_items, nccl_buffer_items
+    cuda_context_items, cudnn_workspace_items
+from memlens.allocator.nccl import Communicator, communicator_bytes, connection_bytes
 
 MiB = 1 << 20
 
@@ -49,17 +50,39 @@ def test_cudnn_workspace_is_bounded_only_by_its_cap():
     assert item.bytes == 0 and "not estimated" in item.basis
 
 
-def test_nccl_buffers_by_world_size():
-    # per connection: LL 524,288 + LL128 4,915,200 + Simple 4,194,304 = 9,633,792 B
-    [item] = nccl_buffer_items(8, channels=16, env={})
-    assert item.bytes == 9_633_792 * 16 * 2  # two ring peers: 308,281,344
-    [item] = nccl_buffer_items(2, channels=2, env={})
-    assert item.bytes == 9_633_792 * 2 * 1  # one peer
-    assert nccl_buffer_items(1, env={}) == []  # nothing to talk to
-    [item] = nccl_buffer_items(8, channels=16, env={"NCCL_BUFFSIZE": str(8 * MiB),
-                                                    "NCCL_MAX_NCHANNELS": "4"})
-    assert item.bytes == (524_288 + 4_915_200 + 8 * MiB) * 4 * 2
-    assert not item.counted_by_allocator
+def test_nccl_connection_bytes_follow_p2p_setup():
+    # receiving: 4,096 header + LL 524,288 + LL128 4,915,200 + Simple 4,194,304 = 9,637,888 B,
+    # rounded up to 2 MiB: 5 x 2,097,152 = 10,485,760; sending: the 4,096 B header -> 2 MiB.
+    assert connection_bytes({}, p2p_read=False) == (10_485_760, 2_097_152)
+    # P2P read puts Simple on the sender: 4,096 + 524,288 + 4,915,200 = 5,443,584 -> 6 MiB;
+    # 4,096 + 4,194,304 = 4,198,400 -> 6 MiB. 12 MiB per channel either way.
+    assert connection_bytes({}, p2p_read=True) == (6 * MiB, 6 * MiB)
+    # NCCL_BUFFSIZE=8 MiB: 4,096 + 524,288 + 4,915,200 + 8,388,608 = 13,832,192 -> 14 MiB.
+    assert connection_bytes({"NCCL_BUFFSIZE": str(8 * MiB)}, False) == (14 * MiB, 2 * MiB)
+
+
+def test_nccl_communicator_bytes():
+    ring = Communicator("default", 8, ring=True)
+    # 16 channels on an NVLink card x (10 MiB + 2 MiB) = 192 MiB, whatever the group's size
+    assert communicator_bytes(ring, "h100-80gb", (9, 0), env={})[0] == 16 * 12 * MiB
+    # NCCL_MAX_NCHANNELS=4: 4 x 12 MiB; a PCIe card's 2 channels: 2 x 12 MiB
+    assert communicator_bytes(ring, "h100-80gb", (9, 0),
+                              env={"NCCL_MAX_NCHANNELS": "4"})[0] == 48 * MiB
+    assert communicator_bytes(ring, "l40s", (8, 9), env={})[0] == 24 * MiB
+    # NCCL_MIN_NCHANNELS wins over the assumption: 32 x 12 MiB
+    assert communicator_bytes(ring, "h100-80gb", (9, 0),
+                              env={"NCCL_MIN_NCHANNELS": "32"})[0] == 384 * MiB
+    assert communicator_bytes(Communicator("solo", 1, ring=True), "h100-80gb", (9, 0),
+                              env={})[0] == 0  # nobody to connect to
+    # A pipeline stage that sends to the next stage and receives from the previous one:
+    # 16 p2p channels x (one receiving 10 MiB + one sending 2 MiB connection) = 192 MiB;
+    # NCCL_MAX_P2P_NCHANNELS=3 is rounded up to a power of two: 4 x 12 MiB.
+    pp = Communicator("pp", 4, send_peers=frozenset({2}), recv_peers=frozenset({0}))
+    assert communicator_bytes(pp, "h100-80gb", (9, 0), env={})[0] == 192 * MiB
+    assert communicator_bytes(pp, "h100-80gb", (9, 0),
+                              env={"NCCL_MAX_P2P_NCHANNELS": "3"})[0] == 48 * MiB
+    nbytes, basis = communicator_bytes(ring, "a100-80gb", (8, 0), env={})
+    assert nbytes == 192 * MiB and "P2P read" in basis and "Approximate" in basis
 
 
 def test_cuda_context_per_device():

@@ -4,7 +4,10 @@ import json
 
 import pytest
 
-from conftest import TESTS
+from memlens.worker_protocol import snapshot_folder_name
+from support.paths import TESTS
+
+pytestmark = pytest.mark.slow  # traces in fresh processes
 
 SCRIPTS = TESTS / "scripts"
 
@@ -14,7 +17,9 @@ def test_run_prints_the_report_and_writes_a_snapshot(memlens, tmp_path):
     assert out.returncode == 0, out.stderr
     for heading in ("Phases", "At the peak", "Top modules", "Top source lines"):
         assert heading in out.stdout
-    snaps = list((tmp_path / ".memlens" / "patterns").glob("*.json"))
+    # The folder the language server keeps the same script's snapshots in (worker_protocol).
+    folder = snapshot_folder_name("script", "patterns.py", str(SCRIPTS / "patterns.py"))
+    snaps = list((tmp_path / ".memlens" / folder).glob("*.json"))
     assert len(snaps) == 1
     shown = memlens("show", str(snaps[0]), "--json")
     assert shown.returncode == 0, shown.stderr
@@ -101,7 +106,7 @@ def test_missing_script(memlens, tmp_path):
 def test_unknown_device_lists_the_valid_ones(memlens):
     out = memlens("run", "--device", "h900", "--", str(SCRIPTS / "raises.py"))
     assert out.returncode == 1
-    assert "unknown device 'h900'; valid devices: h100-80gb, h100-94gb, h200, b200" in out.stderr
+    assert "unknown device 'h900'; valid devices: h100-80gb, h100-94gb, h100-96gb, h200, gh200-96gb" in out.stderr
 
 
 def test_trace_a_model_from_its_recipe(memlens):

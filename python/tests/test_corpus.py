@@ -16,7 +16,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from conftest import TESTS, run_memlens, run_python
+from support.paths import TESTS
+from support.runs import run_memlens, run_python
+
+pytestmark = pytest.mark.slow  # traces in fresh processes
 
 CORPUS = TESTS / "scripts" / "corpus"
 SCRIPTS = sorted(p.stem for p in CORPUS.glob("*.py"))

@@ -9,7 +9,11 @@ a large block it does not split (REFERENCES §3), so they may differ by that muc
 
 import json
 
-from conftest import TESTS
+import pytest
+
+from support.paths import TESTS
+
+pytestmark = pytest.mark.slow  # traces in fresh processes
 
 SCRIPT = str(TESTS / "scripts" / "korthikanti_layer.py")
 S, B, H, A = 1024, 1, 768, 12

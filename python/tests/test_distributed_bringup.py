@@ -13,19 +13,14 @@ import socket
 
 import pytest
 
-from conftest import run_memlens
-from support.ranks import SCRIPTS, model_state_bytes, trace_all
+from support.runs import run_memlens
+from support.ranks import SCRIPTS, local_shard, model_state_bytes, numel, padded_shard, trace_all
+
+pytestmark = pytest.mark.slow  # traces in fresh processes
 
 GPU = "h100-80gb"
 F32 = 4
 WORLD = 4
-
-
-def numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 @pytest.fixture(scope="module")
@@ -48,17 +43,6 @@ def llama_shapes() -> list[tuple[int, ...]]:
     block = [(DIM,), (DIM, DIM), (KV, DIM), (KV, DIM), (DIM, DIM), (DIM,), (FFN, DIM),
              (DIM, FFN), (FFN, DIM)]
     return [(VOCAB, DIM), *block * LAYERS, (DIM,), (VOCAB, DIM)]
-
-
-def padded_shard(shape, world: int) -> int:
-    """FSDP2 allocates each rank ceil(dim 0 / world) rows (the last ranks' padded)."""
-    return -(-shape[0] // world) * numel(shape[1:])
-
-
-def local_shard(shape, world: int, rank: int) -> int:
-    """The rank's own rows, torch.chunk's rule: Adam's state follows the unpadded local tensor."""
-    size = -(-shape[0] // world)
-    return max(0, min(size, shape[0] - rank * size)) * numel(shape[1:])
 
 
 def test_meta_device_model_is_sharded_materialised_and_initialised_per_rank(runs):

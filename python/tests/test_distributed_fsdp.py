@@ -10,9 +10,11 @@ import sys
 
 import pytest
 
-from conftest import TESTS
-from support.ranks import (DEVICE, SCRIPTS, allocations_of, model_state_bytes, peak_of,
-                           trace_all)
+from support.paths import TESTS
+from support.ranks import (DEVICE, SCRIPTS, allocations_of, local_shard, model_state_bytes,
+                           numel, padded_shard, peak_of, trace_all)
+
+pytestmark = pytest.mark.slow  # traces in fresh processes
 
 WORLD = 8
 SCRIPT = "fsdp2_train.py"
@@ -24,29 +26,6 @@ def shapes(vocab: int) -> list[tuple[int, ...]]:
     block = [(HIDDEN,), (HIDDEN,), (4 * HIDDEN, HIDDEN), (4 * HIDDEN,), (HIDDEN, 4 * HIDDEN),
              (HIDDEN,)]
     return [(vocab, HIDDEN), *block * LAYERS, (vocab, HIDDEN)]
-
-
-def numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
-def rows_of(length: int, world: int, rank: int) -> int:
-    """torch.chunk's rule, which FSDP follows: chunks of ceil(n / world), the last ones short."""
-    size = -(-length // world)
-    return max(0, min(size, length - rank * size))
-
-
-def padded_shard(shape, world: int) -> int:
-    """FSDP's padding rule: dim 0 padded to a multiple of the world size, split evenly."""
-    return -(-shape[0] // world) * numel(shape[1:])
-
-
-def local_shard(shape, world: int, rank: int) -> int:
-    """The rank's own chunk, unpadded (what DTensor's local tensor, and so Adam's state, holds)."""
-    return rows_of(shape[0], world, rank) * numel(shape[1:])
 
 
 # Adam's `step` counters are scalar tensors kept on the CPU next to GPU parameters, so they add

@@ -6,8 +6,10 @@ import json
 
 import pytest
 
-from conftest import run_memlens
+from support.runs import run_memlens
 from support.ranks import DEVICE, SCRIPTS
+
+pytestmark = pytest.mark.slow  # traces in fresh processes
 
 PROBE = str(SCRIPTS / "env_probe.py")
 

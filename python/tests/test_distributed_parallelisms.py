@@ -5,6 +5,8 @@ import pytest
 
 from support.ranks import max_alive, model_state_bytes, module, trace_all
 
+pytestmark = pytest.mark.slow  # traces in fresh processes
+
 F32 = 4
 
 

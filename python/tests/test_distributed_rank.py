@@ -2,8 +2,12 @@
 
 import json
 
-from conftest import run_memlens
+import pytest
+
+from support.runs import run_memlens
 from support.ranks import DEVICE, SCRIPTS, allocations_of
+
+pytestmark = pytest.mark.slow  # traces in fresh processes
 
 
 def test_the_rank_sees_torchrun_variables_and_working_groups(tmp_path):

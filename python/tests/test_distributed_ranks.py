@@ -2,10 +2,18 @@
 table, one snapshot per traced rank and an index naming them."""
 
 import json
+import textwrap
+import threading
+import time
 
-from conftest import run_memlens
+import pytest
+
+from support.runs import run_memlens
 from memlens.distributed.roles import chunk_length, compact, group_ranks
+from support.lsp import pid_alive
 from support.ranks import DEVICE, SCRIPTS, model_state_bytes
+
+pytestmark = pytest.mark.slow  # traces in fresh processes
 
 
 def _all(tmp_path, world, script, *args, jobs="2"):
@@ -108,3 +116,35 @@ def test_fsdp_over_tensor_parallel_groups_ranks_by_tp_coordinate(tmp_path):
     per_tp_rank = 512 + (1024 * 256 + 1024) // 2 + 256 * 1024 // 2 + 256
     assert model_state_bytes(snap)["parameter"] == 2 * 4 * per_tp_rank // 4
     assert snap["meta"]["device_key"] == ("cpu" if DEVICE == "cpu" else "cuda:1")
+
+
+def test_a_rank_whose_script_leaves_a_detached_child_answers_with_its_error(tmp_path):
+    """The rank's script starts a child in a session of its own (it holds the worker's pipes)
+    and raises: the rank's error comes back when the worker exits, and the child ends too."""
+    from memlens.distributed.workers import run_worker
+
+    pid_file = tmp_path / "child.pid"
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(f"""\
+        import subprocess, sys
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"],
+                                 start_new_session=True)
+        open({str(pid_file)!r}, "w").write(str(child.pid))
+        raise RuntimeError("rank 1 has no data")
+    """))
+    phases, results = [], []
+    argv = ["run", "--device", "cpu", "--world-size", "2", "--rank", "1", "--json", "--progress",
+            "json", "--no-snapshot", "--", str(script)]
+    thread = threading.Thread(target=lambda: results.append(
+        run_worker(argv, 1, lambda rank, phase: phases.append((rank, phase)))), daemon=True)
+    thread.start()
+    thread.join(150)  # the child sleeps 300 s: only waiting on the pipes would take that long
+    assert results, "the rank's worker did not answer"
+    res = results[0]
+    assert res.returncode == 1 and res.duration_s < 100 and (1, "starting") in phases
+    assert (res.error["file"], res.error["line"]) == (str(script), 5)
+    assert "rank 1 has no data" in res.error["message"]
+    child, deadline = int(pid_file.read_text()), time.monotonic() + 10
+    while pid_alive(child) and time.monotonic() < deadline:  # SIGKILL lands asynchronously
+        time.sleep(0.05)
+    assert not pid_alive(child)

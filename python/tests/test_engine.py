@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import torch
 import torch.nn as nn
 
@@ -145,6 +146,7 @@ def test_patches_and_hooks_are_undone():
     assert not isinstance(torch.empty(1), torch._subclasses.FakeTensor)
 
 
+@pytest.mark.slow  # traces in a fresh process
 def test_cuda_target_counts_whole_allocator_blocks(memlens, tmp_path):
     """On the CPU each allocation costs what it asks for; on a CUDA target it costs the block the
     caching allocator hands out: 512 B granularity in the small pool, and a large request whose

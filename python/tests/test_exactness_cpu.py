@@ -4,7 +4,10 @@ events, measured in a separate process by support/measure_cpu.py)."""
 
 import pytest
 
-from conftest import TESTS, real_and_traced_on_cpu
+from support.paths import TESTS
+from support.runs import real_and_traced_on_cpu
+
+pytestmark = pytest.mark.slow  # traces in fresh processes
 
 CASE = str(TESTS / "cases" / "train_case.py")
 TOLERANCE = 0.001  # 0.1 %

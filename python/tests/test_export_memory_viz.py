@@ -9,10 +9,12 @@ import pickletools
 import pytest
 from torch.cuda import _memory_viz as viz
 
-from conftest import TESTS
+from support.paths import TESTS
 from memlens import categories as C
 from memlens.errors import MemlensError
 from memlens.reports.memory_viz import memory_viz_snapshot
+
+pytestmark = pytest.mark.slow  # traces in fresh processes
 
 SCRIPT = TESTS / "scripts" / "grow.py"
 # What the viewer's JavaScript unpickler reads (MemoryViz.js `unpickle`): nothing else may
@@ -28,7 +30,7 @@ CASES = {"fits": (160, {}), "oom": (320, {}),
 
 @pytest.fixture(scope="module", params=sorted(CASES))
 def exported(request, tmp_path_factory):
-    from conftest import run_memlens
+    from support.runs import run_memlens
 
     batch, env = CASES[request.param]
     tmp = tmp_path_factory.mktemp(request.param)

@@ -21,8 +21,9 @@ from memlens.cuda.build import _driver_gpu_count, find_torch
 PYTHON_DIR = Path(__file__).resolve().parents[1]
 CUDA_BUILD = find_torch().cuda_build
 # Everything here is about machines without a GPU (with one, memlens loads no shim).
-pytestmark = pytest.mark.skipif(CUDA_BUILD and _driver_gpu_count() > 0,
-                                reason="a GPU is visible; these tests cover GPU-less machines")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(CUDA_BUILD and _driver_gpu_count() > 0,
+                                reason="a GPU is visible; these tests cover GPU-less machines")]
 # `make test` installs g++ (scripts/setup-system.sh) and sets MEMLENS_STRICT_TESTS: there a
 # missing compiler fails these tests instead of skipping them.
 needs_compiler = pytest.mark.skipif(

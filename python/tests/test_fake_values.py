@@ -3,7 +3,11 @@
 
 import json
 
-from conftest import run_python
+import pytest
+
+from support.runs import run_python
+
+pytestmark = pytest.mark.slow  # traces in fresh processes
 
 SCRIPT = '''
 import os, sys

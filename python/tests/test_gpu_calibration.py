@@ -11,7 +11,9 @@ import signal
 
 import pytest
 
-from conftest import TESTS
+from support.paths import TESTS
+
+pytestmark = pytest.mark.slow  # traces in fresh processes
 
 FIXTURES = sorted((TESTS / "fixtures" / "gpu").glob("*.json"))
 CASES = TESTS / "cases" / "calibration.py"

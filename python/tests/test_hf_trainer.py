@@ -13,8 +13,11 @@ import struct
 import pytest
 import torch
 
-from conftest import TESTS, run_memlens
+from support.paths import TESTS
+from support.runs import run_memlens
 from support.ranks import _rows, model_state_bytes
+
+pytestmark = pytest.mark.slow  # traces in fresh processes
 
 SCRIPTS = TESTS / "scripts" / "hf"
 

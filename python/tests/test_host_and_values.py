@@ -8,7 +8,10 @@ import sys
 
 import pytest
 
-from conftest import REPO, TESTS, run_memlens
+from support.paths import REPO, TESTS
+from support.runs import run_memlens
+
+pytestmark = pytest.mark.slow  # traces in fresh processes
 
 VALUES = TESTS / "scripts" / "values"
 MiB = 1024 * 1024

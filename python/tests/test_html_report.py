@@ -158,6 +158,7 @@ def test_a_missing_bundle_says_how_to_build_it(snapshot, tmp_path, monkeypatch):
         render_html(snapshot)
 
 
+@pytest.mark.slow  # traces in a fresh process
 def test_show_html_from_the_command_line(snapshot, fake_bundle, tmp_path, memlens):
     snap_path = tmp_path / "s.json"
     write_snapshot(hostile(snapshot), snap_path)

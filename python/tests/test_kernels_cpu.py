@@ -6,7 +6,10 @@ groups, batch sizes, conv1d, bf16, strided gradients, channels-last."""
 
 import pytest
 
-from conftest import TESTS, real_and_traced_on_cpu
+from support.paths import TESTS
+from support.runs import real_and_traced_on_cpu
+
+pytestmark = pytest.mark.slow  # traces in fresh processes
 
 CASE = str(TESTS / "cases" / "kernel_case.py")
 TOLERANCE = 0.001

@@ -1,8 +1,9 @@
 """Library memory on a CUDA target: the cuBLAS workspace is a real allocation of the step."""
 
+import pytest
 import torch
 
-from conftest import run_python
+from support.runs import run_python
 
 from memlens import categories as C
 from memlens.engine.tracer import Tracer
@@ -29,6 +30,7 @@ def workspaces(tracer):
 """
 
 
+@pytest.mark.slow  # traces in a fresh process
 def test_first_matmul_takes_one_workspace_that_is_never_freed():
     [ws] = run_python(WORKSPACES + """
 with Tracer("h100-80gb") as tracer:
@@ -43,6 +45,7 @@ result = workspaces(tracer)
     assert ws["before"] == "mm"  # right after the output of the first mm, as PyTorch does it
 
 
+@pytest.mark.slow  # traces in a fresh process
 def test_workspace_size_follows_the_card_and_cublas_workspace_config():
     a100 = run_python(WORKSPACES + """
 with Tracer("a100-80gb") as tracer:

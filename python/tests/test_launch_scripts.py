@@ -8,8 +8,11 @@ import sys
 
 import pytest
 
-from conftest import TESTS, run_memlens
+from support.paths import TESTS
+from support.runs import run_memlens
 from support.ranks import DEVICE
+
+pytestmark = pytest.mark.slow  # traces in fresh processes
 
 LAUNCH = TESTS / "scripts" / "launch"
 TINY = LAUNCH / "tiny_train.py"
@@ -206,3 +209,25 @@ def test_a_script_that_launches_nothing_says_why(tmp_path, script, flags, env, w
     if shown:  # the script's own stderr, after the message
         assert shown in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_what_the_script_leaves_running_ends_with_the_recording(tmp_path, monkeypatch):
+    """A background job in a session of its own holds the script's stderr: the recording
+    still ends with the script, and so does the job."""
+    import time
+
+    from memlens.targets.shell_record import record_launches
+    from support.lsp import pid_alive
+
+    (tmp_path / "train.sh").write_text("setsid sleep 300 &\necho $! > job.pid\n"
+                                       "torchrun --nproc_per_node 2 t.py --lr 1\n")
+    monkeypatch.chdir(tmp_path)
+    started = time.monotonic()
+    run = record_launches("train.sh", [])
+    assert time.monotonic() - started < 30 and run.returncode == 0, run.stderr
+    assert [(launch.launcher, launch.args) for launch in run.launches] == [
+        ("torchrun", ["--nproc_per_node", "2", "t.py", "--lr", "1"])]
+    job, deadline = int((tmp_path / "job.pid").read_text()), time.monotonic() + 10
+    while pid_alive(job) and time.monotonic() < deadline:  # SIGKILL lands asynchronously
+        time.sleep(0.05)
+    assert not pid_alive(job)

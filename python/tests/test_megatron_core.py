@@ -19,7 +19,7 @@ import pytest
 
 from support import megatron as M
 
-pytestmark = M.NEEDS
+pytestmark = [pytest.mark.slow, M.NEEDS]
 
 WORLD, TP, PP, DP = 8, 2, 2, 2
 LAST = WORLD - 1  # Megatron's default order puts the pipeline outermost: ranks 4-7 are stage 1
@@ -167,7 +167,7 @@ def _python(code: str) -> str:
     import os
     import subprocess
 
-    from conftest import REPO
+    from support.paths import REPO
 
     env = {**os.environ, "PYTHONPATH": str(REPO / "python")}
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from support import megatron as M
 
-pytestmark = M.NEEDS
+pytestmark = [pytest.mark.slow, M.NEEDS]
 
 # megatron.core's TransformerConfig: "num_attention_heads (8) must be a multiple of
 # tensor_model_parallel_size (3)."

@@ -1,15 +1,24 @@
 """A small MoE GPT with megatron.core (TP 1, EP 2, 4 experts, top-2, the alltoall dispatcher;
 2 ranks), traced for both ranks: each holds the experts its EP coordinate gives it, 2 of 4,
-whole; routing is drop-and-pad at capacity 1.0 (uniform load) and the snapshot says so."""
+whole. The router runs as configured (every load-balancing type, both dispatchers, no
+capacity), and the tokens per expert follow memlens' routing policy (MEMLENS_MOE_ROUTING).
+
+Tokens per expert: each rank routes T = s x b = 128 x 2 = 256 tokens to k = 2 experts.
+- balanced: 256 x 2 / 4 = 128 per expert from each of the 2 EP ranks: 256 per local expert;
+- worst: every token of both ranks to the traced rank's 2 experts: 2 x 256 = 512 each.
+An expert (GeLU MLP h -> FFN = 2h -> h, the routing probability applied after the GeLU) keeps
+per token 3 x FFN bf16 values: GeLU's input (fc1 output plus bias), GeLU's output (kept by the
+product with the probability) and that product (fc2's input): 3 x 512 x 2 B = 3,072 B, so
+256 tokens: 786,432 B; 512 tokens: 1,572,864 B."""
 
 from __future__ import annotations
 
-
 import pytest
 
+from memlens.plugins import megatron_routing
 from support import megatron as M
 
-pytestmark = M.NEEDS
+pytestmark = [pytest.mark.slow, M.NEEDS]
 
 EXPERTS, EP, TOPK, LAYERS = 4, 2, 2, 2
 GPT = M.Gpt(layers=LAYERS)
@@ -62,15 +71,82 @@ def test_model_states_count_the_local_experts_only(ranks):
     assert totals[0] == totals[1]
 
 
-def test_routing_is_uniform_and_noted(ranks):
+TOKENS = GPT.seq * GPT.micro_batch  # one rank's tokens
+EXPERT_BYTES_PER_TOKEN = 3 * FFN * 2
+
+
+def _expert_activations(snap: dict) -> list[int]:
+    mods = _modules(snap)
+    return [mods[f]["activation_bytes"] for f in mods
+            if ".local_experts." in f and f.count(".") == 8]
+
+
+def test_balanced_routing_by_default_and_noted(ranks):
+    per_expert = TOKENS * TOPK // EXPERTS * EP  # 256
     for snap in ranks:
-        mods = _modules(snap)
-        acts = {mods[f]["activation_bytes"] for f in mods
-                if ".local_experts." in f and f.count(".") == 8}
-        assert len(acts) == 1 and acts.pop() > 0  # every expert saw the same tokens
+        assert _expert_activations(snap) == [per_expert * EXPERT_BYTES_PER_TOKEN] * 4  # 786,432
         notes = snap["meta"].get("notes", [])
-        assert any("capacity factor 1.0" in n and "uniform" in n for n in notes), notes
+        assert any(n.startswith("MoE routing balanced (MEMLENS_MOE_ROUTING)") for n in notes)
+        assert not any("capacity factor" in n for n in notes), notes  # the config is the user's
         assert f"ep {snap['meta']['rank']}/2" in snap["meta"]["parallel"]["role"]
+
+
+def test_worst_case_routing_sends_every_token_to_this_ranks_experts(ranks, tmp_path):
+    """Both local experts (k = 2 of them) process all 512 tokens of the EP group: twice the
+    balanced activations (1,572,864 B each); the model states do not change."""
+    snap = M.trace(tmp_path, EP, 1, *FLAGS, env={"MEMLENS_MOE_ROUTING": "worst"})
+    assert _expert_activations(snap) == [EP * TOKENS * EXPERT_BYTES_PER_TOKEN] * 4
+    assert M.model_state_bytes(snap) == M.model_state_bytes(ranks[1])
+    assert any(n.startswith("MoE routing worst") for n in snap["meta"]["notes"])
+
+
+def test_worst_case_top1_loads_one_expert(tmp_path):
+    """Top-1, worst case: every token of both ranks to expert 0 (rank 0's first): 2 x 256 =
+    512 tokens, 1,572,864 B of activations in each layer's expert 0, none in expert 1. The
+    alltoall dispatcher sorts the received chunks (256, 0 from each rank) by expert with
+    host-side orders: no value of it is a placeholder."""
+    flags = ("--ep", str(EP), "--moe-experts", str(EXPERTS), "--moe-topk", "1", "--layers",
+             str(LAYERS))
+    snap = M.trace(tmp_path, EP, 0, *flags, env={"MEMLENS_MOE_ROUTING": "worst"})
+    assert _expert_activations(snap) == [EP * TOKENS * EXPERT_BYTES_PER_TOKEN, 0] * LAYERS
+    assert not [p for p in snap["summary"].get("placeholders", [])
+                if "token_dispatcher" in p["file"] or "moe_utils" in p["file"]]
+
+
+@pytest.mark.parametrize("flags", [("--moe-router-load-balancing-type", "sinkhorn"),
+                                   ("--moe-router-load-balancing-type", "seq_aux_loss"),
+                                   ("--moe-router-load-balancing-type", "none"),
+                                   ("--moe-dispatcher", "allgather")])
+def test_every_router_and_dispatcher_traces_with_the_policys_tokens(ranks, tmp_path, flags):
+    """The same 256 tokens per local expert (786,432 B of activations each) and model states
+    whatever the router balances by or the dispatcher moves tokens with (the allgather
+    dispatcher gathers all 512 tokens and keeps its experts' share)."""
+    snap = M.trace(tmp_path, EP, 0, *FLAGS, *flags)
+    assert _expert_activations(snap) == [TOKENS * TOPK // EXPERTS * EP *
+                                         EXPERT_BYTES_PER_TOKEN] * 4
+    assert M.model_state_bytes(snap) == M.model_state_bytes(ranks[0])
+
+
+def test_policy_counts():
+    count = megatron_routing.tokens_per_expert
+    assert count(256, 2, 4, range(0, 2), which="balanced") == [128] * 4
+    assert count(10, 2, 4, range(0, 2), which="balanced") == [5, 5, 5, 5]
+    assert count(9, 1, 4, range(0, 2), which="balanced") == [3, 2, 2, 2]
+    assert count(256, 2, 4, range(2, 4), which="worst") == [0, 0, 256, 256]
+    assert count(256, 2, 4, range(3, 4), which="worst") == [256, 0, 0, 256]  # then the next
+
+    class Config:  # a capacity factor of 1.5: ceil(256 x 2 / 4 x 1.5) = 192 per expert
+        moe_expert_capacity_factor, moe_pad_expert_input_to_capacity = 1.5, False
+
+    assert count(256, 2, 4, range(0, 2), Config, "worst") == [192, 192, 0, 0]
+    Config.moe_pad_expert_input_to_capacity = True
+    assert count(256, 2, 4, range(0, 2), Config, "worst") == [192] * 4
+
+
+def test_unknown_policy_is_an_error(monkeypatch):
+    monkeypatch.setenv("MEMLENS_MOE_ROUTING", "random")
+    with pytest.raises(ValueError, match="MEMLENS_MOE_ROUTING='random'.*balanced, worst"):
+        megatron_routing.policy()
 
 
 def test_distributed_optimizer_shards_experts_over_expert_data_parallel(tmp_path):

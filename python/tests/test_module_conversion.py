@@ -8,7 +8,11 @@ import json
 import subprocess
 import sys
 
-from conftest import TESTS
+import pytest
+
+from support.paths import TESTS
+
+pytestmark = pytest.mark.slow  # traces in fresh processes
 
 CASE = str(TESTS / "cases" / "kernel_case.py")
 ARGS = ["--net", "linear(256, 1024) relu linear(1024, 512) linear(512, 10)", "--input", "4,256",

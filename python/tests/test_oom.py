@@ -3,7 +3,11 @@ headroom; PYTORCH_CUDA_ALLOC_CONF read from the traced script's environment."""
 
 import json
 
-from conftest import TESTS
+import pytest
+
+from support.paths import TESTS
+
+pytestmark = pytest.mark.slow  # traces in fresh processes
 
 SCRIPT = TESTS / "scripts" / "grow.py"
 GiB, MiB = 1 << 30, 1 << 20

@@ -10,7 +10,10 @@ import sys
 
 import pytest
 
-from conftest import REPO, run_memlens
+from support.paths import REPO
+from support.runs import run_memlens
+
+pytestmark = pytest.mark.slow  # traces in fresh processes
 
 SCRIPT = "import torch\nw = torch.nn.Linear(256, 256)\nw(torch.randn(8, 256)).sum().backward()\n"
 # Linear(256, 256) in fp32 on the CPU target (no rounding): weight and bias.

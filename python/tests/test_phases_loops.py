@@ -10,7 +10,9 @@ import time
 
 import pytest
 
-from conftest import REPO, TESTS
+from support.paths import REPO, TESTS
+
+pytestmark = pytest.mark.slow  # traces in fresh processes
 
 SCRIPTS = TESTS / "scripts"
 

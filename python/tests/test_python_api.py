@@ -6,9 +6,10 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+import pytest
+
+from support.paths import REPO
 
 
 def readme_example() -> str:
@@ -17,6 +18,7 @@ def readme_example() -> str:
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
+@pytest.mark.slow  # traces in a fresh process
 def test_the_readme_example_counts_fp32_adamw_exactly(tmp_path):
     program = readme_example() + '\nprint("RESULT " + json.dumps(snap["summary"]))\n'
     env = {**os.environ, "PYTHONPATH": str(REPO / "python")}

@@ -2,14 +2,13 @@
 is an error naming the recipe file and the key."""
 
 import re
-from pathlib import Path
 
 import pytest
 
 from memlens.errors import MemlensError
 from memlens.targets.recipe import load_recipe
-
-REPO = Path(__file__).resolve().parents[2]
+from support.paths import REPO
+from support.runs import run_memlens
 
 
 def _readme_recipe() -> str:
@@ -29,6 +28,7 @@ def test_the_readme_example_reads_as_documented(tmp_path):
         "h100-80gb", 2, "autocast-bf16", "adamw")
     assert gpt.optimizer_args == {"fused": True, "weight_decay": 0.1}
     assert gpt.budget == "80 GiB" and gpt.lr == 3e-4 and gpt.batch == 8
+    assert gpt.sdpa_backend == "flash"
     assert gpt.init["n_layer"] == 12
     assert gpt.input_shape(gpt.inputs["idx"]) == [8, 1024]
     assert gpt.inputs["idx"].dtype == "int64" and gpt.inputs["idx"].high == 50257
@@ -50,6 +50,7 @@ def test_the_readme_example_reads_as_documented(tmp_path):
     ("budget = \"lots\"", "recipe key 'budget': not a size: 'lots'"),
     ("loss = \"max\"", "unknown loss 'max'"),
     ("precision = \"fp8\"", "unknown precision 'fp8'"),
+    ("sdpa_backend = \"xformers\"", "unknown SDPA backend 'xformers'; one of flash, efficient"),
     ("optimiser = \"adamw\"", "unknown recipe key(s): optimiser"),
 ])
 def test_a_wrong_key_type_or_value_names_the_file_and_the_key(tmp_path, line, message):
@@ -93,9 +94,8 @@ def test_a_memlens_entry_that_is_no_table_is_named_as_such(tmp_path):
     (["--iterations", "0"], "--iterations: iterations must be at least 1, got 0"),
     (["--loss", "max"], "--loss: unknown loss 'max'"),
 ])
+@pytest.mark.slow  # traces in a fresh process
 def test_command_line_overrides_obey_the_recipe_rules(flags, message):
-    from conftest import REPO, run_memlens
-
     out = run_memlens("trace", str(REPO / "examples" / "gpt" / "model.py:GPT"), "--device", "cpu",
                       *flags, "--no-snapshot")
     assert out.returncode == 1

@@ -1,7 +1,11 @@
 """nn.GRU on the simulated GPU of a CPU-only build: ATen's fused GRU cell gets a Meta kernel for
 the trace (patches/torch_cuda_semantics.py), removed after it."""
 
-from conftest import run_python
+import pytest
+
+from support.runs import run_python
+
+pytestmark = pytest.mark.slow  # traces in fresh processes
 
 
 def test_a_gru_trains_on_the_simulated_gpu_and_the_kernel_goes_with_the_trace():

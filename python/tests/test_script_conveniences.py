@@ -8,7 +8,9 @@ import sys
 
 import pytest
 
-from conftest import REPO, TESTS
+from support.paths import REPO, TESTS
+
+pytestmark = pytest.mark.slow  # traces in fresh processes
 
 SCRIPTS = TESTS / "scripts"
 GPT = SCRIPTS / "compiled_gpt.py"

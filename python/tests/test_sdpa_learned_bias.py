@@ -4,6 +4,10 @@ memory-efficient kernel takes it (memlens/cuda/sdpa.py)."""
 
 import json
 
+import pytest
+
+pytestmark = pytest.mark.slow  # traces in fresh processes
+
 SCRIPT = '''
 import torch, torch.nn as nn, torch.nn.functional as F
 heads, seq, dim = 4, 64, 32

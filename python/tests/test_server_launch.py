@@ -10,12 +10,12 @@ import json
 import pytest
 from lsprotocol import types as lsp
 
-from support.lsp import (MemlensClient, line_of, open_document, pid_alive,
+from support.lsp import (MemlensClient, apply_settings, line_of, open_document, pid_alive,
                          session_fixtures, uri)
 from support.lsp import execute as command
 from memlens.units import format_bytes
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
 SETTINGS = {"device": "cpu"}
 TRAIN = "launch:.vscode/launch.json:Train GPT (small)"
@@ -91,10 +91,8 @@ async def test_a_new_trace_of_the_same_target_replaces_the_running_one(client, w
     assert (await asyncio.wait_for(second, 30))["status"] == "cancelled"
 
 
-async def test_trace_on_save_retraces_what_the_file_feeds(client, workspace):
-    client.set_configuration({**SETTINGS, "traceOnSave": True}, section="memlens")
-    client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(
-        settings={"memlens": {**SETTINGS, "traceOnSave": True}}))
+async def test_trace_on_save_retraces_what_the_file_feeds(client, workspace, restore_settings):
+    await apply_settings(client, {**SETTINGS, "traceOnSave": True}, push=True)
     n = len(client.received("memlens/traceStarted"))
     client.text_document_did_save(lsp.DidSaveTextDocumentParams(
         lsp.TextDocumentIdentifier(uri(workspace / "model.py"))))
@@ -107,8 +105,6 @@ async def test_trace_on_save_retraces_what_the_file_feeds(client, workspace):
                  if f["targetId"] == TRAIN and f["status"] == "cancelled"],
         what="the cancelled save trace")
     assert finished
-    client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(
-        settings={"memlens": SETTINGS}))
 
 
 async def test_a_torchrun_line_given_as_a_full_target(client, workspace):

@@ -15,13 +15,13 @@ import pytest
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcException
 
-from support.lsp import (MemlensClient, line_of, open_document, pid_alive, session_fixtures,
-                         uri)
+from support.lsp import (MemlensClient, apply_settings, line_of, open_document, pid_alive,
+                         session_fixtures, uri)
 from support.lsp import execute as command
 from support.lsp import inlay_hints as hints
 from memlens.units import format_bytes
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
 SETTINGS = {"device": "cpu", "timeLimitSeconds": 300}
 GPT = "model:model.py:GPT"
@@ -187,11 +187,11 @@ async def test_annotations_notification_matches_the_hints(client: MemlensClient,
     assert [a["text"] for a in pulled["annotations"]] == [a["text"] for a in last["annotations"]]
 
 
-async def test_budget_warning_names_the_overrun(client: MemlensClient, workspace):
+async def test_budget_warning_names_the_overrun(client: MemlensClient, workspace,
+                                                restore_settings):
     u = uri(workspace / "model.py")
     peak = snapshot_of(workspace)["summary"]["peak_bytes"]
-    client.set_configuration({**SETTINGS, "budget": "1MiB"}, section="memlens")
-    client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(settings=None))
+    await apply_settings(client, {**SETTINGS, "budget": "1MiB"})
     diags = await client.wait_until(
         lambda: [d for d in client.diagnostics.get(u, []) if d.code == "over-budget"],
         what="the budget diagnostic")
@@ -201,9 +201,7 @@ async def test_budget_warning_names_the_overrun(client: MemlensClient, workspace
     assert d.message.startswith(f"Peak memory {format_bytes(peak)} exceeds the budget of "
                                 f"1.0 MiB by {format_bytes(peak - 1024**2)} (cpu, rank 0 of 1")
     # Back to the default budget (the device's memory): the warning goes away.
-    client.set_configuration(SETTINGS, section="memlens")
-    client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(
-        settings={"memlens": SETTINGS}))
+    await apply_settings(client, SETTINGS, push=True)
     await client.wait_until(lambda: not [d for d in client.diagnostics.get(u, [])
                                          if d.code == "over-budget"], what="no budget warning")
 
@@ -269,10 +267,9 @@ async def test_progress_cancel_button_ends_the_worker(client: MemlensClient, wor
     assert client.progress_reports[token][-1].message == "cancelled"
 
 
-async def test_a_worker_past_its_time_limit_is_stopped(client: MemlensClient, workspace):
-    client.set_configuration({**SETTINGS, "timeLimitSeconds": 8}, section="memlens")
-    client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(settings=None))
-    await asyncio.sleep(0.5)
+async def test_a_worker_past_its_time_limit_is_stopped(client: MemlensClient, workspace,
+                                                      restore_settings):
+    await apply_settings(client, {**SETTINGS, "timeLimitSeconds": 8})
     (workspace / "slow_pids.txt").unlink(missing_ok=True)
     n = len(client.received("memlens/traceStarted"))
     result = await command(client, "memlens.trace", {"targetId": "script:slow_train.py"}, 120)
@@ -287,8 +284,6 @@ async def test_a_worker_past_its_time_limit_is_stopped(client: MemlensClient, wo
                             "the worker (and its child) to end")
     diags = client.diagnostics.get(uri(workspace / "slow_train.py"), [])
     assert any("time limit of 8 s" in d.message for d in diags)
-    client.set_configuration(SETTINGS, section="memlens")
-    client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(settings=None))
 
 
 async def test_edits_move_annotations_and_mark_them_stale(client: MemlensClient, workspace):

@@ -16,16 +16,16 @@ import sys
 
 import pytest
 
-from conftest import run_memlens
+from support.runs import run_memlens
 from support.lsp import REPO, line_of, make_workspace
 from memlens.units import format_bytes
 
 NVIM = shutil.which("nvim")
 # `make test` installs Neovim (scripts/setup-system.sh) and sets MEMLENS_STRICT_TESTS: there a
 # missing nvim fails the test instead of skipping it.
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     NVIM is None and not os.environ.get("MEMLENS_STRICT_TESTS"),
-    reason="Neovim is not installed (scripts/setup-system.sh installs it)")
+    reason="Neovim is not installed (scripts/setup-system.sh installs it)")]
 
 INIT_LUA = r"""
 local ws, out_path = os.getenv("MEMLENS_WS"), os.getenv("MEMLENS_OUT")

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from memlens.server.output_log import TraceOutputLog
@@ -68,13 +66,18 @@ workspace, client = session_fixtures({"device": "cpu", "timeLimitSeconds": 300})
 
 
 @pytestmark_lsp
+@pytest.mark.slow  # a language server tracing in a fresh process
 async def test_a_loud_script_reaches_the_client_truncated(client: MemlensClient, workspace):
     script = workspace / "loud_train.py"
     script.write_text(LOUD)  # 200,000 lines, 10.6 MB
     open_document(client, script)
     result = await execute(client, "memlens.trace", {"targetId": "script:loud_train.py"})
     assert result["status"] == "ok", result
-    await asyncio.sleep(0.5)  # the last notifications
+    # The server forwards all of the worker's output before it answers the command; some of
+    # it says where the full log is.
+    await client.wait_until(lambda: any("; full log at " in m.message
+                                        for m in client.log_messages), 10,
+                            "the note that says where the full log is")
     ours = [m.message for m in client.log_messages if m.message.startswith("[loud_train.py] ")]
     noise = [m for m in ours if "noise " in m]
     # At most the byte budget (1,000,000) of 58-byte lines reach the client: 17,241; fewer

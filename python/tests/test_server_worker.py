@@ -16,11 +16,13 @@ from memlens.server.digest import digest_file
 from memlens.server.index import SnapshotIndex
 from memlens.server.settings import Settings
 from memlens.server.targets import TargetInfo
-from memlens.server.tracing import (TraceRequest, build_command, explain_failure,
-                                    progress_text, traceback_frames)
-from memlens.server.worker import Worker, WorkerResult, memlens_env
+from memlens.server.tracing import (TraceRequest, explain_failure, progress_text,
+                                    traceback_frames)
+from memlens.server.worker import Worker, WorkerResult
+from memlens.worker_protocol import final_json, normalize_path, trace_command
 
-from conftest import TESTS, run_memlens
+from support.paths import TESTS
+from support.runs import run_memlens
 from support.lsp import pid_alive
 
 PY = sys.executable
@@ -103,6 +105,56 @@ def test_time_limit_ends_the_worker_and_its_children(tmp_path):
     assert _gone(worker, child)
 
 
+@pytest.mark.slow  # traces or waits out a time limit in fresh processes
+def test_time_limit_ends_children_that_left_the_group(tmp_path):
+    """A child in a session of its own (start_new_session=True): no group kill reaches it, and it
+    holds the worker's pipes; the time limit still answers at the limit, and ends it."""
+    pid_file = tmp_path / "pids"
+    code = textwrap.dedent(f"""
+        import os, subprocess, sys, time
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"],
+                                 start_new_session=True)
+        open({str(pid_file)!r}, "w").write(f"{{os.getpid()}} {{child.pid}}")
+        time.sleep(300)
+    """)
+    w = Worker([PY, "-c", code], str(tmp_path), dict(os.environ), 3, None)
+    result = run(asyncio.wait_for(w.run(), 60))
+    assert result.status == "timeout" and 3 <= result.duration_s < 15
+    worker, child = map(int, pid_file.read_text().split())
+    assert os.getsid(child) == child  # it did leave the worker's session
+    assert _gone(worker, child)
+
+
+@pytest.mark.slow  # traces or waits out a time limit in fresh processes
+def test_time_limit_ends_a_daemon_that_dropped_its_environment(tmp_path):
+    """A double fork and setsid, the grandchild exec'd with an empty environment (so without the
+    worker's mark): re-parented to the worker, a subreaper, it is found from the worker down."""
+    pid_file = tmp_path / "daemon"
+    code = textwrap.dedent(f"""
+        import os, sys, time
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                os.execve(sys.executable, [sys.executable, "-c",
+                          "import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid()));"
+                          " time.sleep(300)"], {{}})
+            os._exit(0)
+        os.wait()
+        time.sleep(300)
+    """)
+    w = Worker([PY, "-c", code], str(tmp_path), dict(os.environ), 5, None)
+
+    async def go():
+        task = asyncio.ensure_future(w.run())
+        daemon = int((await _wait_file(pid_file))[0])
+        assert int(open(f"/proc/{daemon}/stat").read().rsplit(")", 1)[1].split()[1]) == w.pid
+        return await asyncio.wait_for(task, 60), daemon
+
+    result, daemon = run(go())
+    assert result.status == "timeout" and 5 <= result.duration_s < 20
+    assert _gone(w.pid, daemon)
+
+
 def test_memory_limit_applies_to_the_worker(tmp_path):
     code = "b = bytearray(1024 * 1024 * 1024)\nprint('{\"allocated\": true}')"
     limited = run(Worker([PY, "-c", code], str(tmp_path), dict(os.environ), 60,
@@ -125,14 +177,14 @@ def _target(kind, **kw):
 
 def test_worker_command_lines():
     model = TraceRequest(_target("model", symbol="GPT"), "h100-80gb", iterations=3)
-    argv, cwd, env = build_command(model, "/ws/.memlens/s.json", "/py")
+    argv, cwd, env = trace_command(model, "/ws/.memlens/s.json", "/py")
     assert argv == ["/py", "-m", "memlens", "trace", "/ws/model.py:GPT", "--device", "h100-80gb",
-                    "--json", "--progress", "json", "--snapshot", "/ws/.memlens/s.json",
-                    "--iterations", "3"]
+                    "--json", "--progress", "json", "--with-digest", "--snapshot",
+                    "/ws/.memlens/s.json", "--iterations", "3"]
     assert cwd == "/ws" and env["PYTHONPATH"].split(os.pathsep)[0] == str(TESTS.parent)
     launch = _target("launch", program="/ws/train.py", args=["--lr", "1"], world_size=8,
                      env={"OMP_NUM_THREADS": "1"}, cwd="/ws/run")
-    argv, cwd, env = build_command(TraceRequest(launch, "cpu", rank=5), "/s.json", "/py")
+    argv, cwd, env = trace_command(TraceRequest(launch, "cpu", rank=5), "/s.json", "/py")
     assert argv[3:4] == ["run"] and argv[-4:] == ["--", "/ws/train.py", "--lr", "1"]
     assert argv[argv.index("--world-size") + 1] == "8" and "--rank" in argv
     assert cwd == "/ws/run" and env["OMP_NUM_THREADS"] == "1"
@@ -141,12 +193,12 @@ def test_worker_command_lines():
     torchrun = _target("torchrun", path="/ws/scripts/train.sh", line=4, program="/ws/train.py",
                        args=["--lr", "1"], world_size=8, env={"OMP_NUM_THREADS": "1"},
                        cwd="/ws")
-    argv, cwd, env = build_command(TraceRequest(torchrun, "cpu", rank=5), "/s.json", "/py")
+    argv, cwd, env = trace_command(TraceRequest(torchrun, "cpu", rank=5), "/s.json", "/py")
     assert argv[-2:] == ["--from-script", "/ws/scripts/train.sh:5"] and "--" not in argv
     assert "--world-size" not in argv and argv[argv.index("--rank") + 1] == "5"
     assert cwd == "/ws" and env.get("OMP_NUM_THREADS") == os.environ.get("OMP_NUM_THREADS")
     module = _target("launch", module="pkg.train", world_size=1)
-    argv, _, _ = build_command(TraceRequest(module, "cpu", all_ranks=True), "/s.json", "/py")
+    argv, _, _ = trace_command(TraceRequest(module, "cpu", all_ranks=True), "/s.json", "/py")
     assert argv[-3:] == ["--", "-m", "pkg.train"] and "--world-size" not in argv
     assert argv[argv.index("--ranks") + 1] == "all"
 
@@ -192,6 +244,7 @@ def tiny_snapshot(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow  # traces in a fresh process
 def test_digest_of_a_real_snapshot(tiny_snapshot):
     d = digest_file(tiny_snapshot)
     assert "error" not in d, d.get("error")
@@ -219,6 +272,7 @@ def test_digest_of_a_bad_file_is_an_error_message(tmp_path, text, message):
     assert message in d["error"] and set(d) == {"path", "error"}
 
 
+@pytest.mark.slow  # traces in a fresh process
 def test_digest_refuses_indices_out_of_range(tiny_snapshot, tmp_path):
     snap = json.loads(tiny_snapshot.read_text())
     snap["tensors"][0]["stack"] = 10_000
@@ -227,6 +281,43 @@ def test_digest_refuses_indices_out_of_range(tiny_snapshot, tmp_path):
     assert "index out of range" in digest_file(bad)["error"]
 
 
+@pytest.mark.slow  # traces in a fresh process
+def test_the_cli_and_the_server_keep_a_targets_snapshots_in_one_folder(tmp_path):
+    model_file = TESTS / "scripts" / "model_factory.py"
+    done = run_memlens("trace", f"{model_file}:Tiny", "--device", "cpu", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    written = [p.parent.name for p in (tmp_path / ".memlens").glob("*/*.json")]
+    target = TargetInfo(id="model:model_factory.py:Tiny", kind="model", name="Tiny",
+                        path=normalize_path(str(model_file)), line=3, symbol="Tiny")
+    assert written == [target.slug] and target.slug.startswith("model-Tiny-")
+
+
+@pytest.mark.slow  # traces in a fresh process
+def test_the_digest_the_worker_sends_is_not_read_again(tmp_path):
+    """The worker's final line carries the snapshot's digest, the same as reading the file
+    gives; the index takes it as it is, and a refresh starts no helper process for it."""
+    ws = tmp_path / "ws"
+    snapshot = ws / ".memlens" / "model-Tiny-12345678" / "20260101-000000-000000.json"
+    done = run_memlens("trace", f"{TESTS / 'scripts' / 'model_factory.py'}:Tiny", "--device",
+                       "cpu", "--json", "--with-digest", "--snapshot", str(snapshot))
+    assert done.returncode == 0, done.stderr
+    sent = final_json(done.stdout)["digest"]
+    assert sent == digest_file(snapshot)
+    tiny = next(m for m in sent["modules"] if m["cls"] == "Tiny")
+    assert tiny["bytes"]["parameter"] == (16 * 16 + 16) * 4  # Linear(16, 16), float32
+    read: list[list[str]] = []
+
+    async def helper(paths):
+        read.append(paths)
+        return [digest_file(p) for p in paths]
+
+    index = SnapshotIndex(runner=helper)
+    entry = index.add(str(snapshot), sent)
+    assert run(index.refresh([str(ws)])) is False and read == []
+    assert index.usable() == [entry] and entry.digest is sent
+
+
+@pytest.mark.slow  # traces in a fresh process
 def test_index_keeps_the_newest_snapshot_per_target(tiny_snapshot, tmp_path):
     ws = tmp_path / "ws"
     d = ws / ".memlens" / "model-Tiny-12345678"
@@ -255,7 +346,56 @@ def test_index_keeps_the_newest_snapshot_per_target(tiny_snapshot, tmp_path):
     assert len(logged) == 1 and "broken" in logged[0]
 
 
-def test_worker_environment_imports_this_memlens():
-    env = memlens_env({"PYTHONPATH": "/extra", "MEMLENS_SERVER": "1"}, {"A": "1"})
-    assert env["PYTHONPATH"].split(os.pathsep) == [str(TESTS.parent), "/extra"]
-    assert env["A"] == "1" and "MEMLENS_SERVER" not in env
+# -- a traced script's children end with the trace, whatever they do ------------------------
+def _script_with_a_child(tmp_path, detached: bool, raises: bool):
+    """A training script that starts a child sleeping 300 s (in a session of its own, or in the
+    worker's group holding its pipes) and then ends or raises; returns (script, pid file, the
+    line of the raise)."""
+    pid_file = tmp_path / "child.pid"
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(f"""\
+        import subprocess, sys
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"],
+                                 start_new_session={detached})
+        open({str(pid_file)!r}, "w").write(str(child.pid))
+        {'raise RuntimeError("the loader is broken")' if raises else 'print("done")'}
+    """))
+    return script, pid_file, 5
+
+
+LIMIT = 120  # seconds: a trace of these scripts takes ~10 s on a loaded two-core machine
+
+
+def _trace_script(tmp_path, script):
+    """What memlens.trace runs for a script target, to its end."""
+    target = _target("script", path=str(script), program=str(script), folder=str(tmp_path))
+    req = TraceRequest(target, "cpu", iterations=1)
+    argv, cwd, env = trace_command(req, str(tmp_path / "snap.json"), PY)
+    worker = Worker(argv, cwd, env, LIMIT, None)
+    # Past the child's own 300 s only if nothing ends it: the test fails instead of hanging.
+    result = run(asyncio.wait_for(worker.run(), LIMIT + 60))
+    return result, explain_failure(result, req, Settings(timeLimitSeconds=LIMIT), PY)
+
+
+@pytest.mark.slow  # traces or waits out a time limit in fresh processes
+@pytest.mark.parametrize("raises", [False, True], ids=["finishes", "raises"])
+def test_a_child_in_its_own_session_neither_delays_the_trace_nor_outlives_it(tmp_path, raises):
+    script, pid_file, line = _script_with_a_child(tmp_path, detached=True, raises=raises)
+    result, error = _trace_script(tmp_path, script)
+    assert result.duration_s < LIMIT / 2
+    if raises:
+        assert result.status == "failed"
+        assert (error["kind"], error["file"], error["line"]) == ("ScriptError", str(script), line)
+        assert "the loader is broken" in error["message"]
+    else:
+        assert result.status == "ok" and result.output["peak_bytes"] == 0  # no tensors at all
+    assert _gone(int(pid_file.read_text()))
+
+
+@pytest.mark.slow  # traces or waits out a time limit in fresh processes
+def test_a_child_holding_the_pipes_does_not_turn_the_error_into_a_timeout(tmp_path):
+    script, pid_file, line = _script_with_a_child(tmp_path, detached=False, raises=True)
+    result, error = _trace_script(tmp_path, script)
+    assert result.status == "failed" and result.duration_s < LIMIT / 2
+    assert (error["kind"], error["file"], error["line"]) == ("ScriptError", str(script), line)
+    assert _gone(int(pid_file.read_text()))

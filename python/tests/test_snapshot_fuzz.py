@@ -14,7 +14,10 @@ import sys
 
 import pytest
 
-from conftest import REPO, run_memlens, traced_gpu_snapshot
+from support.paths import REPO
+from support.runs import run_memlens, traced_gpu_snapshot
+
+pytestmark = pytest.mark.slow  # traces in fresh processes
 
 SEED = 15
 CASES = 60

@@ -5,7 +5,10 @@ import json
 
 import pytest
 
-from conftest import REPO, run_memlens, traced_gpu_snapshot
+from support.paths import REPO
+from support.runs import run_memlens, traced_gpu_snapshot
+
+pytestmark = pytest.mark.slow  # traces in fresh processes
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import { compareSnapshots } from '../../webview/data/compare';
 import {
   closeBrowser,
   cspViolations,
+  cudaStreamsSnapshot,
   embedJson,
   gptSnapshot,
   makeReport,
@@ -362,6 +363,21 @@ test('a snapshot that fails validation shows the error, not a blank page', T, as
     assert.deepEqual(o.log.errors, [], name);
     await o.context.close();
   }
+});
+
+test('the rows next to the allocator’s memory are the snapshot’s, with their basis', T, async () => {
+  const file = cudaStreamsSnapshot();
+  const s = readSnapshot(file).summary;
+  const o = await openReport(makeReport(file, path.join(out, 'cuda-streams.html')));
+  const rows = await o.page.$$eval('#outside-allocator .outside-item', (items) =>
+    items.map((r) => [r.firstElementChild?.textContent ?? '', Number(r.getAttribute('data-bytes')), r.getAttribute('title') ?? '']),
+  );
+  const items = s.outside_allocator ?? [];
+  assert.deepEqual(rows, items.map((i) => [i.label, i.bytes, i.basis]));
+  // The CUDA context, and a cuBLAS workspace for each stream that ran a matmul.
+  assert.deepEqual(rows.map((r) => r[0]), ['CUDA context (h100-80gb)', 'cuBLAS workspace x1', 'cuBLAS workspace x1 (stream 1)']);
+  assert.match((await o.page.textContent('#outside-allocator')) ?? '', new RegExp(`reserved peak ${formatBytes(s.reserved_peak_bytes ?? -1)}`));
+  await o.context.close();
 });
 
 test('100,000 tensors: the table stays virtual and scrolls to the last row', T, async () => {

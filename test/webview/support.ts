@@ -60,6 +60,18 @@ export function gptSnapshot(batch: number, layers = 4): string {
   return file;
 }
 
+/** A simulated-GPU trace of python/tests/scripts/cuda_streams.py (streams, two cuBLAS
+ * workspaces), for what only a CUDA target shows. */
+export function cudaStreamsSnapshot(): string {
+  const script = 'python/tests/scripts/cuda_streams.py';
+  const file = path.join(cache, `cuda-streams-${engineHash(script)}.json`);
+  if (!existsSync(file)) {
+    mkdirSync(cache, { recursive: true });
+    memlens(['run', '--device', 'h100-80gb', '--progress', 'none', '--snapshot', file, '--', script]);
+  }
+  return file;
+}
+
 export function readSnapshot(file: string): Snapshot {
   return JSON.parse(readFileSync(file, 'utf8')) as Snapshot;
 }

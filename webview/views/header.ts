@@ -3,7 +3,7 @@
 import { CATEGORY_LABELS } from '../data/categories';
 import { categoryVariable } from '../data/colors';
 import { formatBytes, formatShare } from '../data/format';
-import { CATEGORIES, type Meta } from '../../common/snapshot';
+import { CATEGORIES, type Meta, type Summary } from '../../common/snapshot';
 import type { Context } from '../context';
 import { el, replace, swatch } from '../dom';
 
@@ -109,7 +109,28 @@ export function renderHeader(root: HTMLElement, ctx: Context): void {
     filters.appendChild(chip);
   }
 
-  replace(root, title, peakRow, el('div', { class: 'facts muted' }, facts.join(' · ')), legend, ...notes, filters);
+  replace(root, title, peakRow, el('div', { class: 'facts muted' }, facts.join(' · ')), legend, ...notes, nextToAllocator(s.summary), filters);
+}
+
+/** "Next to the allocator's memory": the snapshot's line items as the terminal report lists
+ * them (memory outside the caching allocator, and library workspaces inside it), each with
+ * its basis; nothing on a CPU target. */
+function nextToAllocator(summary: Summary): HTMLElement | null {
+  const items = summary.outside_allocator ?? [];
+  if (!items.length) return null;
+  const rows = items.map((item) =>
+    el(
+      'div',
+      { class: 'outside-item', title: item.basis, 'data-bytes': item.bytes },
+      el('span', null, item.label),
+      el('span', { class: 'num' }, formatBytes(item.bytes)),
+      el('span', { class: 'muted' }, item.counted_by_allocator ? 'in reserved' : 'outside'),
+      el('span', { class: 'muted' }, item.short_basis ?? item.basis),
+    ),
+  );
+  const reserved = summary.reserved_peak_bytes;
+  const heading = reserved != null ? `Next to the allocator's memory (reserved peak ${formatBytes(reserved)})` : "Next to the allocator's memory";
+  return el('div', { class: 'outside', id: 'outside-allocator' }, el('div', { class: 'label' }, heading), ...rows);
 }
 
 /** The iterations traced, never only those asked for: '1 iteration (forward passes; the script

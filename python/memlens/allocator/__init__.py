@@ -9,7 +9,7 @@ from .caching import AllocResult, CachingAllocatorModel
 from .config import AllocatorConfig, AllocatorConfigError, parse_alloc_conf
 from .oom import OomInfo
 from .outside import (OutsideItem, cublas_workspace_bytes, cublas_workspace_items,
-                      cuda_context_items, cudnn_workspace_items, nccl_buffer_items)
+                      cuda_context_items, cudnn_workspace_items)
 from .replay import ReplayResult, replay
 from .sizes import allocation_size, format_size, round_size
 from .snapshot import memory_snapshot
@@ -18,5 +18,5 @@ __all__ = [
     "AllocResult", "AllocatorConfig", "AllocatorConfigError", "CachingAllocatorModel",
     "OomInfo", "OutsideItem", "ReplayResult", "allocation_size", "cublas_workspace_bytes",
     "cublas_workspace_items", "cuda_context_items", "cudnn_workspace_items", "format_size",
-    "memory_snapshot", "nccl_buffer_items", "parse_alloc_conf", "replay", "round_size",
+    "memory_snapshot", "parse_alloc_conf", "replay", "round_size",
 ]

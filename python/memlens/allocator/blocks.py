@@ -24,7 +24,8 @@ _ADDR_MASK = (1 << _ADDR_BITS) - 1
 
 class Block:
     __slots__ = ("size", "addr", "stream", "pool", "allocated", "mapped", "prev", "next",
-                 "requested", "segment", "gc_count_base", "block_id")
+                 "requested", "segment", "gc_count_base", "block_id", "stream_uses",
+                 "event_count")
 
     def __init__(self, size: int, addr: int, stream: int, pool: "BlockPool",
                  segment: "ExpandableSegment | None" = None, mapped: bool = True) -> None:
@@ -40,6 +41,8 @@ class Block:
         self.segment = segment  # the ExpandableSegment holding this block, if any
         self.gc_count_base = 0  # pool.get_free_blocks_call_count when it was cached
         self.block_id: int | None = None
+        self.stream_uses: set[int] | None = None  # other streams that used it (record_stream)
+        self.event_count = 0  # outstanding end-of-use events (stream_events.py)
 
     def is_split(self) -> bool:
         return self.prev is not None or self.next is not None

@@ -9,8 +9,12 @@ What it follows, by the C++ function it imitates:
 - free: free_block merges free neighbours back and caches the block (inactive_split counts
   the free pieces of segments that cannot be released).
 - expandable_segments: find_expandable_block / map_block / unmap_block on ExpandableSegment.
-What it leaves out: frees are immediate (no cross-stream events or recordStream), no CUDA graph
-private pools or MemPools, cudaMalloc never fails for fragmentation of the driver's own address
+- streams: each free pool is searched by the requesting stream only (BlockPool keyed by stream,
+  as get_free_block's search key), and recordStream / insert_events / process_events /
+  synchronize_and_free_events defer the return of a block other streams used (see
+  stream_events.py for when such a block is taken to be done with).
+What it leaves out: no CUDA graph private pools or MemPools, active == allocated (a block
+waiting for its events is not counted as active), cudaMalloc never fails for fragmentation of the driver's own address
 space, and addresses come from a bump allocator rather than the driver.
 """
 
@@ -18,13 +22,14 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from . import expandable
+from . import expandable, release
 from .blocks import Block, BlockPool
 from .config import SIZE_MAX, AllocatorConfig, AllocatorConfigError
 from .expandable import ExpandableSegment
 from .oom import ONE_EXABYTE, OomInfo, exabyte_oom, oom_message
 from .sizes import MIN_BLOCK_SIZE, ROUND_LARGE, SMALL_SIZE, allocation_size, round_size
 from .stats import ALLOCATED_BYTES, RESERVED_BYTES, SEGMENT, DeviceStats
+from .stream_events import StreamEvents
 
 _BASE_ADDRESS = 0x7F0000000000  # where the model's fake device pointers start
 
@@ -75,6 +80,8 @@ class CachingAllocatorModel:
         self.expandable_segments: list[ExpandableSegment] = []
         self._next_address = _BASE_ADDRESS
         self.history: list[dict] | None = [] if record_history else None
+        self.events = StreamEvents()  # blocks freed while other streams may use them
+        self.clock = 0  # one tick per malloc and free: when stream events were recorded
 
     # -- public API ------------------------------------------------------------------------
     @property
@@ -90,6 +97,9 @@ class CachingAllocatorModel:
     def malloc(self, block_id: int, nbytes: int, stream: int = 0) -> AllocResult:
         if block_id in self.active or block_id in self._empty_ids:
             raise ValueError(f"block id {block_id} is already allocated")
+        self.clock += 1
+        if self.events:
+            self._process_events()
         if nbytes == 0:
             self._empty_ids.add(block_id)
             return AllocResult(True, block_id, 0, 0, None, stream)
@@ -125,13 +135,39 @@ class CachingAllocatorModel:
             self._empty_ids.discard(block_id)
             return
         block = self.active.pop(block_id)  # KeyError: never allocated, or freed twice
+        self.clock += 1
         block.allocated = False
         self.stats.block_freed(block.pool.stat_type, block.size, block.requested)
         if self.history is not None:
             self._trace("free_requested", block.addr, block.requested, block.stream, block_id)
         if block.size >= self._max_split:
             self.stats.oversize_allocations.decrease(1)
-        self._free_block(block)
+        if block.stream_uses:
+            uses, block.stream_uses = block.stream_uses, None
+            self.events.insert(block, uses, self.clock)  # insert_events
+        else:
+            self._free_block(block)
+
+    def record_stream(self, block_id: int, stream: int) -> None:
+        """Tensor.record_stream(s) on the block: its free waits for the work queued on `s`.
+        Uses on the allocation stream need no synchronisation and are ignored, as in PyTorch.
+        An id the model does not hold (a zero-byte or refused allocation) is ignored too."""
+        block = self.active.get(block_id)
+        if block is None or stream == block.stream:
+            return
+        if block.stream_uses is None:
+            block.stream_uses = set()
+        block.stream_uses.add(stream)
+
+    def stream_waited(self, waiter: int, stream: int, marker: int | None = None) -> None:
+        """`waiter` (a stream id, or stream_events.HOST) waited for `stream`'s work up to the
+        model's tick `marker` (default: now). Blocks it completes come back at the next
+        malloc, as process_events runs there."""
+        self.events.waited(waiter, stream, self.clock if marker is None else marker)
+
+    def _process_events(self) -> None:
+        for block in list(self.events.completed()):
+            self._free_block(block)
 
     def empty_cache(self) -> None:
         """torch.cuda.empty_cache(): release_cached_blocks."""
@@ -222,8 +258,8 @@ class CachingAllocatorModel:
 
     def _try_merge(self, dst: Block, src: Block | None) -> int:
         """try_merge_blocks: absorb a free neighbour of the same mapping state."""
-        if src is None or src.allocated or src.mapped != dst.mapped:
-            return 0
+        if src is None or src.allocated or src.event_count or src.mapped != dst.mapped:
+            return 0  # (a block waiting for other streams' events is not free yet)
         if dst.prev is src:
             dst.addr = src.addr
             dst.prev = src.prev
@@ -276,29 +312,13 @@ class CachingAllocatorModel:
         block.pool.remove(block)
 
     def _release_available_cached_blocks(self, pool: BlockPool, stream: int, size: int) -> bool:
-        """Free oversize cached segments until one request's worth is back (only with
-        max_split_size_mb set): the best-fitting one, else the largest ones downwards."""
-        if self._max_split == SIZE_MAX:
-            return False
-        target = max(size, self._max_split)
-        position, block = pool.best_fit(stream, target)
-        if block is not None and block.segment is None:
-            self._release_block(block)
-            return True
-        released = 0
-        position -= 1
-        while released < target and position >= 0:
-            block = pool.at(stream, position)
-            if block.size < self._max_split:
-                break
-            if block.segment is None:
-                released += block.size
-                self._release_block(block)
-            position -= 1
-        return released >= target
+        return release.release_available_cached_blocks(self, pool, stream, size)
 
     def _release_cached_blocks(self) -> bool:
-        """Free every cached segment no block is using; unmap free pages of expandable ones."""
+        """Free every cached segment no block is using; unmap free pages of expandable ones.
+        First synchronize_and_free_events: blocks waiting for other streams come back."""
+        for block in list(self.events.drain()):
+            self._free_block(block)
         for pool in (self.large_pool, self.small_pool):
             to_unmap = []
             for block in list(pool.blocks()):
@@ -314,29 +334,7 @@ class CachingAllocatorModel:
         return True
 
     def _garbage_collect(self) -> None:
-        """garbage_collect_cached_blocks: when reserved memory passes the threshold, release
-        unsplit cached large segments whose age (cache lookups since they were cached) is at
-        least the average, repeatedly, until enough is back."""
-        threshold = int(self.config.garbage_collection_threshold * self.allowed_max)
-        if self.reserved_bytes <= threshold:
-            return
-        target = self.reserved_bytes - threshold
-        pool = self.large_pool
-        clock = pool.get_free_blocks_call_count
-        ages = [clock - b.gc_count_base for b in pool.blocks() if not b.is_split()]
-        total_age, freeable = sum(ages), len(ages)
-        reclaimed, block_freed = 0, True
-        while reclaimed < target and block_freed and freeable > 0:
-            age_threshold = total_age / freeable
-            block_freed = False
-            for block in list(pool.blocks()):
-                age = clock - block.gc_count_base
-                if not block.is_split() and block.segment is None and age >= age_threshold:
-                    block_freed = True
-                    reclaimed += block.size
-                    total_age -= age
-                    freeable -= 1
-                    self._release_block(block)
+        release.garbage_collect_cached_blocks(self)
 
     def _out_of_memory(self, nbytes: int, size: int, alloc_size: int, stream: int) -> OomInfo:
         self.stats.num_ooms += 1
@@ -354,7 +352,14 @@ class CachingAllocatorModel:
         self._next_address = address + size
         return address
 
-    # -- what expandable.py's growing and shrinking of a pool asks of the model -------------
+    # -- what expandable.py and release.py ask of the model --------------------------------
+    @property
+    def max_split(self) -> int:
+        return self._max_split
+
+    def release_block(self, block: Block) -> None:
+        self._release_block(block)
+
     def reserve_addresses(self, size: int, alignment: int) -> int:
         return self._reserve_addresses(size, alignment)
 

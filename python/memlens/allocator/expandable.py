@@ -93,10 +93,12 @@ def _find_space(model: CachingAllocatorModel, pool: BlockPool, stream: int,
     """find_expandable_block: the lowest address where free and unmapped space together hold
     `size`, else the unmapped range of a new segment."""
     for candidate in pool.unmapped(stream):
-        if candidate.prev is not None and not candidate.prev.allocated:
+        if candidate.prev is not None and not candidate.prev.allocated and \
+                not candidate.prev.event_count:
             candidate = candidate.prev  # free space just before the unmapped range counts
         room, block = 0, candidate
-        while room < size and block is not None and not block.allocated:
+        while room < size and block is not None and not block.allocated and \
+                not block.event_count:
             room += block.size
             block = block.next
         if room >= size:

@@ -1,8 +1,8 @@
 """Device memory next to what the ledger sees, as labelled line items with their basis.
 
 Two kinds, told apart by `counted_by_allocator`:
-- outside the caching allocator (the CUDA context, NCCL's buffers): nvidia-smi shows them, but
-  torch.cuda.memory_reserved() never will; they shrink what the allocator may take.
+- outside the caching allocator (the CUDA context; NCCL's buffers, see nccl.py): nvidia-smi
+  shows them, but torch.cuda.memory_reserved() never will.
 - library workspaces PyTorch takes *through* the caching allocator (cuBLAS, cuDNN): they are
   inside allocated/reserved memory but are not op outputs, so a dispatch-level ledger misses
   them unless it adds them as allocations.
@@ -37,7 +37,8 @@ _CONTEXT_BASIS = (
     "more kernels are used."
 )
 _CONTEXT_MIB = {  # device name as in memlens.devices -> MiB
-    "h100-80gb": 512, "h100-94gb": 512, "h200": 512, "b200": 640,
+    "h100-80gb": 512, "h100-94gb": 512, "h100-96gb": 512, "gh200-96gb": 512,
+    "gh200-144gb": 512, "h200": 512, "b200": 640, "b300": 640,
     "a100-40gb": 448, "a100-80gb": 448, "l40s": 384, "rtx-4090": 384,
 }
 
@@ -136,42 +137,3 @@ def cudnn_workspace_items(env: Mapping[str, str] | None = None) -> list[OutsideI
                         "not estimated: algorithm-dependent and transient (allocated through "
                         "the caching allocator for the duration of each conv call); set "
                         "CUDNN_CONV_WSCAP_DBG to bound it", counted_by_allocator=True)]
-
-
-# -- NCCL ------------------------------------------------------------------------------------
-# NCCL src/init.cc defaults, per connection: LL = 8 lines x 512 threads x 8 steps x 16 B,
-# LL128 = 120 elems x 640 threads x 8 steps x 8 B, Simple = NCCL_BUFFSIZE = 4 MiB.
-_NCCL_LL = 8 * 512 * 8 * 16  # 524,288
-_NCCL_LL128 = 120 * 640 * 8 * 8  # 4,915,200
-_NCCL_SIMPLE = 4 * MiB
-
-
-def nccl_buffer_items(world_size: int, channels: int = 16,
-                      env: Mapping[str, str] | None = None) -> list[OutsideItem]:
-    """Communication buffers of one NCCL communicator on one rank (cudaMalloc'ed by NCCL,
-    outside PyTorch's allocator).
-
-    Basis: every channel connects each ring neighbour (previous and next rank: min(world - 1,
-    2) peers) with buffers for the three protocols, LL 512 KiB + LL128 4.69 MiB + Simple
-    NCCL_BUFFSIZE 4 MiB (NCCL_LL_BUFFSIZE / NCCL_LL128_BUFFSIZE / NCCL_BUFFSIZE override
-    them). `channels` is NCCL's choice for the topology (typically 2-4 over PCIe, 16-32 on an
-    NVLink/NVSwitch node), clamped by NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS. Tree, NVLS and
-    point-to-point (pipeline) connections add more; each process group is its own communicator.
-    Approximate.
-    """
-    env = os.environ if env is None else env
-    peers = min(max(world_size - 1, 0), 2)
-    if peers == 0:
-        return []
-    if "NCCL_MAX_NCHANNELS" in env:
-        channels = min(channels, int(env["NCCL_MAX_NCHANNELS"]))
-    if "NCCL_MIN_NCHANNELS" in env:
-        channels = max(channels, int(env["NCCL_MIN_NCHANNELS"]))
-    per_connection = (int(env.get("NCCL_LL_BUFFSIZE", _NCCL_LL))
-                      + int(env.get("NCCL_LL128_BUFFSIZE", _NCCL_LL128))
-                      + int(env.get("NCCL_BUFFSIZE", _NCCL_SIMPLE)))
-    return [OutsideItem(
-        f"NCCL buffers (world {world_size}, {channels} channels)",
-        per_connection * channels * peers,
-        f"{per_connection:,} B per connection (LL + LL128 + Simple) x {channels} channels x "
-        f"{peers} ring peers; approximate, per communicator")]

@@ -1,7 +1,9 @@
 """Replay one device's allocation events through the allocator model.
 
 The engine's ledger gives, per device and in order, `(kind, block_id, nbytes, stream)` with kind
-"alloc" or "free". Replaying them answers what torch.cuda.memory_reserved() would have peaked at,
+"alloc" or "free", and between them the streams' own events: `("record_stream", block_id, 0,
+stream)` and `("wait", waiter, marker, stream)` (waiter a stream or -1 for the host, marker the
+model's tick the wait covers; see stream_events.py). Only allocs and frees count as events. Replaying them answers what torch.cuda.memory_reserved() would have peaked at,
 how much of that was cached but unused (fragmentation), and which event would have run out of
 memory. An allocation that fails is left out of the state (PyTorch would have raised at that
 point); its later free is ignored, so numbers after the first OOM describe the rest of the
@@ -70,7 +72,14 @@ def replay(events: Iterable[tuple[str, int, int, int]],
     peak_reserved, peak_event, allocated_at_peak, segments_at_peak = 0, None, 0, 0
     first_oom_event, first_oom = None, None
     index = -1
-    for index, (kind, block_id, nbytes, stream) in enumerate(events):
+    for kind, block_id, nbytes, stream in events:
+        if kind == "record_stream":
+            model.record_stream(block_id, stream)
+            continue
+        if kind == "wait":  # ("wait", waiter, marker, stream)
+            model.stream_waited(block_id, stream, nbytes)
+            continue
+        index += 1
         if kind == "alloc":
             result = malloc(block_id, nbytes, stream)
             if not result.ok:

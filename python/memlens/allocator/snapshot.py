@@ -30,6 +30,14 @@ def _all_blocks(model: CachingAllocatorModel):
     for pool in (model.small_pool, model.large_pool):
         yield from pool.blocks()
     yield from model.active.values()
+    yield from model.events.pending()
+
+
+def _state(block: Block) -> str:
+    if block.allocated:
+        return "active_allocated"
+    # freed by the program, still waiting for the events of the streams that used it
+    return "active_pending_free" if block.event_count else "inactive"
 
 
 def _segment(device: int, head: Block) -> dict:
@@ -39,7 +47,7 @@ def _segment(device: int, head: Block) -> dict:
     while block is not None and block.mapped:
         blocks.append({"address": block.addr, "size": block.size,
                        "requested_size": block.requested if block.allocated else 0,
-                       "state": "active_allocated" if block.allocated else "inactive",
+                       "state": _state(block),
                        "block_id": block.block_id, "frames": []})
         total += block.size
         if block.allocated:

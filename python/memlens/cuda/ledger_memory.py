@@ -1,5 +1,6 @@
 """torch.cuda's memory queries answered from the trace: the ledger's allocator model of each
-simulated GPU (its block sizes are the ledger's, so `memory_allocated()` is the estimate)."""
+simulated GPU (its block sizes are the ledger's, so `memory_allocated()` is the estimate). It
+also passes the streams' waits on to the ledger (streams.py's StreamListener)."""
 
 from __future__ import annotations
 
@@ -33,3 +34,11 @@ class LedgerMemory:
 
     def empty_cache(self, device_index: int) -> None:
         self.ledger.empty_cache(f"cuda:{device_index}")
+
+    # -- streams.StreamListener --------------------------------------------------------------
+    def stream_marker(self, device_index: int) -> int:
+        return self.ledger.stream_marker(f"cuda:{device_index}")
+
+    def stream_waited(self, device_index: int, waiter: int, stream: int,
+                      marker: int | None) -> None:
+        self.ledger.stream_waited(f"cuda:{device_index}", waiter, stream, marker)

@@ -139,7 +139,7 @@ def _cuda_api(dev: SimulatedDevices, spec: DeviceSpec, rng: FakeCudaRNG) -> dict
         return spec.major >= 8 or including_emulation  # pre-Ampere emulates bf16
 
     def synchronize(device: Any = None) -> None:
-        dev.check(device)
+        streams.STREAMS.synchronize(dev.check(device))
 
     def noop(*args: Any, **kwargs: Any) -> None:
         return None
@@ -208,7 +208,7 @@ def _accelerator_api(dev: SimulatedDevices, memory: dict[str, Any]) -> dict[str,
             dev.set(i)
 
     def synchronize(device: Any = None) -> None:
-        dev.check(device)
+        streams.STREAMS.synchronize(dev.check(device))
 
     api = {
         "device_count": lambda: dev.count,
@@ -284,7 +284,9 @@ def simulate_cuda(spec: DeviceSpec, memory_source: MemorySource, *, device_count
         patches.setattr(fake_tensor, "init_gpu_context", lambda device: None)
         dev.enter(device)  # our guard becomes torch's CUDA guard (CUDA build), device selected
         entered = True
-        streams.STREAMS.bind(dev)
+        # The ledger's source is also told of waits between streams (when it listens).
+        listener = memory_source if hasattr(memory_source, "stream_waited") else None
+        streams.STREAMS.bind(dev, listener)
         yield
     finally:
         streams.STREAMS.bind(None)

@@ -1,15 +1,24 @@
 """Streams and events of the simulated GPU: bookkeeping only, no CUDA calls, nothing to wait for.
 
 ``FakeStream`` is a real ``torch.Stream`` value (device type cuda) so that aten ops taking a
-``Stream`` accept it; the methods that would reach the device are no-ops. simulate.py
-installs these as ``torch.cuda.Stream`` / ``Event`` / ``stream`` and friends.
+``Stream`` accept it. simulate.py installs these as ``torch.cuda.Stream`` / ``Event`` /
+``stream`` and friends. The current stream is per thread and device (device_state.py); the
+allocator books each allocation on it. What orders one stream's work after another's is told
+to a listener (the ledger's allocator models, see allocator/stream_events.py), because it
+decides when a block freed after `record_stream` can be reused:
+- ``a.wait_stream(b)``: a waits for b's work so far;
+- ``a.wait_event(e)`` / ``e.wait(a)``: a waits for the work of e's stream up to e's record;
+- ``b.synchronize()``, ``e.synchronize()``, ``torch.cuda.synchronize()``: the host waits.
+Nothing else reaches the device: queries answer done, elapsed times 0.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
+
+from ..allocator.stream_events import ALL_STREAMS, HOST
 
 if TYPE_CHECKING:
     from .device_state import SimulatedDevices
@@ -39,13 +48,16 @@ class FakeStream(torch.Stream):
         return True
 
     def synchronize(self) -> None:
-        pass
+        STREAMS.waited(self.device_index, HOST, int(self.stream_id), None)
 
     def wait_event(self, event: Any) -> None:
-        pass
+        if getattr(event, "stream_id", None) is not None and \
+                event.device_index == self.device_index:
+            STREAMS.waited(self.device_index, int(self.stream_id), event.stream_id, event.marker)
 
     def wait_stream(self, stream: Any) -> None:
-        pass
+        if stream.device_index == self.device_index:
+            STREAMS.waited(self.device_index, int(self.stream_id), int(stream.stream_id), None)
 
     def record_event(self, event: "FakeEvent | None" = None) -> "FakeEvent":
         event = event if event is not None else FakeEvent()
@@ -93,20 +105,29 @@ class FakeEvent:
         self.interprocess = interprocess
         self.device: torch.device | None = None
         self.recorded = False
+        self.device_index = -1
+        self.stream_id: int | None = None  # the stream it was last recorded on
+        self.marker = 0  # the allocator's clock at that record
 
-    def record(self, stream: FakeStream | None = None) -> None:
+    def record(self, stream: torch.Stream | None = None) -> None:
         stream = stream if stream is not None else STREAMS.current(None)
         self.device = stream.device
         self.recorded = True
+        self.device_index = stream.device_index
+        self.stream_id = int(stream.stream_id)
+        self.marker = STREAMS.marker(stream.device_index)
 
-    def wait(self, stream: FakeStream | None = None) -> None:
-        pass
+    def wait(self, stream: torch.Stream | None = None) -> None:
+        stream = stream if stream is not None else STREAMS.current(None)
+        if self.stream_id is not None and stream.device_index == self.device_index:
+            STREAMS.waited(self.device_index, int(stream.stream_id), self.stream_id, self.marker)
 
     def query(self) -> bool:
         return True
 
     def synchronize(self) -> None:
-        pass
+        if self.stream_id is not None:
+            STREAMS.waited(self.device_index, HOST, self.stream_id, self.marker)
 
     def elapsed_time(self, end_event: "FakeEvent") -> float:
         if not (self.enable_timing and end_event.enable_timing):
@@ -130,14 +151,43 @@ class FakeEvent:
         return f"<torch.cuda.Event (simulated) recorded={self.recorded}>"
 
 
+class StreamListener(Protocol):
+    """Who is told of the waits between streams (the ledger, through cuda/ledger_memory.py)."""
+
+    def stream_marker(self, device_index: int) -> int: ...
+    def stream_waited(self, device_index: int, waiter: int, stream: int,
+                      marker: int | None) -> None: ...
+
+
 class StreamTable:
     """torch.cuda's current/default stream functions over the bound simulated devices."""
 
     def __init__(self) -> None:
         self._devices: SimulatedDevices | None = None
+        self._listener: StreamListener | None = None
 
-    def bind(self, devices: SimulatedDevices | None) -> None:
+    def bind(self, devices: SimulatedDevices | None,
+             listener: StreamListener | None = None) -> None:
         self._devices = devices
+        self._listener = listener
+
+    def current_id(self, index: int) -> int:
+        """The calling thread's current stream id on device `index` (0 when unbound)."""
+        devices = self._devices
+        return devices.current_stream(index) if devices is not None else 0
+
+    def marker(self, device_index: int) -> int:
+        listener = self._listener
+        return listener.stream_marker(device_index) if listener is not None else 0
+
+    def waited(self, device_index: int, waiter: int, stream: int, marker: int | None) -> None:
+        """`waiter` (a stream id or HOST) waits for `stream` (or ALL_STREAMS) up to `marker`
+        (None: everything queued so far)."""
+        if self._listener is not None:
+            self._listener.stream_waited(device_index, waiter, stream, marker)
+
+    def synchronize(self, device_index: int) -> None:
+        self.waited(device_index, HOST, ALL_STREAMS, None)
 
     def devices(self) -> SimulatedDevices:
         if self._devices is None:

@@ -8,15 +8,14 @@ is the rank's log.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import threading
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ..process_tree import WorkerProcess
 from ..worker_protocol import final_json, progress_record, worker_env
 
 LOG_TAIL = 40  # lines of a worker's log kept for its failure report
@@ -43,46 +42,44 @@ class RankResult:
                 f"{self.returncode}" + (f":\n{tail}" if tail else "")}
 
 
-def memlens_env() -> dict[str, str]:
-    """The worker environment (worker_protocol), with one thread per worker."""
-    env = worker_env()
-    env.setdefault("OMP_NUM_THREADS", "1")  # as torchrun does for several processes per node
-    return env
-
-
 def run_worker(argv: list[str], rank: int, on_progress: Callable[[int, str], None],
                log_path: Path | None = None) -> RankResult:
-    """Run one worker to its end. `on_progress(rank, phase)` is called from a reader thread."""
-    started = time.time()
-    proc = subprocess.Popen([sys.executable, "-m", "memlens", *argv], env=memlens_env(),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, errors="replace")
+    """Run one worker to its end (the process's, not its pipes': a child the script left
+    running may hold them) and end whatever it started. `on_progress(rank, phase)` is called
+    from a reader thread. Run in the thread that waits for it (the worker dies with the thread
+    that started it)."""
     result = RankResult(rank)
     tail: deque[str] = deque(maxlen=LOG_TAIL)
     log = open(log_path, "w", encoding="utf-8") if log_path else None
-    reader = threading.Thread(target=_read_stderr, args=(proc, rank, on_progress, tail, log),
-                              daemon=True)
-    reader.start()
-    stdout = proc.stdout.read() if proc.stdout else ""
-    result.returncode = proc.wait()
-    reader.join()
-    if log:
-        log.close()
-    result.log = list(tail)
-    result.summary = final_json(stdout)
-    result.duration_s = round(time.time() - started, 3)
-    return result
 
-
-def _read_stderr(proc, rank, on_progress, tail, log) -> None:
-    for line in proc.stderr:
-        record = progress_record(line.rstrip("\n"))
+    def stderr_line(line: str) -> None:
+        record = progress_record(line)
         if record is not None:
             on_progress(rank, str(record.get("phase", "")))
-            continue
-        tail.append(line.rstrip("\n"))
+            return
+        tail.append(line)
+        if log is not None:
+            try:
+                log.write(line + "\n")
+            except ValueError:  # closed: a reader left behind by a worker's leftover
+                pass
+
+    # One thread per worker, as torchrun does for several processes per node.
+    env = worker_env(defaults={"OMP_NUM_THREADS": "1"})
+    process = WorkerProcess([sys.executable, "-m", "memlens", *argv], None, env,
+                            on_stderr_line=stderr_line)
+    try:
+        process.start()
+        ended = process.wait()
+    finally:
+        process.stop()
         if log:
-            log.write(line)
+            log.close()
+    result.returncode = ended.returncode
+    result.log = list(tail)
+    result.summary = final_json(ended.stdout)
+    result.duration_s = round(ended.duration_s, 3)
+    return result
 
 
 def run_pool(jobs: list[tuple[int, list[str], Path | None]], workers: int,

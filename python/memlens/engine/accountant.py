@@ -32,10 +32,10 @@ _current_node = torch._C._current_autograd_node
 _WAIT_TENSOR = getattr(getattr(torch.ops, "_c10d_functional", None), "wait_tensor", None)
 _WAIT_TENSOR = _WAIT_TENSOR.default if _WAIT_TENSOR is not None else None
 # Ops FakeTensorMode has no fake kernel for (it would run them on real data and fail): what
-# they mean for memory. record_stream only delays a free across streams; pinning copies to
-# host memory (below, so that the copy is booked).
+# they mean for memory. record_stream delays the block's return to its pool (the ledger tells
+# the allocator model); pinning copies to host memory (below, so that the copy is booked).
+_RECORD_STREAM = aten.record_stream.default
 _NO_FAKE_KERNEL = {
-    aten.record_stream.default: lambda t, stream: None,
     aten.is_pinned.default: lambda t, device=None: False,
 }
 _PIN_MEMORY = aten._pin_memory.default
@@ -105,6 +105,8 @@ class Accountant(TorchDispatchMode):
             # Eager wait_tensor hands back its input; the fake kernel makes a new tensor that
             # would be booked as a second copy of every functional collective's output.
             return args[0]
+        if func is _RECORD_STREAM:
+            return self._record_stream(*args)
         if func in _NO_FAKE_KERNEL:
             return _NO_FAKE_KERNEL[func](*args)
         if func is _PIN_MEMORY:  # FSDP's CPU offload: a copy in (page-locked) host memory
@@ -146,6 +148,8 @@ class Accountant(TorchDispatchMode):
         phases = self.tracer.phases
         if phases.stop_pending and not phases.in_step:
             raise self.tracer.stop()
+        if func is _RECORD_STREAM:
+            return None  # a host tensor: no CUDA allocator holds it
         if func in _NO_FAKE_KERNEL:
             return _NO_FAKE_KERNEL[func](*args)
         if func is _PIN_MEMORY:  # a page-locked copy in host memory: a copy, on the host
@@ -178,6 +182,16 @@ class Accountant(TorchDispatchMode):
         if held is not None:
             self.ledger.free(held)
         return booked
+
+    def _record_stream(self, t, stream) -> None:
+        """`t.record_stream(stream)`: the allocation holding t's storage is used on `stream`."""
+        try:
+            rid = self.ledger.storage_rid(t.untyped_storage())
+        except (RuntimeError, NotImplementedError):
+            return None
+        if rid is not None:
+            self.ledger.record_stream(rid, int(stream.stream_id))
+        return None
 
     # -- booking ---------------------------------------------------------------------------
     def _unmasked(self, func, args, kwargs, out):

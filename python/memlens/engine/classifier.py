@@ -6,7 +6,8 @@ moves them to what they turn out to be:
   forward, which catches `.to(dtype)` and `.cuda()` swapping the data);
 - a parameter's `.grad` after accumulation -> gradient;
 - a tensor held in `optimizer.state` after a step -> optimizer state;
-- a temporary saved for backward (saved-tensor pack hook) -> activation.
+- a temporary saved for backward (saved-tensor pack hook, or selective checkpointing's cache,
+  patches/torch_checkpoint.py) -> activation.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class Classifier:
         self._grad_hooked: set[int] = set()
         self._param_handles: list[Any] = []
         self._pinned: set[int] = set()  # records whose category and module are settled
-        self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self.pack, self._unpack)
 
     def install(self) -> None:
         from torch.nn.modules import module as m
@@ -161,8 +162,14 @@ class Classifier:
                 self.mark(value, C.OPTIMIZER_STATE, owner, only_from=(C.TEMPORARY, C.INPUT, C.OTHER))
 
     # -- activations -----------------------------------------------------------------------
-    def _pack(self, t: torch.Tensor):
+    def mark_saved(self, t: torch.Tensor) -> None:
+        """`t` is held for backward, by autograd or by another mechanism (selective
+        checkpointing's cache): an activation, whichever saved it."""
         self.mark(t, C.ACTIVATION, only_from=(C.TEMPORARY,))
+
+    def pack(self, t: torch.Tensor):
+        """The saved-tensor pack hook (public: code that saves without it recognises it)."""
+        self.mark_saved(t)
         if t.grad_fn is None:  # a leaf or a tensor outside autograd: no cycle possible
             return t
         # A detached alias: returning `t` itself would make a saved output reference its own

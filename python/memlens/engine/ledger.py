@@ -72,6 +72,12 @@ class Ledger:
         # rid -> [(module, requested bytes)]: one allocation that holds several modules' data
         # (a library's flat parameter or gradient buffer), for per-module tables only.
         self.shares: dict[int, list[tuple[int, int]]] = {}
+        # device -> the calling thread's current stream there (None: everything on stream 0)
+        self.stream_of = None
+        # What orders streams, for the allocator model (allocator/stream_events.py), each after
+        # event `seq`: (seq, device, "record_stream", rid, stream) and
+        # (seq, device, "wait", waiter, stream, marker).
+        self.stream_events: list[tuple] = []
 
     # -- interning -------------------------------------------------------------------------
     def op_id(self, name: str) -> int:
@@ -83,10 +89,13 @@ class Ledger:
 
     # -- events ----------------------------------------------------------------------------
     def alloc(self, nbytes: int, device: str, dtype: str, shape: tuple, category: int,
-              module: int, phase: int, op: int, stack: int, stream: int = 0,
+              module: int, phase: int, op: int, stack: int, stream: int | None = None,
               backward: bool = False) -> int:
         rid = len(self.records)
         model = self.allocator(device)
+        if stream is None:
+            stream = self.stream_of(device) if self.stream_of is not None and model is not None \
+                else 0
         if model is not None:
             result = model.malloc(rid, nbytes, stream)
             size = result.size
@@ -120,6 +129,50 @@ class Ledger:
         model = self.allocators.get(rec.device)
         if model is not None and rid not in self._refused:
             model.free(rid)  # a free only caches the block: reserved memory stays
+
+    # -- streams ---------------------------------------------------------------------------
+    def record_stream(self, rid: int, stream: int) -> None:
+        """`Tensor.record_stream(stream)` on a live allocation."""
+        rec = self.records[rid]
+        model = self.allocators.get(rec.device)
+        if model is None or rec.free_seq >= 0 or rid in self._refused:
+            return
+        model.record_stream(rid, stream)
+        self.stream_events.append((self.seq, rec.device, "record_stream", rid, stream))
+
+    def stream_marker(self, device: str) -> int:
+        """The allocator model's clock on `device`: what an event recorded now covers."""
+        model = self.allocators.get(device)
+        return model.clock if model is not None else 0
+
+    def stream_waited(self, device: str, waiter: int, stream: int, marker: int | None) -> None:
+        """`waiter` (a stream or -1, the host) waited for `stream` (-1: all) up to `marker`."""
+        model = self.allocators.get(device)
+        if model is None or not model.events:
+            # No block waits for an event: a wait covers only what was queued up to now, so it
+            # can complete none of the events later frees record.
+            return
+        marker = model.clock if marker is None else marker
+        model.stream_waited(waiter, stream, marker)
+        self.stream_events.append((self.seq, device, "wait", waiter, stream, marker))
+
+    def allocator_events(self, device: str, n_events: int):
+        """The events of `device` as allocator.replay takes them: allocs and frees in order,
+        and the streams' record_stream and waits at their places among them."""
+        records = self.records
+        extra = [e for e in self.stream_events if e[1] == device]
+        k = 0
+        while k < len(extra) and extra[k][0] < 0:
+            yield _replay_stream_event(extra[k])
+            k += 1
+        for seq, ev in enumerate(self.events[:n_events]):
+            rid = ev if ev >= 0 else ~ev
+            rec = records[rid]
+            if rec.device == device:
+                yield ("alloc" if ev >= 0 else "free", rid, rec.nbytes, rec.stream)
+            while k < len(extra) and extra[k][0] == seq:
+                yield _replay_stream_event(extra[k])
+                k += 1
 
     def empty_cache(self, device: str) -> None:
         """torch.cuda.empty_cache(): the model releases its unused cached segments."""
@@ -199,3 +252,9 @@ class Ledger:
     def seq(self) -> int:
         """The index of the latest event (-1 before the first)."""
         return len(self.events) - 1
+
+
+def _replay_stream_event(event: tuple) -> tuple:
+    if event[2] == "record_stream":
+        return ("record_stream", event[3], 0, event[4])
+    return ("wait", event[3], event[5], event[4])

@@ -19,6 +19,7 @@ from .. import categories as C
 from .accountant import Accountant
 from .classifier import Classifier
 from .compiled import CompiledPrograms
+from ..cuda.sdpa import SdpaLog
 from ..devices import DeviceSpec
 from ..distributed.env import RankSpec
 from ..distributed.layout import Layout
@@ -26,7 +27,8 @@ from ..errors import StopTracing
 from .ledger import Ledger
 from .modules import ModuleTracker
 from ..patches import Patcher
-from ..patches import torch_compile, torch_core, torch_data, torch_loops, torch_values
+from ..patches import (torch_checkpoint, torch_compile, torch_core, torch_data, torch_loops,
+                       torch_values)
 from .healthy_values import mark_finite_check
 from .phases import PhaseTracker
 from ..plugins import PluginHost
@@ -37,13 +39,15 @@ from ..kernels.buffers import WorkspaceModel
 class Tracer:
     def __init__(self, device: DeviceSpec | str = "h100-80gb", iterations: int = 2,
                  rank: RankSpec | None = None, device_count: int = 1, device_index: int = 0,
-                 dynamic_sizes: str = "bound"):
+                 dynamic_sizes: str = "bound", sdpa_backend: str | None = None):
         """`rank`: simulate that rank of a distributed job (fake process groups; see
         patches/torch_distributed.py; the caller gives the script the rank's environment): its
         node's GPUs are simulated and the trace describes its local GPU. Without a rank,
         `device_count` GPUs of `device` are simulated and the trace describes
         `cuda:{device_index}`. `dynamic_sizes`: how ops whose result's size depends on tensor
-        values are sized (dynamic_sizes.py: "bound", "error" or a fraction of the bound)."""
+        values are sized (dynamic_sizes.py: "bound", "error" or a fraction of the bound).
+        `sdpa_backend`: the attention kernel tried first on a CUDA target (flash, efficient,
+        cudnn, math; cuda/sdpa.py), instead of the order torch would use on the device."""
         if isinstance(device, str):
             from ..devices import get_device
 
@@ -64,7 +68,8 @@ class Tracer:
         self.workspaces = WorkspaceModel(device.type, device)
         self.fake_mode: FakeTensorMode | None = None
         self._cuda = None  # the torch.cuda simulation of a CUDA target
-        self.sdpa_backends: dict[str, int] = {}  # attention kernel -> calls (CUDA targets)
+        self.sdpa = SdpaLog((device.major, device.minor), sdpa_backend)  # CUDA targets
+        self.sdpa_backends = self.sdpa.calls  # attention kernel -> calls
         self._patcher = Patcher()
         self._undo = contextlib.ExitStack()  # what __enter__ applied, undone by __exit__
         self._step_hooks: list = []
@@ -96,6 +101,7 @@ class Tracer:
             torch_compile.apply(self._patcher, self.compiled, self.add_note,
                                 self.accountant.made_fake, self._compiled_module_call,
                                 self._modes_entered)
+            torch_checkpoint.apply(self._patcher, self.classifier.mark_saved)
             if self.rank is not None:
                 from ..patches import torch_distributed
 
@@ -126,6 +132,9 @@ class Tracer:
                                            device_count=self.device_count, device=self.device_index)
                 undo.callback(setattr, self, "_cuda", None)
                 undo.enter_context(self._cuda)
+                # Each CUDA allocation is booked on the current stream of its device.
+                self.ledger.stream_of = _current_stream_of
+                undo.callback(setattr, self.ledger, "stream_of", None)
             self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
             undo.enter_context(self.fake_mode)
             undo.enter_context(self.accountant)
@@ -271,3 +280,10 @@ class Tracer:
             "torch.", ""), tuple(t.shape), C.OTHER, self.modules.current(), self.phases.index,
             self.ledger.op_id(op), self.stacks.capture())
         self.ledger.track_storage(st, rid)
+
+
+def _current_stream_of(device_key: str) -> int:
+    """The calling thread's current stream on a simulated GPU ('cuda:3' -> its stream id)."""
+    from ..cuda.streams import STREAMS
+
+    return STREAMS.current_id(int(device_key[5:] or 0))

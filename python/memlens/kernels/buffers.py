@@ -24,9 +24,9 @@ class WorkspaceModel:
 
             self._rules.update(CPU_RULES)
         elif device_type == "cuda":
-            from .cuda import CUDA_RULES, CudaRules
+            from .cuda import CudaRules, cuda_rules
 
-            self._rules.update(CUDA_RULES)
+            self._rules.update(cuda_rules(spec))
             self.cuda = CudaRules(spec)
 
     def __call__(self, func, args: tuple, kwargs: dict, out) -> Plan | None:

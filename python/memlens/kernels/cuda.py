@@ -7,18 +7,24 @@ the caching allocator and keeps them until the process exits; cuBLASLt shares th
 (TORCH_CUBLASLT_UNIFIED_WORKSPACE defaults to on). The op's output is allocated before the GEMM
 runs, so the workspace comes right after it. Handles are per thread: forward and the optimizer
 run on the main thread, backward on autograd's device thread, so a training step takes two
-workspaces. Not modelled: the separate cuBLASLt workspace of TORCH_CUBLASLT_UNIFIED_WORKSPACE=0
-(CUBLASLT_WORKSPACE_SIZE, 1 MiB by default) and streams other than the default one.
+workspaces, and a matmul on another stream (torch.cuda.stream(s)) one more per thread and
+stream. Not modelled: the separate cuBLASLt workspace of TORCH_CUBLASLT_UNIFIED_WORKSPACE=0
+(CUBLASLT_WORKSPACE_SIZE, 1 MiB by default).
 
-NCCL. Communicators (and their buffers, outside the caching allocator) are created at the first
-collective; the rules only note which devices ran one, and the report sizes the buffers.
+NCCL. Communicators (and their buffers, outside the caching allocator) are created per process
+group at its first operation; the rules note, per device, which groups ran a collective (ring
+connections) or sent to / received from which peers, and the report sizes the buffers
+(allocator/nccl.py).
 """
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from ..allocator.outside import cublas_workspace_bytes
+from ..cuda.streams import STREAMS
 from .plan import Persistent
 
 aten = torch.ops.aten
@@ -58,13 +64,14 @@ class CudaRules:
     def __init__(self, spec=None):
         self.capability = (spec.major, spec.minor) if spec is not None else (9, 0)
         self._cublas_ops = _overloads(CUBLAS_OPS)
-        self.collective_devices: set[str] = set()  # devices that ran a collective
+        # device -> process group -> {name, ranks, ring, send, recv}: NCCL's communicators
+        self.communicators: dict[str, dict[str, dict]] = {}
 
     def persistent_rule(self, func):
         if func in self._cublas_ops:
             return self._cublas_workspace
         if func.namespace in COLLECTIVE_NAMESPACES:
-            return self._collective
+            return self._collective(func)
         return None
 
     def _cublas_workspace(self, args, kwargs, out) -> list[Persistent]:
@@ -75,16 +82,70 @@ class CudaRules:
         thread = "backward" if torch._C._current_autograd_node() is not None else "main"
         # Read when first needed: the traced script's CUBLAS_WORKSPACE_CONFIG.
         nbytes = cublas_workspace_bytes(*self.capability)
-        return [Persistent(("cublas", device_key(t.device), thread, 0), CUBLAS_WORKSPACE_OP,
+        stream = STREAMS.current_id(t.device.index or 0)  # one workspace per (handle, stream)
+        return [Persistent(("cublas", device_key(t.device), thread, stream), CUBLAS_WORKSPACE_OP,
                            nbytes, t.device)]
 
-    def _collective(self, args, kwargs, out) -> list[Persistent]:
-        t = _first_tensor(out)
-        if t is None:  # not `or`: the truth value of a tensor is an error
-            t = _first_tensor(args)
-        if t is not None and t.device.type == "cuda":
-            self.collective_devices.add(device_key(t.device))
-        return []
+    def _collective(self, func):
+        name = func._schema.name.partition("::")[2]
+        direction = {"send": "send", "recv_": "recv", "recv_any_source_": "recv"}.get(name)
+        peer_index = next((i for i, a in enumerate(func._schema.arguments)
+                           if a.name in ("dst", "src", "dstRank", "srcRank")), None)
+
+        def rule(args, kwargs, out) -> list[Persistent]:
+            t = _first_tensor(out)
+            if t is None:  # not `or`: the truth value of a tensor is an error
+                t = _first_tensor(args)
+            if t is None or t.device.type != "cuda":
+                return []
+            group = _process_group(args)
+            if group is None:
+                return []
+            use = self.communicators.setdefault(device_key(t.device), {}).setdefault(
+                getattr(group, "group_name", None) or id(group),
+                {"name": _group_name(group), "ranks": group.size(), "ring": False,
+                 "send": set(), "recv": set()})
+            if direction is None:
+                use["ring"] = True
+            elif peer_index is not None and peer_index < len(args):
+                use[direction].add(int(args[peer_index]))
+            return []
+
+        return rule
+
+
+def _process_group(args):
+    """The process group an op runs on: a c10d op's ProcessGroup argument (a ScriptObject in
+    dispatch), or a functional collective's group name."""
+    import torch.distributed as dist
+
+    for a in args:
+        if isinstance(a, torch.ScriptObject):
+            try:
+                return dist.ProcessGroup.unbox(a)
+            except (RuntimeError, TypeError):
+                continue
+        if isinstance(a, dist.ProcessGroup):
+            return a
+    name = next((a for a in reversed(args) if isinstance(a, str)), None)
+    if name is not None:
+        try:
+            return dist.distributed_c10d._resolve_process_group(name)
+        except (KeyError, RuntimeError, ValueError):
+            return None
+    return None
+
+
+def _group_name(group) -> str:
+    """How a report names a group: its description (a device mesh's `mesh_dp`), else its id."""
+    import torch.distributed as dist
+
+    if group is dist.GroupMember.WORLD:
+        return "default"
+    desc = getattr(group, "group_desc", None)
+    if desc and desc != "undefined":
+        return desc
+    return f"group {getattr(group, 'group_name', '?')}"
 
 
 def _round_up(n: int, multiple: int) -> int:
@@ -109,4 +170,50 @@ def _flash_backward(args, kwargs, out) -> list[int]:
     return sizes
 
 
+def flash_num_splits(batch_heads_m_blocks: int, num_sms: int, n_blocks: int,
+                     max_splits: int = 128) -> int:
+    """FlashAttention-2's num_splits_heuristic (flash_api.cpp): the fewest key/value splits
+    that reach 85 % of the best wave efficiency, none when the blocks almost fill the SMs."""
+    if batch_heads_m_blocks >= 0.8 * num_sms:
+        return 1
+    max_splits = min(max_splits, num_sms, n_blocks)
+
+    def eligible(n: int) -> bool:  # one more split that gives the same blocks per split is none
+        return n == 1 or -(-n_blocks // n) != -(-n_blocks // (n - 1))
+
+    efficiency = {}
+    for n in range(1, max_splits + 1):
+        if eligible(n):
+            waves = batch_heads_m_blocks * n / num_sms
+            efficiency[n] = waves / -(-waves // 1)
+    best = max(efficiency.values(), default=0.0)
+    return next((n for n, e in efficiency.items() if e >= 0.85 * best), 1)
+
+
+def _flash_forward(sm_count: int, args, kwargs, out) -> list[int]:
+    """mha_fwd (flash_api.cpp) splits the keys when the batch leaves SMs idle and dropout is off
+    (set_params_splitkv): fp32 partial results per split, softmax_lse_accum (splits x b x h x
+    s_q) and out_accum (splits x b x h x s_q x head size rounded to 32, or 64 above 128),
+    freed when the op returns. The heuristic counts 2 x the SMs (128 threads per block)."""
+    query, key, dropout_p = args[0], args[1], args[3] if len(args) > 3 else 0.0
+    if dropout_p > 0.0:
+        return []
+    b, h, s_q, d = query.shape
+    s_k = key.shape[2]
+    head = _round_up(d, 8)
+    head_rounded = _round_up(head, 32 if head <= 128 else 64)
+    block_n = 256 if head <= 64 else (128 if head <= 128 else 64)
+    splits = flash_num_splits(b * h * -(-s_q // 64), 2 * sm_count, -(-s_k // block_n))
+    if splits <= 1:
+        return []
+    return [splits * b * h * s_q * 4, splits * b * h * s_q * head_rounded * 4]
+
+
 CUDA_RULES = {aten._scaled_dot_product_flash_attention_backward.default: _flash_backward}
+
+
+def cuda_rules(spec) -> dict:
+    """CUDA_RULES with the rules that depend on the device (its SM count)."""
+    sm_count = spec.sm_count if spec is not None else 132
+    return {**CUDA_RULES, aten._scaled_dot_product_flash_attention.default:
+            functools.partial(_flash_forward, sm_count)}

@@ -52,7 +52,7 @@ def apply(patcher: Patcher, tracer) -> None:
     _register_gru_cell(patcher)
     cc = (tracer.device.major, tracer.device.minor)
     math = F.scaled_dot_product_attention
-    chosen = tracer.sdpa_backends  # backend name -> calls, reported in the snapshot
+    log = tracer.sdpa  # what ran, reported in the snapshot (meta.sdpa) and as a note
 
     @functools.wraps(math)
     def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
@@ -61,9 +61,8 @@ def apply(patcher: Patcher, tracer) -> None:
             return math(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
                         is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
         backend = sdpa.select_backend(query, key, value, attn_mask, dropout_p, is_causal,
-                                      enable_gqa, cc)
-        name = sdpa.NAMES[backend]
-        chosen[name] = chosen.get(name, 0) + 1
+                                      enable_gqa, cc, log.pinned)
+        log.record(backend)
         return sdpa.run(backend, query, key, value, attn_mask, dropout_p, is_causal, scale,
                         enable_gqa, math)
 

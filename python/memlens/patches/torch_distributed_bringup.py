@@ -16,6 +16,10 @@ ever opens a socket, waits for other ranks or reads a store they would write.
   so a stand-in class is defined there. No group is ever one: `isinstance` answers False, as
   it does for the fake group on a GPU build. Scripts that configure NCCL
   (`ProcessGroupNCCL.Options()`) get an options object that keeps what they set.
+- `get_backend()` answers the script what it asked for (`nccl`, not `fake`; with no backend
+  named, torch's default for the `device_id`, or `undefined` as torch says), so `if dist.get_backend() == "nccl"` takes
+  the GPU job's branch. torch's own callers keep seeing the fake group's `fake` backend, which
+  is what their collectives run on.
 - `_set_pg_timeout` (torchtitan sets a shorter timeout after its first step): a fake group
   never waits, so there is nothing to set (torch would warn that only NCCL and Gloo groups
   take a timeout, about a group the script made with `nccl`).
@@ -33,6 +37,7 @@ from .patcher import Patcher
 def apply(patcher: Patcher, spec, layout) -> None:
     """`spec`: the simulated RankSpec; `layout`: the recorder of the groups the rank builds."""
     _init_process_group(patcher, spec, layout)
+    _get_backend(patcher, layout)
     _stores(patcher)
     _nccl(patcher)
 
@@ -49,6 +54,7 @@ def _bound_in(name: str, original: Any, first: list) -> list:
 
 
 def _init_process_group(patcher: Patcher, spec, layout) -> None:
+    import torch
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
     from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -59,6 +65,8 @@ def _init_process_group(patcher: Patcher, spec, layout) -> None:
     @functools.wraps(original_init)
     def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1,
                            store=None, group_name="", pg_options=None, device_id=None, **kw):
+        if backend is None and device_id is not None:  # torch names it from the device
+            backend = c10d.Backend.default_device_backend_map.get(torch.device(device_id).type)
         layout.requested_backend = str(backend) if backend is not None else None
         # No rendezvous: the simulated rank and world size, whatever the script passes.
         return original_init("fake", timeout=timeout, world_size=spec.world_size,
@@ -78,6 +86,25 @@ def _init_process_group(patcher: Patcher, spec, layout) -> None:
     patcher.setattr(c10d, "_new_process_group_helper", new_process_group_helper)
     for owner in (dist, c10d):
         patcher.setattr(owner, "is_torchelastic_launched", lambda: True)
+
+
+def _get_backend(patcher: Patcher, layout) -> None:
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    original = c10d.get_backend
+
+    @functools.wraps(original)
+    def get_backend(group=None):
+        backend = original(group)
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        if backend != "fake" or caller == "torch" or caller.startswith("torch."):
+            return backend
+        # torch's name for a group made with no backend and no device is "undefined".
+        return c10d.Backend(layout.requested_backend or "undefined")
+
+    patcher.set_everywhere(_bound_in("get_backend", original, [c10d, dist]), "get_backend",
+                           get_backend)
 
 
 class _InProcessStoreMixin:

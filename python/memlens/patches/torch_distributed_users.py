@@ -65,7 +65,8 @@ def _fsdp2(patcher: Patcher, layout, L) -> None:
 def _fsdp1(patcher: Patcher, layout, L) -> None:
     """FullyShardedDataParallel, whose flat parameters are padded to equal shards on every
     rank. It records its buffers' streams with dispatch turned off, straight into the CUDA
-    kernel, which a build without CUDA lacks: a lifetime hint with no memory, skipped."""
+    kernel, which a build without CUDA lacks: recorded through dispatch instead, where the
+    accountant tells the allocator model (the freed block waits for that stream)."""
     import torch.distributed.fsdp._common_utils as fsdp_common
     import torch.distributed.fsdp._flat_param as flat_param
     import torch.distributed.fsdp._runtime_utils as fsdp_runtime
@@ -78,7 +79,12 @@ def _fsdp1(patcher: Patcher, layout, L) -> None:
 
     _after_init(patcher, FullyShardedDataParallel, record)
     for owner in (fsdp_common, flat_param, fsdp_runtime):
-        patcher.setattr(owner, "_no_dispatch_record_stream", lambda *args, **kwargs: None)
+        patcher.setattr(owner, "_no_dispatch_record_stream", _record_stream)
+
+
+def _record_stream(tensor, stream) -> None:
+    if tensor.device.type == "cuda":  # FSDP1 calls it for CPU-offloaded tensors too
+        tensor.record_stream(stream)
 
 
 def _ddp(patcher: Patcher, layout, L, is_gradient) -> None:

@@ -1,77 +1,78 @@
-"""Megatron-LM's parsed arguments, set up for a memory trace (before Megatron validates them).
+"""Megatron-LM's parsed arguments, set up for a memory trace, after Megatron validated them.
 
-Pure: takes the argparse namespace `megatron.training.arguments.parse_args` made, changes it in
-place, and returns what it changed, in words, for the snapshot's `meta.notes`. Only what a trace
-cannot do (read data or checkpoints, log to services, check values) or does not need (more than
-the traced iterations) is changed; the model, the parallel layout, precision, recomputation and
-the optimizer are the user's.
+Megatron's validate_args sees the user's arguments as given, so a configuration Megatron rejects
+is rejected; then `set_up` changes, in place, only what a trace cannot do (read data or
+checkpoints, log to services, check values) or does not need (more than the traced iterations,
+more micro-batches than fill the pipeline: megatron_batch), and returns what it changed, in
+words, for the snapshot's `meta.notes`. The model, the parallel layout, precision,
+recomputation and the optimizer are the user's.
 """
 
 from __future__ import annotations
 
+import os
 from importlib.util import find_spec
 from typing import Any
 
-# Set whatever the user gave: (attribute, value, why). Attributes a Megatron-LM version does
-# not have are skipped.
+from ..errors import MemlensError
+from . import megatron_batch
+
+GPT2_VOCAB = 50257  # GPT2BPETokenizer's vocabulary (gpt2-vocab.json)
+
+# Set whatever the user gave. Attributes a Megatron-LM version does not have are skipped.
 _OFF = (
-    ("load", None, None), ("pretrained_checkpoint", None, None), ("save", None, None),
-    ("save_interval", None, None), ("non_persistent_save_interval", None, None),
-    ("exit_interval", None, None), ("exit_duration_in_mins", None, None),
-    ("exit_signal_handler", False, None), ("eval_iters", 0, None),
-    ("tensorboard_dir", None, None), ("wandb_project", "", None), ("wandb_exp_name", "", None),
-    ("enable_one_logger", False, None), ("enable_ft_package", False, None),
-    ("profile", False, None), ("use_pytorch_profiler", False, None),
-    ("check_for_nan_in_loss_and_grad", False, None), ("check_for_spiky_loss", False, None),
-    ("check_for_large_grads", False, None), ("rerun_mode", "disabled", None),
-    ("log_straggler", False, None), ("num_workers", 0, None), ("rampup_batch_size", None, None),
-    ("mock_data", True, None),
+    ("load", None), ("pretrained_checkpoint", None), ("save", None),
+    ("save_interval", None), ("non_persistent_save_interval", None),
+    ("exit_interval", None), ("exit_duration_in_mins", None),
+    ("exit_signal_handler", False), ("eval_iters", 0),
+    ("tensorboard_dir", None), ("wandb_project", ""), ("wandb_exp_name", ""),
+    ("enable_one_logger", False), ("enable_ft_package", False),
+    ("profile", False), ("use_pytorch_profiler", False),
+    ("check_for_nan_in_loss_and_grad", False), ("check_for_spiky_loss", False),
+    ("check_for_large_grads", False), ("rerun_mode", "disabled"),
+    ("log_straggler", False), ("num_workers", 0),
+)
+
+# Where the data comes from: all replaced by mock batches (a trace reads no data).
+_DATA = (
+    ("data_path", None), ("data_args_path", None), ("train_data_path", None),
+    ("valid_data_path", None), ("test_data_path", None), ("per_split_data_args_path", None),
+    ("per_dataset_sequences_path", None), ("data_cache_path", None), ("split", None),
+    ("object_storage_cache_path", None), ("dataloader_fast_cache_load", False),
+    ("dataloader_defer_npy_index_mmap", False), ("fim_data", False), ("mock_data", True),
 )
 
 
 def set_up(args: Any, iterations: int) -> list[str]:
-    """Change `args` for a trace of `iterations` training iterations; returns notes."""
-    notes = ["Megatron-LM run for a trace: mock data, no checkpoint load or save, no "
-             "evaluation, no logging services, no NaN/inf or spiky-loss checks (they read "
-             "values a trace does not have), dataset helpers not compiled"]
-    for name, value, _ in _OFF:
+    """Change validated `args` for a trace of `iterations` training iterations; returns notes."""
+    notes = ["Megatron-LM run for a trace: no checkpoint load or save, no evaluation, no "
+             "logging services or profiler, no NaN/inf or spiky-loss checks (they read values a "
+             "trace does not have), dataset helpers not compiled"]
+    megatron_batch.check(args)
+    notes.append(_data(args))
+    for name, value in _OFF:
         if hasattr(args, name):
             setattr(args, name, value)
-    notes.append(_batch(args))
+    notes += megatron_batch.set_up(args)
     _iterations(args, iterations)
     notes += _tokenizer(args) + _implementation(args) + _moe(args)
     return [n for n in notes if n]
 
 
-def microbatches(args: Any) -> int:
-    """Just enough micro-batches for the pipeline's steady state on every stage: the depth for
-    1F1B; twice it for the interleaved schedule (with only `pp` micro-batches it runs all of
-    them as warm-up and holds less than in steady state)."""
-    pp = int(getattr(args, "pipeline_model_parallel_size", 1) or 1)
-    if pp == 1:
-        return 1
-    interleaved = bool(getattr(args, "num_layers_per_virtual_pipeline_stage", None) or
-                       getattr(args, "num_virtual_stages_per_pipeline_rank", None))
-    return 2 * pp if interleaved else pp
-
-
-def _batch(args: Any) -> str:
-    tp = int(getattr(args, "tensor_model_parallel_size", 1) or 1)
-    pp = int(getattr(args, "pipeline_model_parallel_size", 1) or 1)
-    cp = int(getattr(args, "context_parallel_size", 1) or 1)
-    dp = max(1, int(args.world_size) // (tp * pp * cp))
-    n = microbatches(args)
-    before = getattr(args, "global_batch_size", None)
-    args.global_batch_size = args.micro_batch_size * dp * n
-    return (f"global batch {args.global_batch_size} = micro-batch {args.micro_batch_size} x "
-            f"DP {dp} x {n} micro-batches (enough to fill the pipeline; memory does not grow "
-            f"with more)" + (f", instead of {before}" if before and before !=
-                              args.global_batch_size else ""))
+def _data(args: Any) -> str:
+    given = [name for name, off in _DATA if name != "mock_data" and
+             getattr(args, name, off) not in (off, None, [], "")]
+    for name, value in _DATA:
+        if hasattr(args, name):
+            setattr(args, name, value)
+    flags = ", ".join("--" + name.replace("_", "-") for name in given)
+    return ("mock batches of the configured micro-batch and sequence length instead of "
+            "datasets" + (f" (replacing {flags}: a trace reads no data)" if flags else ""))
 
 
 def _iterations(args: Any, iterations: int) -> None:
-    """Train for the traced iterations only, keeping the learning-rate schedule's length (a
-    schedule shorter than its warm-up fails Megatron's checks)."""
+    """Train for the traced iterations only, keeping the learning-rate schedule's length (its
+    decay and warm-up are the user's: a schedule shorter than its warm-up fails)."""
     if getattr(args, "train_samples", None):
         if hasattr(args, "lr_decay_samples") and not args.lr_decay_samples:
             args.lr_decay_samples = args.train_samples
@@ -79,11 +80,6 @@ def _iterations(args: Any, iterations: int) -> None:
         return
     if hasattr(args, "lr_decay_iters") and not args.lr_decay_iters and args.train_iters:
         args.lr_decay_iters = args.train_iters
-    if getattr(args, "lr_warmup_fraction", None) is not None and args.train_iters:
-        # A fraction of the user's schedule, not of the traced iterations.
-        args.lr_warmup_iters = int(args.lr_warmup_fraction * (args.lr_decay_iters or
-                                                              args.train_iters))
-        args.lr_warmup_fraction = None
     args.train_iters = iterations
 
 
@@ -91,6 +87,14 @@ def _tokenizer(args: Any) -> list[str]:
     """Mock data needs no text: with a vocabulary size Megatron's NullTokenizer stands in for
     a tokenizer whose files may not be here."""
     kind = getattr(args, "tokenizer_type", None)
+    vocab_file = getattr(args, "vocab_file", None)
+    if kind == "GPT2BPETokenizer" and not getattr(args, "vocab_size", None) and \
+            not (vocab_file and os.path.isfile(vocab_file)):
+        # GPT-2's BPE has one size; NullTokenizer(n) has n tokens and an end-of-document one.
+        args.vocab_size = GPT2_VOCAB - 1
+        args.tokenizer_type = "NullTokenizer"
+        return [f"GPT-2's vocabulary file {vocab_file} is not here: NullTokenizer of GPT-2's "
+                f"{GPT2_VOCAB} tokens instead (mock data needs no text)"]
     if kind == "NullTokenizer" or not getattr(args, "vocab_size", None):
         return []
     args.tokenizer_type = "NullTokenizer"
@@ -99,8 +103,17 @@ def _tokenizer(args: Any) -> list[str]:
 
 
 def _implementation(args: Any) -> list[str]:
-    if getattr(args, "transformer_impl", "local") != "transformer_engine" or \
-            find_spec("transformer_engine") is not None:
+    if find_spec("transformer_engine") is not None:
+        return []
+    low_precision = [f"--{name}-format {getattr(args, name)}" for name in ("fp8", "fp4")
+                     if getattr(args, name, None)]
+    if low_precision:
+        # FP8/FP4 tensors (weights, saved activations, transposes, scaling history) are
+        # Transformer Engine's; a trace in bf16 instead would answer another configuration.
+        raise MemlensError(f"{' and '.join(low_precision)} needs Transformer Engine, which is "
+                           "not installed here: memlens cannot trace FP8/FP4 training without "
+                           "it (install transformer_engine, or trace without the flag)")
+    if getattr(args, "transformer_impl", "local") != "transformer_engine":
         return []
     args.transformer_impl = "local"  # the plugin notes it, with how attention is held
     return []
@@ -109,9 +122,7 @@ def _implementation(args: Any) -> list[str]:
 def _moe(args: Any) -> list[str]:
     if not getattr(args, "num_experts", None):
         return []
-    notes = []
-    args.moe_expert_capacity_factor = 1.0
-    args.moe_pad_expert_input_to_capacity = True
+    notes = []  # routing is left as configured: the plugin fixes the tokens per expert
     if getattr(args, "moe_grouped_gemm", False) and find_spec("transformer_engine") is None \
             and find_spec("grouped_gemm") is None:
         args.moe_grouped_gemm = False

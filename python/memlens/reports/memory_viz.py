@@ -125,11 +125,25 @@ def _events(alloc: dict[str, Any], device_index: int, horizon: int) -> list[tupl
     return events
 
 
+def _stream_event(model: CachingAllocatorModel, event: dict[str, Any], refused: set[int]) -> None:
+    if event["kind"] == "record_stream":
+        if event["allocation"] not in refused:
+            model.record_stream(event["allocation"], event["stream"])
+    else:
+        model.stream_waited(event["waiter"], event["stream"], event["marker"])
+
+
 def _replay(model: CachingAllocatorModel, alloc: dict[str, Any], device_index: int,
             horizon: int, frames: _Frames) -> list[dict[str, Any]]:
     history = model.history
     refused: set[int] = set()
+    # record_stream and the waits between streams, each after its allocation event
+    streams = [e for e in alloc.get("stream_events") or () if e["device"] == device_index]
+    k = 0
     for seq, ev in _events(alloc, device_index, horizon):
+        while k < len(streams) and streams[k]["seq"] < seq:
+            _stream_event(model, streams[k], refused)
+            k += 1
         i = ev if ev >= 0 else ~ev
         start = len(history)
         if ev >= 0:

@@ -20,6 +20,7 @@ from typing import Any
 
 from .. import categories as C
 from ..errors import SnapshotError
+from ..worker_protocol import normalize_path
 
 CATEGORIES = C.NAMES
 
@@ -29,14 +30,6 @@ def _norm(path: str, cache: dict[str, str]) -> str:
     if out is None:
         out = cache[path] = normalize_path(path)
     return out
-
-
-def normalize_path(path: str) -> str:
-    """The key a source file is known by (symlinks resolved, case folded where the file system
-    ignores case)."""
-    if not path or path.startswith("<"):
-        return path
-    return os.path.normcase(os.path.realpath(path))
 
 
 def read_checked(path: str | os.PathLike) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """The LSP surface of the server: standard features (hover, inlay hints, CodeLens, document
 sync, configuration, progress cancel) and the custom methods of protocol.py. Each handler is
-thin: it calls MemlensServer, and a failure is logged, never fatal."""
+thin: it calls MemlensServer (traces: its TraceCommands; payloads: payloads.py), and a failure
+is logged, never fatal."""
 
 from __future__ import annotations
 
@@ -12,9 +13,8 @@ from pygls import uris
 from pygls.exceptions import JsonRpcInvalidParams
 
 from ..errors import MemlensError
-from ..units import format_bytes
+from . import payloads
 from . import protocol as P
-from .annotations import hint_text, hover_markdown
 from .digest import normalize_path
 from .documents import now_utc
 from .server import MemlensServer
@@ -66,7 +66,7 @@ def register(ls: MemlensServer) -> MemlensServer:
         ls.spawn(ls.poll())
         await ls.scan(force=True)
         ls.update_budget_diagnostics()
-        ls.refresh_client_views()
+        ls.client.refresh_views()
 
     @ls.feature(lsp.WORKSPACE_DID_CHANGE_CONFIGURATION)
     @_guard
@@ -109,7 +109,7 @@ def register(ls: MemlensServer) -> MemlensServer:
         state = ls.docs.get(params.text_document.uri)
         path = state.path if state else normalize_path(
             uris.to_fs_path(params.text_document.uri) or "")
-        ls.trace_on_save(path)
+        ls.commands.trace_on_save(path)
         if state is not None:
             ls.update_document_targets(state)
             ls.update_budget_diagnostics()
@@ -124,7 +124,7 @@ def register(ls: MemlensServer) -> MemlensServer:
     @ls.feature(lsp.WINDOW_WORK_DONE_PROGRESS_CANCEL)
     @_guard
     def progress_cancel(ls: MemlensServer, params: lsp.WorkDoneProgressCancelParams):
-        ls.on_progress_cancel(params.token)
+        ls.commands.on_progress_cancel(params.token)
 
     @ls.feature(lsp.SHUTDOWN)
     def shutdown(ls: MemlensServer, *args):
@@ -136,59 +136,24 @@ def register(ls: MemlensServer) -> MemlensServer:
         state = ls.docs.get(params.text_document.uri)
         if state is None or state.entry is None:
             return None
-        p = state.by_line.get(params.position.line)
-        if p is None:
-            return None
-        stale = state.stale
-        md = hover_markdown(p.annotation, state.entry.digest,
-                            ls.budget_for(None, state.entry), now_utc(), stale)
-        end = ls.workspace.position_codec.client_num_units(state.line_text(p.line))
-        return lsp.Hover(contents=lsp.MarkupContent(kind=lsp.MarkupKind.Markdown, value=md),
-                         range=lsp.Range(lsp.Position(p.line, 0), lsp.Position(p.line, end)))
+        return payloads.hover(state, params.position.line, ls.budget_for(None, state.entry),
+                              now_utc(), ls.workspace.position_codec.client_num_units)
 
     @ls.feature(lsp.TEXT_DOCUMENT_INLAY_HINT, lsp.InlayHintOptions(resolve_provider=False))
     def inlay_hints(ls: MemlensServer, params: lsp.InlayHintParams):
         state = ls.docs.get(params.text_document.uri)
         if state is None or not state.placed or not ls.settings.inlayHints:
             return []
-        first, last = params.range.start.line, params.range.end.line
-        stale = state.stale
-        codec = ls.workspace.position_codec
-        out = []
-        for p in state.placed:
-            if first <= p.line <= last and p.line < len(state.lines):
-                end = codec.client_num_units(state.line_text(p.line))
-                out.append(lsp.InlayHint(position=lsp.Position(p.line, end),
-                                         label=hint_text(p.annotation, stale),
-                                         padding_left=True))
-        return out
+        return payloads.inlay_hints(state, params.range.start.line, params.range.end.line,
+                                    ls.workspace.position_codec.client_num_units)
 
     @ls.feature(lsp.TEXT_DOCUMENT_CODE_LENS, lsp.CodeLensOptions(resolve_provider=False))
     def code_lens(ls: MemlensServer, params: lsp.CodeLensParams):
         state = ls.docs.get(params.text_document.uri)
         path = state.path if state else normalize_path(
             uris.to_fs_path(params.text_document.uri) or "")
-        out = []
-        for t in ls.doc_targets.get(path, []):
-            rng = lsp.Range(lsp.Position(t.line, t.start), lsp.Position(t.line, t.end))
-            arg = {"targetId": t.id}
-            if t.id in ls.runner.running:
-                out.append(lsp.CodeLens(range=rng, command=lsp.Command(
-                    title="Tracing… (cancel)", command=P.CMD_CANCEL_TRACE, arguments=[arg],
-                    tooltip="Stop this trace")))
-            else:
-                out.append(lsp.CodeLens(range=rng, command=lsp.Command(
-                    title="Trace Memory", command=P.CMD_TRACE, arguments=[arg],
-                    tooltip=f"Estimate the memory of one training step of {t.name} on "
-                            f"{ls.settings.device}")))
-            e = ls.entry_for(t)
-            if e is not None:
-                peak = format_bytes(e.digest["summary"]["peakBytes"])
-                out.append(lsp.CodeLens(range=rng, command=lsp.Command(
-                    title=f"Open Report (peak {peak})", command=P.CMD_OPEN_REPORT,
-                    arguments=[{"targetId": t.id, "snapshot": e.path}],
-                    tooltip=f"The newest snapshot of {t.name}")))
-        return out
+        return payloads.code_lenses(ls.doc_targets.get(path, []), ls.runner.running,
+                                    ls.entry_for, ls.settings.device)
 
     # -- custom requests -------------------------------------------------------------------
     @ls.feature(P.REQ_TARGETS)
@@ -222,7 +187,7 @@ def register(ls: MemlensServer) -> MemlensServer:
     async def trace(ls: MemlensServer, *args):
         params = _dict(args[0] if args else None)
         try:
-            return await ls.trace(params)
+            return await ls.commands.trace(params, ls.protocol.msg_id)
         except MemlensError as e:
             ls.log(str(e), lsp.MessageType.Warning)
             raise JsonRpcInvalidParams(message=e.message) from None
@@ -250,7 +215,7 @@ def register(ls: MemlensServer) -> MemlensServer:
         if e is None or e.digest is None:
             return {"snapshot": None}
         info = ls.snapshot_info(e)
-        if params.get("show", True) and ls._client_can("window", "show_document", "support"):
+        if params.get("show", True) and ls.client.can("window", "show_document", "support"):
             try:
                 await ls.window_show_document_async(lsp.ShowDocumentParams(
                     uri=info["uri"], external=False, take_focus=True))

@@ -1,4 +1,4 @@
-"""The newest snapshot of each target, under `.memlens/<target>/` of every workspace folder.
+"""The newest snapshot of each target, under `.memlens/<slug>/` of every workspace folder.
 
 Snapshots are read by a helper process (memlens.server.digest); the index keeps only their
 digests. `refresh()` is cheap when nothing changed (a directory listing per target), so the
@@ -15,9 +15,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
-from .worker import memlens_env
-
-SNAPSHOT_DIR = ".memlens"
+from ..worker_protocol import SNAPSHOT_DIR, worker_env
 GITIGNORE = "# Snapshots of Torch Memory Lens; regenerate them with \"Trace Memory\".\n*\n"
 
 
@@ -60,7 +58,7 @@ async def digest_in_helper(paths: list[str], timeout: float = 300.0) -> list[dic
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "memlens.server.digest", *paths,
         stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, env=memlens_env(), limit=256 * 1024 * 1024)
+        stderr=asyncio.subprocess.PIPE, env=worker_env(), limit=256 * 1024 * 1024)
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout)
     except asyncio.TimeoutError:
@@ -164,6 +162,23 @@ class SnapshotIndex:
                 e.digest = r
                 e.files = frozenset(r.get("files", ()))
             self.entries[e.dir] = e
+
+    def add(self, path: str, digest: dict[str, Any]) -> SnapshotEntry | None:
+        """A snapshot whose digest came with it (the worker's final line): known without a
+        helper process reading it again; `refresh` sees it unchanged. None if it is not
+        there."""
+        directory = os.path.dirname(path)
+        try:
+            mtime = os.stat(path).st_mtime
+        except OSError:
+            return None
+        e = SnapshotEntry(os.path.dirname(os.path.dirname(directory)), directory, path, mtime)
+        if digest.get("error"):
+            e.error = str(digest["error"])
+        else:
+            e.digest, e.files = digest, frozenset(digest.get("files", ()))
+        self.entries[directory] = e
+        return e
 
     def by_slug(self, folder: str, slug: str) -> SnapshotEntry | None:
         e = self.entries.get(os.path.join(snapshot_root(folder), slug))

@@ -10,7 +10,9 @@ import tempfile
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import TextIO
+
+from .tracing import RunningTrace
 
 LINES_PER_SECOND = 200
 BYTES_PER_TRACE = 1_000_000
@@ -84,9 +86,9 @@ class TraceOutputLog:
             self._file_failed = True  # the client still gets what the limits allow
 
 
-def output_log_of(run: Any, send: Callable[[str], None]) -> TraceOutputLog:
-    """The output log of a running trace (tracing.RunningTrace), made at its first line; the
-    file closes when the run is gone."""
+def output_log_of(run: RunningTrace, send: Callable[[str], None]) -> TraceOutputLog:
+    """The output log of a running trace, made at its first line; the file closes when the run
+    is gone."""
     log = run.__dict__.get("_output_log")
     if log is None:
         t = run.request.target

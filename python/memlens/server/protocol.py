@@ -205,7 +205,7 @@ class Settings(TypedDict, total=False):
     budget: Union[str, int, None]  # "70GiB" or bytes; default: the device's total memory
     iterations: Union[int, None]  # default: the recipe's, else 2
     timeLimitSeconds: float  # default 300
-    memoryLimitMB: int  # the worker's address-space limit; 0: the host's physical memory
+    memoryLimitMB: int  # the worker's address-space limit; 0: twice the host's memory; -1: none
     traceOnSave: bool  # default false
     topLines: int  # hot lines annotated per file; default 5
     inlayHints: bool  # default true

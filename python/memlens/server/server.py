@@ -1,13 +1,14 @@
 """The memlens language server: its state (settings, targets, snapshot index, open documents,
 running traces, diagnostics) and what happens when any of them changes. The LSP handlers that
-call into it are in features.py."""
+call into it are in features.py; what it sends is built in payloads.py and sent through
+client.py; traces are commands.py's."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import sys
-from typing import Any
+from typing import Any, Coroutine
 
 from lsprotocol import types as lsp
 from pygls import uris
@@ -17,17 +18,18 @@ from pygls.protocol import LanguageServerProtocol, default_converter
 from .. import __version__
 from ..errors import MemlensError
 from ..units import parse_bytes
+from . import payloads
 from . import protocol as P
-from .annotations import hint_text, hover_markdown
-from .diagnostics import DiagnosticStore, budget_diagnostic
+from .client import LspClient
+from .commands import LspTraceHooks, TraceCommands
+from .diagnostics import DiagnosticStore
 from .digest import normalize_path
 from .documents import DocState, now_utc
 from .index import SnapshotEntry, SnapshotIndex
 from .settings import Settings, parse_settings
-from .commands import TraceCommands
 from .targets import RecipeCache, TargetInfo, document_targets, scan_workspace
 from .traced import TracedTexts
-from .tracing import TraceRequest, TraceRunner
+from .tracing import TraceRunner
 
 POLL_SECONDS = 2.0
 SCAN_MAX_AGE = 10.0
@@ -39,9 +41,8 @@ class MemlensProtocol(LanguageServerProtocol):
 
     def _handle_cancel_notification(self, msg_id):
         super()._handle_cancel_notification(msg_id)
-        on_cancel = getattr(self._server, "on_cancel_request", None)
-        if on_cancel is not None:
-            on_cancel(msg_id)
+        if isinstance(self._server, MemlensServer):
+            self._server.commands.on_cancel_request(msg_id)
 
 
 def _plain_converter():
@@ -54,7 +55,7 @@ def _plain_converter():
     return conv
 
 
-class MemlensServer(TraceCommands, LanguageServer):
+class MemlensServer(LanguageServer):
     def __init__(self) -> None:
         super().__init__("memlens", __version__, protocol_cls=MemlensProtocol,
                          converter_factory=_plain_converter,
@@ -66,11 +67,14 @@ class MemlensServer(TraceCommands, LanguageServer):
         self.scanned_at = -1e9
         self._scan: asyncio.Future | None = None
         self.recipes = RecipeCache()
+        self.client = LspClient(self)
         self.index = SnapshotIndex(log=lambda m: self.log(m, lsp.MessageType.Warning))
         self.traced = TracedTexts()
-        self.runner = TraceRunner(self, lambda: self.settings)
-        self.diagnostics = DiagnosticStore(self._publish_diagnostics)
-        self.last_requests: dict[str, TraceRequest] = {}
+        self.diagnostics = DiagnosticStore(self.client.publish_diagnostics)
+        hooks = LspTraceHooks(self.client, self.traced, self)
+        self.runner = TraceRunner(hooks, lambda: self.settings)
+        self.commands = TraceCommands(self.runner, self.index, lambda: self.settings, self.client,
+                                      self.diagnostics, self.traced, self)
         self._tasks: set[asyncio.Task] = set()
         self._pending_publish: dict[str, asyncio.TimerHandle] = {}
         self._pending_targets: dict[str, asyncio.TimerHandle] = {}
@@ -78,12 +82,9 @@ class MemlensServer(TraceCommands, LanguageServer):
 
     # -- small helpers ---------------------------------------------------------------------
     def log(self, message: str, kind: lsp.MessageType = lsp.MessageType.Info) -> None:
-        try:
-            self.window_log_message(lsp.LogMessageParams(type=kind, message=message))
-        except Exception:  # no client yet: stderr is all there is
-            print(message, file=sys.stderr)
+        self.client.log(message, kind)
 
-    def spawn(self, coro) -> asyncio.Task:
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
@@ -106,18 +107,6 @@ class MemlensServer(TraceCommands, LanguageServer):
             out.append(normalize_path(self.workspace.root_path))
         return list(dict.fromkeys(out))
 
-    def _client_can(self, *path: str) -> bool:
-        node: Any = self.client_capabilities
-        for name in path:
-            node = getattr(node, name, None)
-            if node is None:
-                return False
-        return bool(node)
-
-    def _publish_diagnostics(self, uri: str, diags: list[lsp.Diagnostic]) -> None:
-        self.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(uri=uri,
-                                                                             diagnostics=diags))
-
     # -- settings ---------------------------------------------------------------------------
     def apply_settings(self, raw: Any) -> None:
         """New settings: everything they shape is sent again, so that a client need not ask
@@ -131,10 +120,10 @@ class MemlensServer(TraceCommands, LanguageServer):
                 self.attach(state, state.entry)
             self.publish_annotations(state)
         self.update_budget_diagnostics()
-        self.refresh_client_views()
+        self.client.refresh_views()
 
     async def pull_settings(self) -> None:
-        if not self._client_can("workspace", "configuration"):
+        if not self.client.can("workspace", "configuration"):
             return
         try:
             result = await asyncio.wait_for(self.workspace_configuration_async(
@@ -192,21 +181,20 @@ class MemlensServer(TraceCommands, LanguageServer):
     def find_target(self, target_id: str) -> TargetInfo | None:
         return next((t for t in self.all_targets() if t.id == target_id), None)
 
+    def targets_in(self, path: str) -> list[TargetInfo]:
+        """The targets the file `path` defines, read as the editor has it (else from disk)."""
+        text = self.docs_text(path)
+        if text is None:
+            return []
+        try:
+            return document_targets(path, text, self.folders, self.recipes)
+        except MemlensError:
+            return []
+
     def entry_for(self, t: TargetInfo) -> SnapshotEntry | None:
-        """The newest snapshot of a target: written for it by this server, or by the CLI."""
-        candidates = []
-        own = self.index.by_slug(t.folder, t.slug)
-        if own:
-            candidates.append(own)
-        for e in self.index.usable():
-            m = e.digest["meta"]
-            if t.kind == "model" and m["targetKind"] == "model" and m["targetName"] == t.symbol \
-                    and m["targetPath"] == t.path:
-                candidates.append(e)
-            elif t.kind == "script" and m["targetKind"] == "script" and \
-                    m["targetPath"] == t.path and not e.slug.startswith(("launch-", "torchrun-")):
-                candidates.append(e)
-        return max(candidates, key=lambda e: e.created, default=None)
+        """The newest snapshot of a target: written for it by this server, or by the CLI run
+        in the workspace folder (the same folder under .memlens/: worker_protocol.py)."""
+        return self.index.by_slug(t.folder, t.slug)
 
     def target_of(self, e: SnapshotEntry) -> TargetInfo | None:
         """The target whose newest snapshot `e` is (cached until targets or snapshots change)."""
@@ -228,37 +216,22 @@ class MemlensServer(TraceCommands, LanguageServer):
                 self.log(f"recipe budget {t.budget!r} is not a size", lsp.MessageType.Warning)
         return e.digest["meta"]["deviceTotalBytes"]
 
-    def snapshot_info(self, e: SnapshotEntry, t: TargetInfo | None = None) -> dict[str, Any]:
-        m, s = e.digest["meta"], e.digest["summary"]
+    def snapshot_info(self, e: SnapshotEntry, t: TargetInfo | None = None) -> P.SnapshotInfo:
+        """`e` (which has a digest) with its target (found when not given) and budget."""
         if t is None:
             t = self.target_of(e)
-        return {"path": e.path, "uri": uris.from_fs_path(e.path) or "",
-                "targetId": t.id if t else None, "targetName": m["targetName"],
-                "kind": m["targetKind"], "created": m["created"], "peakBytes": s["peakBytes"],
-                "peakPhase": s["peakPhase"], "device": m["deviceName"],
-                "deviceTotalBytes": m["deviceTotalBytes"], "budgetBytes": self.budget_for(t, e),
-                "rank": m["rank"], "worldSize": m["worldSize"]}
+        return payloads.snapshot_info(e, t, self.budget_for(t, e))
 
-    def target_json(self, t: TargetInfo) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "id": t.id, "kind": t.kind, "name": t.name, "uri": uris.from_fs_path(t.path) or "",
-            "range": {"start": {"line": t.line, "character": t.start},
-                      "end": {"line": t.line, "character": max(t.end, t.start)}},
-            "detail": t.detail, "tracing": t.id in self.runner.running}
-        for key, value in (("symbol", t.symbol), ("program", t.program), ("module", t.module),
-                           ("cwd", t.cwd), ("worldSize", t.world_size)):
-            if value is not None:
-                out[key] = value
-        if t.kind != "model":
-            out["args"] = list(t.args)
+    def target_json(self, t: TargetInfo) -> P.Target:
         e = self.entry_for(t)
-        if e is not None:
-            out["snapshot"] = self.snapshot_info(e, t)
-        return out
+        return payloads.target(t, t.id in self.runner.running,
+                               self.snapshot_info(e, t) if e is not None else None)
 
     # -- snapshots and documents ------------------------------------------------------------
-    async def refresh_index(self) -> None:
-        if await self.index.refresh(self.folders):
+    async def refresh_index(self, changed: bool = False) -> None:
+        """Pick up snapshots; `changed`: the index has changed already (a snapshot added with
+        the digest its worker sent)."""
+        if await self.index.refresh(self.folders) or changed:
             self.on_index_changed()
 
     def on_index_changed(self) -> None:
@@ -269,8 +242,8 @@ class MemlensServer(TraceCommands, LanguageServer):
                 self.attach(state, entry)
                 self.publish_annotations(state)
         self.update_budget_diagnostics()
-        self.refresh_client_views()
-        self.protocol.notify(P.NOTIFY_SNAPSHOTS_CHANGED, self.snapshots_json())
+        self.client.refresh_views()
+        self.client.notify(P.NOTIFY_SNAPSHOTS_CHANGED, self.snapshots_json())
 
     def attach(self, state: DocState, entry: SnapshotEntry | None) -> None:
         """Show `entry` in a document, placed by the text its lines refer to. The snapshot
@@ -282,7 +255,7 @@ class MemlensServer(TraceCommands, LanguageServer):
             base = self.traced.text_of(entry, state.path) if entry is not None else None
         state.attach(entry, base, self.settings.topLines)
 
-    def snapshots_json(self) -> dict[str, Any]:
+    def snapshots_json(self) -> P.SnapshotsResult:
         return {"snapshots": [self.snapshot_info(e) for e in self.index.usable()]}
 
     def update_budget_diagnostics(self) -> None:
@@ -291,36 +264,18 @@ class MemlensServer(TraceCommands, LanguageServer):
             key = f"budget:{t.id}"
             seen.add(key)
             e = self.entry_for(t)
-            diag = budget_diagnostic(t, e.digest, self.budget_for(t, e)) if e else None
+            diag = payloads.budget_diagnostic(t, e.digest, self.budget_for(t, e)) if e else None
             self.diagnostics.set(key, uris.from_fs_path(t.path), diag)
         for key in self.diagnostics.keys():
             if key.startswith("budget:") and key not in seen:
                 self.diagnostics.clear(key)
 
-    def refresh_client_views(self) -> None:
-        if self._client_can("workspace", "inlay_hint", "refresh_support"):
-            self.protocol.send_request(lsp.WORKSPACE_INLAY_HINT_REFRESH, None)
-        self.refresh_code_lenses()
-
-    def refresh_code_lenses(self) -> None:
-        if self._client_can("workspace", "code_lens", "refresh_support"):
-            self.protocol.send_request(lsp.WORKSPACE_CODE_LENS_REFRESH, None)
-
-    def annotations_json(self, state: DocState) -> dict[str, Any]:
-        stale, e = state.stale, state.entry
-        anns = []
-        if e is not None and e.digest is not None:
-            budget = self.budget_for(None, e)
-            now = now_utc()
-            for p in state.placed:
-                a = p.annotation
-                anns.append({"line": p.line, "kind": a.kind, "label": a.label,
-                             "text": hint_text(a, stale), "bytes": a.bytes, "share": a.share,
-                             "hover": hover_markdown(a, e.digest, budget, now, stale),
-                             "stale": stale})
-        return {"uri": state.uri, "version": state.version, "stale": stale,
-                "snapshot": self.snapshot_info(e) if e and e.digest else None,
-                "annotations": anns}
+    def annotations_json(self, state: DocState) -> P.AnnotationsParams:
+        e = state.entry
+        if e is None or e.digest is None:
+            return payloads.annotations(state, None, 0, now_utc())
+        return payloads.annotations(state, self.snapshot_info(e), self.budget_for(None, e),
+                                    now_utc())
 
     def publish_annotations(self, state: DocState, delay: float = 0.0) -> None:
         """Send memlens/annotations for a document (debounced by `delay` seconds)."""
@@ -331,7 +286,7 @@ class MemlensServer(TraceCommands, LanguageServer):
         def send() -> None:
             self._pending_publish.pop(state.uri, None)
             if self.docs.get(state.uri) is state:
-                self.protocol.notify(P.NOTIFY_ANNOTATIONS, self.annotations_json(state))
+                self.client.notify(P.NOTIFY_ANNOTATIONS, self.annotations_json(state))
 
         if delay <= 0:
             send()
@@ -348,6 +303,9 @@ class MemlensServer(TraceCommands, LanguageServer):
         return state
 
     # -- documents' text ------------------------------------------------------------------
+    def open_paths(self) -> set[str]:
+        return {state.path for state in self.docs.values()}
+
     def docs_text(self, path: str) -> str | None:
         for state in self.docs.values():
             if state.path == path:
@@ -371,9 +329,8 @@ class MemlensServer(TraceCommands, LanguageServer):
             except Exception as e:  # keep polling whatever a snapshot folder holds
                 self.log(f"snapshot index: {type(e).__name__}: {e}", lsp.MessageType.Warning)
 
-    def server_info(self) -> dict[str, Any]:
-        return {"pid": os.getpid(), "version": __version__, "python": sys.executable,
-                "torchImported": "torch" in sys.modules,
-                "tracing": [{"targetId": r.request.target.id, "pid": r.worker.pid}
-                            for r in self.runner.running.values()
-                            if r.worker is not None and r.worker.pid is not None]}
+    def server_info(self) -> P.ServerInfo:
+        return payloads.server_info(
+            os.getpid(), __version__, sys.executable, "torch" in sys.modules,
+            [(r.request.target.id, r.worker.pid) for r in self.runner.running.values()
+             if r.worker is not None and r.worker.pid is not None])

@@ -17,7 +17,7 @@ class Settings:
     budget: int | None = None  # bytes; None: the traced device's total memory
     iterations: int | None = None
     timeLimitSeconds: float = 300.0
-    memoryLimitMB: int = 0  # 0: the host's physical memory
+    memoryLimitMB: int = 0  # 0: twice the host's memory, at least 16 GiB; below 0: no limit
     traceOnSave: bool = False
     topLines: int = 5
     inlayHints: bool = True

@@ -11,7 +11,6 @@ Only text is read; nothing is imported or run.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import time
@@ -22,7 +21,7 @@ from typing import Any, Iterable
 from ..errors import MemlensError
 from ..targets.launch import launch_configs, parse_jsonc, torchrun_commands
 from ..targets.recipe import find_recipe_file, recipe_targets
-from .digest import normalize_path
+from ..worker_protocol import normalize_path, snapshot_folder_name
 from .outline import outline
 from .too_deep import or_too_deep
 
@@ -57,8 +56,9 @@ class TargetInfo:
     @property
     def slug(self) -> str:
         """The folder under .memlens/ that holds this target's snapshots."""
-        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", self.name)[:48].strip("_.") or "target"
-        return f"{self.kind}-{safe}-{hashlib.sha1(self.id.encode()).hexdigest()[:8]}"
+        detail = {"model": self.symbol or "", "launch": self.name,
+                  "torchrun": str(self.line + 1)}.get(self.kind, "")
+        return snapshot_folder_name(self.kind, self.name, self.path, detail)
 
 
 def folder_of(path: str, folders: Iterable[str]) -> str:

@@ -18,7 +18,8 @@ from ..units import format_bytes
 from .index import ensure_snapshot_dir
 from .settings import Settings
 from .targets import TargetInfo
-from .worker import Worker, WorkerResult, memlens_env, python_executable
+from ..worker_protocol import snapshot_path, trace_command
+from .worker import Worker, WorkerResult, python_executable
 
 _PHASE = re.compile(r"^(forward_backward|optimizer_step)_iter_(\d+)$")
 
@@ -31,36 +32,6 @@ class TraceRequest:
     world_size: int | None = None
     rank: int | None = None
     all_ranks: bool = False
-
-
-def build_command(req: TraceRequest, snapshot_path: str, python: str
-                  ) -> tuple[list[str], str, dict[str, str]]:
-    """argv, cwd and environment of the worker for one trace."""
-    t = req.target
-    common = ["--device", req.device, "--json", "--progress", "json", "--snapshot", snapshot_path]
-    if req.iterations:
-        common += ["--iterations", str(req.iterations)]
-    # Distributed options: only when asked for, or when the launch configuration itself says
-    # several processes. A shell script's job (world size included) comes from running it.
-    world = req.world_size if req.world_size is not None else \
-        (None if t.kind == "torchrun" else t.world_size)
-    if req.world_size is not None or (world is not None and world > 1):
-        common += ["--world-size", str(world)]
-    if req.all_ranks:
-        common += ["--ranks", "all"]
-    elif req.rank is not None:
-        common += ["--rank", str(req.rank)]
-    base = [python, "-m", "memlens"]
-    if t.kind == "model":
-        argv = base + ["trace", f"{t.path}:{t.symbol}"] + common
-    elif t.kind == "torchrun":  # the CLI runs the script with recording launchers
-        argv = base + ["run"] + common + ["--from-script", f"{t.path}:{t.line + 1}"]
-    else:
-        what = [t.program] if t.program else ["-m", t.module or ""]
-        argv = base + ["run"] + common + ["--"] + what + list(t.args)
-    cwd = t.cwd or t.folder or os.path.dirname(t.path)
-    # A shell script's own variables reach the rank through the recording, as it sets them.
-    return argv, cwd, memlens_env(extra={} if t.kind == "torchrun" else t.env)
 
 
 def _iteration_fraction(phase: str, iterations: int) -> float | None:
@@ -163,9 +134,9 @@ def explain_failure(result: WorkerResult, req: TraceRequest, settings: Settings,
 @dataclass
 class RunningTrace:
     request: TraceRequest
-    msg_id: Any
+    msg_id: Any  # the memlens.trace request's id (None: a trace on save)
     snapshot: str = ""  # the path the worker is told to write
-    token: Any = None
+    token: str | None = None  # its `$/progress`, where the client shows one
     worker: Worker | None = None
     cancelled_before_start: str | None = None
     started: float = field(default_factory=lambda: _dt.datetime.now().timestamp())
@@ -178,7 +149,8 @@ class RunningTrace:
 
 
 class TraceHooks(Protocol):
-    """The LSP side of a trace, which the server supplies to the TraceRunner."""
+    """The LSP side of a trace, which the server supplies to the TraceRunner (commands.py's
+    LspTraceHooks)."""
 
     def running_changed(self, run: RunningTrace) -> None:
         """A trace was registered or has ended."""
@@ -187,8 +159,6 @@ class TraceHooks(Protocol):
 
     def report_progress(self, run: RunningTrace, message: str,
                         percentage: int | None) -> None: ...
-
-    def end_progress(self, run: RunningTrace, message: str) -> None: ...
 
     def spawning(self, run: RunningTrace) -> None:
         """The worker is about to start."""
@@ -209,9 +179,9 @@ class TraceRunner:
         self.running: dict[str, RunningTrace] = {}
 
     def snapshot_path(self, t: TargetInfo) -> str:
-        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
-        return os.path.join(ensure_snapshot_dir(t.folder or os.path.dirname(t.path), t.slug),
-                            f"{stamp}.json")
+        folder = t.folder or os.path.dirname(t.path)
+        ensure_snapshot_dir(folder, t.slug)
+        return snapshot_path(folder, t.slug)
 
     async def run(self, req: TraceRequest, msg_id: Any = None
                   ) -> tuple[RunningTrace, WorkerResult | None, str]:
@@ -227,7 +197,7 @@ class TraceRunner:
         self.hooks.running_changed(run)
         settings = self.settings()
         python = python_executable(settings.python or req.target.python)
-        argv, cwd, env = build_command(req, snapshot, python)
+        argv, cwd, env = trace_command(req, snapshot, python)
         iterations = req.iterations or 2
         try:
             await self.hooks.begin_progress(run)

@@ -208,6 +208,7 @@ def build_snapshot(tracer, meta: dict[str, Any],
             "alloc_seq": [r.alloc_seq for r in records],
             "free_seq": [r.free_seq for r in records],
             "backward": [int(r.backward) for r in records],
+            "stream_events": [_stream_event(e, dev_index) for e in ledger.stream_events],
         }
 
     phases_out = []
@@ -232,8 +233,9 @@ def build_snapshot(tracer, meta: dict[str, Any],
 
     n_events = len(ledger.events) if tracer.end_seq < 0 else \
         min(len(ledger.events), tracer.end_seq + 1)
-    memory, per_device = device_memory(tracer, stats, target, meta.get("world_size", 1),
-                                       n_events)
+    # The job's world size (a simulated rank's), not the caller's meta: NCCL rows need it.
+    world_size = meta.get("world_size") or tracer.parallel_meta()["world_size"]
+    memory, per_device = device_memory(tracer, stats, target, world_size, n_events)
     if memory.get("reserved_peak_seq") is not None:
         memory["reserved_peak_phase"] = next(
             (p["name"] for p in phases_out if p["device"] == target
@@ -280,6 +282,17 @@ def build_snapshot(tracer, meta: dict[str, Any],
                      "events": len(ledger.events)},
         "allocations": allocations,
     }
+
+
+def _stream_event(event: tuple, dev_index: dict[str, int]) -> dict[str, Any]:
+    """A record_stream or a wait between streams, after allocation event `seq`."""
+    seq, device, kind = event[:3]
+    out = {"seq": seq, "device": dev_index.get(device, -1), "kind": kind}
+    if kind == "record_stream":
+        out.update(allocation=event[3], stream=event[4])
+    else:
+        out.update(waiter=event[3], stream=event[4], marker=event[5])
+    return out
 
 
 def _placeholder(stacks, p) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..allocator import outside
+from ..allocator import nccl, outside
 from .analysis import DeviceStats
 from ..units import format_bytes
 from ..kernels.cuda import CUBLAS_WORKSPACE_OP
@@ -82,36 +82,63 @@ def outside_items(tracer, device: str, world_size: int, n_events: int) -> list[d
     ledger = tracer.ledger
     ops = ledger.ops
     mine = [r for r in ledger.records if r.device == device and r.alloc_seq < n_events]
-    workspaces = [r for r in mine if ops[r.op] == CUBLAS_WORKSPACE_OP]
-    if workspaces:
-        [cublas] = outside.cublas_workspace_items(spec.major, spec.minor)[:1]
-        each = workspaces[0].nbytes
-        items.append({
-            "label": f"cuBLAS workspace x{len(workspaces)}",
-            "bytes": sum(r.size for r in workspaces),
-            "basis": cublas.basis + "; forward and backward run on different threads, each "
-                     "with its own handle",
-            "short_basis": f"{len(workspaces)} handle x {format_bytes(each)}, compute "
-                           f"capability {spec.major}.{spec.minor}",
-            "counted_by_allocator": True})
+    items += _cublas(tracer, [r for r in mine if ops[r.op] == CUBLAS_WORKSPACE_OP])
     if any(ops[r.op] in CONV_OPS for r in mine):
         [cudnn] = outside.cudnn_workspace_items()
         items.append(_item(cudnn, "transient; " + (
             "CUDNN_CONV_WSCAP_DBG cap" if cudnn.bytes else "not estimated")))
     if world_size > 1:
-        items.append(_nccl(tracer, device, world_size))
+        items += _nccl(tracer, device, world_size)
     return items
 
 
-def _nccl(tracer, device: str, world_size: int) -> dict[str, Any]:
+def _cublas(tracer, workspaces) -> list[dict[str, Any]]:
+    """One row per stream that ran matmuls: a workspace per (thread's handle, stream)."""
+    spec = tracer.device
+    by_stream: dict[int, list] = {}
+    for r in workspaces:
+        by_stream.setdefault(r.stream, []).append(r)
+    rows = []
+    for stream in sorted(by_stream):
+        records = by_stream[stream]
+        [cublas] = outside.cublas_workspace_items(spec.major, spec.minor)[:1]
+        n, each = len(records), records[0].nbytes
+        where = "the default stream" if stream == 0 else f"stream {stream}"
+        label = f"cuBLAS workspace x{n}" + ("" if stream == 0 else f" (stream {stream})")
+        rows.append({
+            "label": label, "bytes": sum(r.size for r in records),
+            "basis": cublas.basis + f"; on {where}: {n} thread(s) ran matmuls there (forward "
+                     "and the optimizer on the main thread, backward on autograd's device "
+                     "thread, each with its own handle)",
+            "short_basis": f"{n} handle x {format_bytes(each)} on {where}, compute capability "
+                           f"{spec.major}.{spec.minor}",
+            "counted_by_allocator": True})
+    return rows
+
+
+def _nccl(tracer, device: str, world_size: int) -> list[dict[str, Any]]:
+    """One row per communicator (process group) that ran an operation on this device."""
     rules = tracer.workspaces.cuda
-    if rules is not None and device in rules.collective_devices:
-        [item] = outside.nccl_buffer_items(world_size)
-        return _item(item, f"ring buffers, world {world_size}; approximate")
-    return {"label": f"NCCL buffers (world {world_size})", "bytes": 0,
-            "basis": "no collective ran on this device in the traced step; NCCL creates a "
-                     "communicator and its buffers at the first collective",
-            "short_basis": "no collective ran", "counted_by_allocator": False}
+    groups = rules.communicators.get(device, {}) if rules is not None else {}
+    rows = []
+    spec = tracer.device
+    for use in groups.values():
+        comm = nccl.Communicator(use["name"], use["ranks"], use["ring"], frozenset(use["send"]),
+                                 frozenset(use["recv"]))
+        nbytes, basis = nccl.communicator_bytes(comm, spec.name, (spec.major, spec.minor))
+        kinds = (["ring"] if comm.ring else []) + \
+            ([f"p2p x{len(comm.send_peers) + len(comm.recv_peers)}"]
+             if comm.send_peers or comm.recv_peers else [])
+        rows.append({"label": f"NCCL buffers ({comm.name}, {comm.ranks} ranks)", "bytes": nbytes,
+                     "basis": basis,
+                     "short_basis": f"{' + '.join(kinds)} connections; approximate",
+                     "counted_by_allocator": False})
+    if rows:
+        return rows
+    return [{"label": f"NCCL buffers (world {world_size})", "bytes": 0,
+             "basis": "no collective ran on this device in the traced step; NCCL creates a "
+                      "communicator and its buffers at a process group's first operation",
+             "short_basis": "no collective ran", "counted_by_allocator": False}]
 
 
 def first_oom(tracer, n_events: int) -> dict[str, Any] | None:
@@ -140,19 +167,10 @@ def reserved_without_limit(tracer, device: str, n_events: int) -> int:
     needs, once the modelled allocator has refused an allocation."""
     from ..allocator import parse_alloc_conf, replay
 
-    ledger = tracer.ledger
-    records = ledger.records
-
-    def events():
-        for ev in ledger.events[:n_events]:
-            rid = ev if ev >= 0 else ~ev
-            rec = records[rid]
-            if rec.device == device:
-                yield ("alloc" if ev >= 0 else "free", rid, rec.nbytes, rec.stream)
-
+    events = tracer.ledger.allocator_events(device, n_events)
     config = parse_alloc_conf(tracer.allocator_settings["config"])
     # No limit on what cudaMalloc may take; expandable segments still size their address
     # range from a capacity, so give them room for a step four times the card.
     card = tracer.device.total_memory_bytes
-    return replay(events(), config, device_total_bytes=1 << 62, capacity_bytes=4 * card,
+    return replay(events, config, device_total_bytes=1 << 62, capacity_bytes=4 * card,
                   memory_fraction=1.0).peak_reserved

@@ -33,3 +33,33 @@ def script_error(exc: BaseException, what: str) -> MemlensError:
         traceback.format_exception_only(type(exc), exc))
     message = f"{what} raised {type(exc).__name__}: {exc}".strip()
     return ScriptError(message.splitlines()[0][:500] if message else type(exc).__name__, loc, text)
+
+
+class StderrTail:
+    """sys.stderr, remembering the end of what is written through it: a script that exits with
+    a status (argparse's `prog: error: ...` and exit 2) has said why there, last."""
+
+    KEEP = 4000  # characters
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+        self._tail = ""
+
+    def write(self, text: str) -> int:
+        self._tail = (self._tail + text)[-self.KEEP:]
+        return self._stream.write(text)
+
+    def last_line(self) -> str:
+        lines = [line.strip() for line in self._tail.splitlines() if line.strip()]
+        return lines[-1] if lines else ""
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def exit_error(code, what: str, said: str) -> MemlensError:
+    """A script's `sys.exit(code)`: the status and what the script said last on stderr."""
+    if isinstance(code, str):  # sys.exit("message")
+        return ScriptError(f"{what} exited: {code[:500]}")
+    text = f"{what} exited with status {code}"
+    return ScriptError(f"{text}: {said[:500]}" if said else text)

@@ -22,13 +22,14 @@ from ..errors import Location, MemlensError
 
 PRECISIONS = ("fp32", "bf16", "fp16", "autocast-bf16", "autocast-fp16")
 OPTIMIZERS = ("adamw", "adam", "sgd", "none")
+SDPA_BACKENDS = ("flash", "efficient", "cudnn", "math")
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8",
           "bool")
 # Each key's TOML type (inputs are checked on their own).
 _TYPES: dict[str, tuple[type, ...]] = {
     "target": (str,), "device": (str,), "iterations": (int,), "precision": (str,),
     "optimizer": (str,), "optimizer_args": (dict,), "lr": (int, float), "loss": (str,),
-    "batch": (int,), "init": (dict,), "budget": (str,)}
+    "batch": (int,), "init": (dict,), "budget": (str,), "sdpa_backend": (str,)}
 _KEYS = {*_TYPES, "inputs"}
 
 
@@ -54,6 +55,7 @@ class Recipe:
     init: dict[str, Any] = field(default_factory=dict)
     inputs: dict[str, InputSpec] | list[InputSpec] = field(default_factory=dict)
     budget: str | None = None
+    sdpa_backend: str | None = None  # the attention kernel tried first (cuda/sdpa.py)
     source: str | None = None  # the file the recipe came from
 
     def input_shape(self, spec: InputSpec) -> list[int]:
@@ -179,6 +181,9 @@ def check_values(recipe: Recipe, where=None, names: dict[str, str] | None = None
             get_device(recipe.device)
         except MemlensError as e:
             fail("device", e.message)
+    if recipe.sdpa_backend not in (None, *SDPA_BACKENDS):
+        fail("sdpa_backend", f"unknown SDPA backend {recipe.sdpa_backend!r}; one of "
+             f"{', '.join(SDPA_BACKENDS)}")
     if recipe.budget is not None:
         from ..units import parse_bytes
 

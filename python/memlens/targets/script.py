@@ -8,8 +8,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import MemlensError, ScriptError, StopTracing
-from .failure import script_error
+from ..errors import MemlensError, StopTracing
+from .failure import StderrTail, exit_error, script_error
 
 
 @dataclass
@@ -46,7 +46,11 @@ def run_script(target: ScriptTarget, tracer) -> bool:
     saved_argv, saved_path, saved_cwd = sys.argv[:], sys.path[:], os.getcwd()
     saved_env = {k: os.environ.get(k) for k in target.env}
     display = target.module or target.path
+    rank = getattr(tracer, "rank", None)
+    who = f"{display} (rank {rank.rank} of {rank.world_size})" if rank is not None else display
     stopped = False
+    saved_stderr = sys.stderr
+    stderr = sys.stderr = StderrTail(sys.stderr)
     try:
         if target.cwd:
             os.chdir(target.cwd)
@@ -69,12 +73,13 @@ def run_script(target: ScriptTarget, tracer) -> bool:
             except SystemExit as e:
                 tracer.mark_end()
                 if e.code not in (None, 0):
-                    raise ScriptError(f"{display} exited with status {e.code}") from None
+                    raise exit_error(e.code, who, stderr.last_line()) from None
             except MemlensError:
                 raise
             except Exception as e:
-                raise script_error(e, display) from None
+                raise script_error(e, who) from None
     finally:
+        sys.stderr = saved_stderr
         sys.argv, sys.path[:] = saved_argv, saved_path
         os.chdir(saved_cwd)
         for k, v in saved_env.items():

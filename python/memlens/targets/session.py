@@ -29,10 +29,11 @@ def prepare_process(device: DeviceSpec | str, device_count: int = 1) -> None:
 def trace_target(target, device: DeviceSpec, iterations: int, progress_mode: str = "none",
                  console=None, command: list[str] | None = None,
                  max_allocations: int | None = None, rank=None,
-                 dynamic_sizes: str = "bound") -> dict[str, Any]:
+                 dynamic_sizes: str = "bound", sdpa_backend: str | None = None) -> dict[str, Any]:
     """`rank`: a RankSpec to simulate that rank of a distributed job (the script target must
     already carry the rank's environment). A script stopped by a value the trace cannot make
-    up raises DataDependentError carrying the snapshot of what was traced until then."""
+    up raises DataDependentError carrying the snapshot of what was traced until then.
+    `sdpa_backend`: the attention kernel to try first (cuda/sdpa.py), else the device's order."""
     from ..engine.interrupt import stop_on_interrupt
     from ..progress import Progress
     from ..snapshot import build_snapshot
@@ -42,7 +43,8 @@ def trace_target(target, device: DeviceSpec, iterations: int, progress_mode: str
     from ..engine.tracer import Tracer
     from ..errors import DataDependentError
 
-    tracer = Tracer(device, iterations=iterations, rank=rank, dynamic_sizes=dynamic_sizes)
+    tracer = Tracer(device, iterations=iterations, rank=rank, dynamic_sizes=dynamic_sizes,
+                    sdpa_backend=sdpa_backend)
     try:
         with Progress(progress_mode, console, rank.rank if rank else None) as progress:
             tracer.phases.on_phase = progress.update
@@ -61,9 +63,14 @@ def trace_target(target, device: DeviceSpec, iterations: int, progress_mode: str
                     max_allocations or DEFAULT_MAX_ALLOCATIONS)
                 raise
             progress.update("building snapshot")
+        sdpa_note = tracer.sdpa.note()
+        if sdpa_note:
+            tracer.add_note(sdpa_note)
         meta = {"command": command or [], "target": target.to_json(), "precision": precision,
                 "stopped_after_iterations": stopped and not tracer.interrupted,
                 "kernels": {"scaled_dot_product_attention": dict(tracer.sdpa_backends)}}
+        if tracer.sdpa.to_json() is not None:
+            meta["sdpa"] = tracer.sdpa.to_json()
         return build_snapshot(tracer, meta, max_allocations or DEFAULT_MAX_ALLOCATIONS)
     finally:  # after the snapshot: it finds the model classes' files through sys.modules
         if isinstance(target, ModelTarget):

@@ -13,22 +13,22 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import signal
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import MemlensError
+from ..process_tree import MARK, WorkerProcess
 from . import launch_recorder as recorder
 
 TIMEOUT_ENV = "MEMLENS_SCRIPT_TIMEOUT"
 DEFAULT_TIMEOUT_S = 60.0
 SHIMS = ("torchrun", "accelerate", "python", "python3",
          f"python{sys.version_info.major}.{sys.version_info.minor}", "srun", "mpirun", "mpiexec")
-# What bash itself changes, not the script: never part of the rank's environment.
-SHELL_OWN = {"_", "SHLVL", "PWD", "OLDPWD", "BASH_ENV"}
+# What bash itself changes, not the script, and the recording's own worker mark (process_tree):
+# never part of the rank's environment.
+SHELL_OWN = {"_", "SHLVL", "PWD", "OLDPWD", "BASH_ENV", MARK}
 
 # Before the script's first line (BASH_ENV): every command exports its line and file, so a
 # launcher knows where it was called from (with functrace, also inside functions and subshells;
@@ -100,34 +100,23 @@ def record_launches(script: str, args: list[str]) -> ShellRun:
         if base.get("BASH_ENV"):
             env["__MEMLENS_USER_BASH_ENV"] = base["BASH_ENV"]
         run = ShellRun(timeout_s=timeout)
+        # A worker process (process_tree.py): what the script leaves running, in its group or
+        # a session of its own, ends with it, and a child holding its stderr delays nothing.
+        err: list[str] = []
+        bash = WorkerProcess(["bash", script, *args], None, env, on_stderr_line=err.append)
         try:
-            proc = subprocess.Popen(["bash", script, *args], stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
-                                    start_new_session=True)
+            bash.start()
         except OSError as e:
             raise MemlensError(f"cannot run bash for {script}: {e}") from None
-        try:
-            _, err = proc.communicate(timeout=timeout)
-            run.returncode = proc.returncode
-        except subprocess.TimeoutExpired:
-            _kill_group(proc.pid)
-            _, err = proc.communicate()
-        _kill_group(proc.pid)  # what the script left running in the background
-        run.stderr = err.decode("utf-8", "replace")
+        ended = bash.wait(timeout)
+        run.returncode = None if ended.timed_out else ended.returncode
+        run.stderr = "".join(line + "\n" for line in err)
         for path in sorted(records.glob("*.json")):
             raw = json.loads(path.read_text(encoding="utf-8"))
             run.launches.append(Launch(raw["launcher"], raw["args"], raw["cwd"],
                                        _changed_env(raw["env"], base, (str(shims), str(site))),
                                        raw["line"], raw["source"]))
     return run
-
-
-def _kill_group(pid: int) -> None:
-    """The script's session: bash and whatever it started (start_new_session)."""
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _write_shims(folder: Path) -> None:

@@ -18,8 +18,8 @@ from pygls.protocol import (JsonRPCNotification, JsonRPCRequestMessage, JsonRPCR
 from pytest_lsp import LanguageClient, client_capabilities
 from pytest_lsp.client import register_lsp_features
 
-TESTS = Path(__file__).parents[1]
-REPO = TESTS.parent.parent
+from support.paths import REPO, TESTS
+
 EXAMPLE = REPO / "examples" / "gpt"
 EXTRA = TESTS / "lsp_workspace"
 SERVER_COMMAND = [sys.executable, "-m", "memlens.server"]
@@ -65,6 +65,8 @@ class MemlensClient(LanguageClient):
         self.events: list[tuple[str, Any]] = []
         self.inlay_refreshes = 0
         self.lens_uri: str | None = None
+        self.session_settings: dict[str, Any] = {}  # what start_session gave the server
+        self.settings: dict[str, Any] = {}  # the server's settings since apply_settings
 
     def received(self, method: str) -> list[Any]:
         return [p for m, p in self.notifications if m == method]
@@ -121,6 +123,7 @@ def vscode_capabilities() -> lsp.ClientCapabilities:
 
 async def start_session(client: MemlensClient, workspace: Path, settings: dict[str, Any]):
     client.set_configuration(settings, section="memlens")
+    client.session_settings, client.settings = dict(settings), dict(settings)
     await client.initialize_session(lsp.InitializeParams(
         capabilities=vscode_capabilities(), root_uri=uri(workspace),
         workspace_folders=[lsp.WorkspaceFolder(uri=uri(workspace), name=workspace.name)],
@@ -146,6 +149,23 @@ def session_fixtures(settings: dict[str, Any]):
         await lsp_client.shutdown_session()
 
     return workspace, client
+
+
+async def apply_settings(client: MemlensClient, settings: dict[str, Any], push: bool = False,
+                         timeout: float = 30) -> None:
+    """New `memlens` settings: the client's configuration, and the server told of the change,
+    either with the settings in the notification (`push`) or to pull them (VS Code does either).
+    Returns once the server applied them: it then asks for an inlay-hint refresh, after it sent
+    the annotations and diagnostics they change."""
+    if settings == client.settings:
+        return
+    refreshes = client.inlay_refreshes
+    client.set_configuration(settings, section="memlens")
+    client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(
+        settings={"memlens": settings} if push else None))
+    client.settings = dict(settings)
+    await client.wait_until(lambda: client.inlay_refreshes > refreshes, timeout,
+                            f"the server to apply the settings {settings}")
 
 
 def open_document(client: LanguageClient, path: Path, language: str = "python") -> str:

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TESTS, run_memlens
+from support.paths import TESTS
+from support.runs import run_memlens
 from memlens.cuda.build import find_torch
 
 # What the Megatron tests need. `make test` installs both (python/requirements-dev.txt,
@@ -92,10 +93,13 @@ def megatron_model_state_bytes(params: int, dp: int, distributed_optimizer: bool
     return 18 * params
 
 
-def trace(tmp: Path, world: int, rank: int, *args: str, script: Path = SCRIPT) -> dict:
-    snap = tmp / f"rank{rank}-{abs(hash(args)) % 10**8}.json"
+def trace(tmp: Path, world: int, rank: int, *args: str, script: Path = SCRIPT,
+          env: dict | None = None) -> dict:
+    key = (args, tuple(sorted((env or {}).items())))
+    snap = tmp / f"rank{rank}-{abs(hash(key)) % 10**8}.json"
     out = run_memlens("run", "--world-size", str(world), "--rank", str(rank), "--progress",
-                      "none", "--snapshot", str(snap), "--", str(script), *args, cwd=tmp)
+                      "none", "--snapshot", str(snap), "--", str(script), *args, cwd=tmp,
+                      env=env)
     assert out.returncode == 0, out.stderr[-4000:]
     return json.loads(snap.read_text())
 

@@ -1,5 +1,6 @@
 """Helpers of the distributed tests: trace simulated ranks through the CLI (in parallel, each in
-its own process) and read exact numbers back out of a snapshot's allocation stream."""
+its own process), read exact numbers back out of a snapshot's allocation stream, and FSDP's
+arithmetic of shards."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from conftest import TESTS, run_memlens
+from support.paths import TESTS
+from support.runs import run_memlens
 
 SCRIPTS = TESTS / "scripts" / "distributed"
 # The target the product is for: a GPU, simulated on this CPU-only machine.
@@ -34,6 +36,32 @@ def trace_all(tmp: Path, runs: list[tuple], device: str = DEVICE) -> list[dict]:
     """Several `trace(tmp, *run)` at once (each is a process; the machine has few cores)."""
     with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
         return list(pool.map(lambda run: trace(tmp, *run, device=device), runs))
+
+
+# -- FSDP's shards -------------------------------------------------------------------------------
+def numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def rows_of(length: int, world: int, rank: int) -> int:
+    """torch.chunk's rule, which FSDP follows: chunks of ceil(n / world), the last ones short."""
+    size = -(-length // world)
+    return max(0, min(size, length - rank * size))
+
+
+def padded_shard(shape, world: int) -> int:
+    """What FSDP allocates each rank: dim 0 padded to a multiple of the world size, split
+    evenly."""
+    return -(-shape[0] // world) * numel(shape[1:])
+
+
+def local_shard(shape, world: int, rank: int) -> int:
+    """The rank's own rows, unpadded (what DTensor's local tensor, and so Adam's state,
+    holds)."""
+    return rows_of(shape[0], world, rank) * numel(shape[1:])
 
 
 # -- reading the allocation stream ----------------------------------------------------------

@@ -58,6 +58,7 @@ def main():
     torch.cuda.set_device(local_rank)
     init(args, world, rank)
     assert (dist.get_rank(), dist.get_world_size()) == (rank, world)
+    assert dist.get_backend() == "nccl", dist.get_backend()  # picks the GPU code paths
     c10d._set_pg_timeout(timedelta(seconds=120), dist.group.WORLD)
     # A high-priority NCCL communicator for metrics, as Megatron configures its groups.
     options = dist.ProcessGroupNCCL.Options(is_high_priority_stream=True)

@@ -2,7 +2,9 @@
 
     torchrun --nproc_per_node 8 gpt_core_train.py --tp 2 --pp 2 [--sp] [--recompute selective]
         [--distributed-optimizer] [--moe-experts 4 --ep 2] [--spec te] [--query-groups 2]
-        [--attention-backend unfused] [--rope]
+        [--attention-backend unfused] [--rope] [--cp 2]
+        [--grad-accum-fusion] [--overlap-grad-reduce] [--overlap-param-gather]
+        [--moe-router-load-balancing-type sinkhorn] [--moe-dispatcher allgather]
 
 Written the way a megatron.core user writes it: nccl process group, parallel_state,
 GPTModel with the local (no Transformer Engine) layer spec, bf16 through Float16Module,
@@ -25,11 +27,13 @@ from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
 from megatron.core.transformer.enums import AttnBackend
 from megatron.core.transformer.module import Float16Module
 from megatron.core.transformer.transformer_config import TransformerConfig
+from megatron.core.utils import get_batch_on_this_cp_rank
 
 p = argparse.ArgumentParser()
 p.add_argument("--tp", type=int, default=1)
 p.add_argument("--pp", type=int, default=1)
 p.add_argument("--ep", type=int, default=1)
+p.add_argument("--cp", type=int, default=1, help="context parallelism")
 p.add_argument("--sp", action="store_true", help="sequence parallelism")
 p.add_argument("--recompute", choices=("none", "selective", "full"), default="none")
 p.add_argument("--distributed-optimizer", action="store_true")
@@ -42,6 +46,13 @@ p.add_argument("--microbatches", type=int, default=None, help="default: the pipe
 p.add_argument("--vocab", type=int, default=1024)
 p.add_argument("--moe-experts", type=int, default=None)
 p.add_argument("--moe-topk", type=int, default=2)
+p.add_argument("--moe-router-load-balancing-type", default="aux_loss",
+               choices=("aux_loss", "seq_aux_loss", "sinkhorn", "none"))
+p.add_argument("--moe-dispatcher", choices=("alltoall", "allgather", "flex"), default="alltoall")
+p.add_argument("--grad-accum-fusion", action="store_true",
+               help="Megatron-LM's default: wgrad accumulated into main_grad by a fused kernel")
+p.add_argument("--overlap-grad-reduce", action="store_true")
+p.add_argument("--overlap-param-gather", action="store_true", help="with the distributed optimizer")
 p.add_argument("--steps", type=int, default=5)
 p.add_argument("--spec", choices=("local", "te"), default="local",
                help="te: the Transformer Engine layer spec, as TE users build their models")
@@ -56,25 +67,31 @@ torch.cuda.set_device(local_rank)
 torch.distributed.init_process_group(backend="nccl")
 parallel_state.initialize_model_parallel(
     tensor_model_parallel_size=args.tp, pipeline_model_parallel_size=args.pp,
-    expert_model_parallel_size=args.ep)
+    expert_model_parallel_size=args.ep, context_parallel_size=args.cp)
 model_parallel_cuda_manual_seed(1234)
 
 moe = {}
 if args.moe_experts:
     moe = dict(num_moe_experts=args.moe_experts, moe_router_topk=args.moe_topk,
-               moe_token_dispatcher_type="alltoall", moe_ffn_hidden_size=2 * args.hidden,
-               moe_grouped_gemm=False, moe_aux_loss_coeff=1e-2)
+               moe_token_dispatcher_type=args.moe_dispatcher,
+               moe_router_load_balancing_type=args.moe_router_load_balancing_type,
+               moe_ffn_hidden_size=2 * args.hidden, moe_grouped_gemm=False,
+               moe_router_pre_softmax=args.moe_topk == 1,  # Megatron asks it of top-1
+               # Sinkhorn balances without an auxiliary loss (Megatron refuses one)
+               moe_aux_loss_coeff=0.0 if args.moe_router_load_balancing_type in ("sinkhorn", "none")
+               else 1e-2)
 config = TransformerConfig(
     num_layers=args.layers, hidden_size=args.hidden, num_attention_heads=args.heads,
     ffn_hidden_size=4 * args.hidden, bf16=True, params_dtype=torch.bfloat16,
     pipeline_dtype=torch.bfloat16, tensor_model_parallel_size=args.tp,
     pipeline_model_parallel_size=args.pp, expert_model_parallel_size=args.ep,
-    sequence_parallel=args.sp, num_query_groups=args.query_groups,
+    context_parallel_size=args.cp, sequence_parallel=args.sp, num_query_groups=args.query_groups,
     attention_backend=AttnBackend[args.attention_backend],
     # Korthikanti et al.'s layer: GeLU MLP of 4h with biases, eager softmax in 16 bits,
     # dropout after the attention probabilities and after both projections.
     attention_softmax_in_fp32=False, masked_softmax_fusion=False, bias_activation_fusion=False,
-    bias_dropout_fusion=False, gradient_accumulation_fusion=False, persist_layer_norm=False,
+    bias_dropout_fusion=False, gradient_accumulation_fusion=args.grad_accum_fusion,
+    persist_layer_norm=False,
     attention_dropout=0.1, hidden_dropout=0.1,
     recompute_granularity=None if args.recompute == "none" else args.recompute,
     recompute_method="uniform" if args.recompute == "full" else None,
@@ -93,14 +110,20 @@ model = GPTModel(config=config,
 model.cuda(torch.cuda.current_device())
 model = Float16Module(config, model)
 ddp_config = DistributedDataParallelConfig(
-    grad_reduce_in_fp32=True, use_distributed_optimizer=args.distributed_optimizer)
+    grad_reduce_in_fp32=True, use_distributed_optimizer=args.distributed_optimizer,
+    overlap_grad_reduce=args.overlap_grad_reduce, overlap_param_gather=args.overlap_param_gather)
 model = DistributedDataParallel(config=config, ddp_config=ddp_config, module=model)
 config.no_sync_func = model.no_sync
 config.finalize_model_grads_func = finalize_model_grads
+if args.overlap_grad_reduce:  # as Megatron-LM's training loop sets them up
+    config.grad_sync_func = model.start_grad_sync
+if args.overlap_param_gather:
+    config.param_sync_func = model.start_param_sync
 
 optimizer = get_megatron_optimizer(
     OptimizerConfig(optimizer="adam", lr=1e-4, bf16=True,
-                    use_distributed_optimizer=args.distributed_optimizer),
+                    use_distributed_optimizer=args.distributed_optimizer,
+                    overlap_param_gather=args.overlap_param_gather),
     [model])
 
 
@@ -117,6 +140,8 @@ def batches():
 
 def forward_step(data_iterator, model):
     batch = next(data_iterator)
+    if args.cp > 1:  # each context-parallel rank keeps its chunks of the sequence
+        batch = get_batch_on_this_cp_rank(batch)
     output = model(batch["tokens"], batch["position_ids"], batch["attention_mask"],
                    labels=batch["labels"])
 

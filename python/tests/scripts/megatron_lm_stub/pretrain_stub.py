@@ -1,5 +1,5 @@
 """An entry point in Megatron-LM's shape: initialize_megatron (arguments from the command line),
-a megatron.core GPT, data iterators from megatron.training, the training loop."""
+a megatron.core GPT (model chunks with an interleaved pipeline), data iterators from megatron.training, the training loop."""
 
 import sys
 
@@ -9,6 +9,7 @@ from megatron.core.distributed import DistributedDataParallel, DistributedDataPa
 from megatron.core.distributed.finalize_model_grads import finalize_model_grads
 from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
 from megatron.core.models.gpt.gpt_model import GPTModel
+from megatron.core.num_microbatches_calculator import get_num_microbatches
 from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 from megatron.core.pipeline_parallel import get_forward_backward_func
 from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
@@ -22,25 +23,36 @@ from megatron.training.utils import get_batch_on_this_tp_rank
 args = initialize_megatron(sys.argv[1:])
 torch.cuda.set_device(args.rank % torch.cuda.device_count())
 torch.distributed.init_process_group("nccl")
+chunks = args.virtual_pipeline_model_parallel_size
 parallel_state.initialize_model_parallel(args.tensor_model_parallel_size,
-                                         args.pipeline_model_parallel_size)
+                                         args.pipeline_model_parallel_size,
+                                         virtual_pipeline_model_parallel_size=chunks)
 model_parallel_cuda_manual_seed(1234)
 config = TransformerConfig(
     num_layers=args.num_layers, hidden_size=args.hidden_size,
     num_attention_heads=args.num_attention_heads, bf16=True, params_dtype=torch.bfloat16,
     pipeline_dtype=torch.bfloat16, tensor_model_parallel_size=args.tensor_model_parallel_size,
-    pipeline_model_parallel_size=args.pipeline_model_parallel_size, persist_layer_norm=False,
-    masked_softmax_fusion=False, gradient_accumulation_fusion=False)
-# What Megatron-LM's --transformer-impl transformer_engine builds.
-model = GPTModel(config=config, transformer_layer_spec=get_gpt_layer_with_transformer_engine_spec(),
-                 vocab_size=args.padded_vocab_size, max_sequence_length=args.seq_length,
-                 pre_process=parallel_state.is_pipeline_first_stage(),
-                 post_process=parallel_state.is_pipeline_last_stage())
-model.cuda(torch.cuda.current_device())  # as Megatron-LM's get_model does
-model = DistributedDataParallel(config, DistributedDataParallelConfig(grad_reduce_in_fp32=True),
-                                Float16Module(config, model))
+    pipeline_model_parallel_size=args.pipeline_model_parallel_size,
+    virtual_pipeline_model_parallel_size=chunks,
+    microbatch_group_size_per_vp_stage=args.microbatch_group_size_per_vp_stage,
+    persist_layer_norm=False, masked_softmax_fusion=False, gradient_accumulation_fusion=False)
+
+
+def build(vp_stage):
+    """One model chunk, as Megatron-LM's get_model builds each (TE layer spec)."""
+    first = parallel_state.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage)
+    last = parallel_state.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage)
+    chunk = GPTModel(config=config, transformer_layer_spec=get_gpt_layer_with_transformer_engine_spec(),
+                     vocab_size=args.padded_vocab_size, max_sequence_length=args.seq_length,
+                     pre_process=first, post_process=last, vp_stage=vp_stage)
+    chunk.cuda(torch.cuda.current_device())
+    return DistributedDataParallel(config, DistributedDataParallelConfig(grad_reduce_in_fp32=True),
+                                   Float16Module(config, chunk), disable_bucketing=bool(vp_stage))
+
+
+models = [build(i) for i in range(chunks)] if chunks else [build(None)]
 config.finalize_model_grads_func = finalize_model_grads
-optimizer = get_megatron_optimizer(OptimizerConfig(optimizer="adam", lr=1e-4, bf16=True), [model])
+optimizer = get_megatron_optimizer(OptimizerConfig(optimizer="adam", lr=1e-4, bf16=True), models)
 data, _, _ = build_train_valid_test_data_iterators(None)
 forward_backward = get_forward_backward_func()
 margs = get_args()
@@ -54,10 +66,12 @@ def forward_step(data_iterator, model):
 
 
 def step(data_iterator):
-    model.zero_grad_buffer()
-    forward_backward(forward_step_func=forward_step, data_iterator=data_iterator, model=model,
-                     num_microbatches=margs.global_batch_size // (
-                         margs.micro_batch_size * margs.data_parallel_size),
+    for m in models:
+        m.zero_grad_buffer()
+    forward_backward(forward_step_func=forward_step,
+                     data_iterator=[data_iterator] * len(models) if chunks else data_iterator,
+                     model=models if chunks else models[0],
+                     num_microbatches=get_num_microbatches(),  # as Megatron-LM's train_step
                      seq_length=margs.seq_length, micro_batch_size=margs.micro_batch_size,
                      forward_only=False)
     return optimizer.step()[0]

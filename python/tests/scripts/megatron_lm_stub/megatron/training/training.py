@@ -9,6 +9,7 @@ def build_train_valid_test_data_iterators(provider):
 
 
 def train(args, step, data_iterator):
-    for _ in range(args.train_iters):
+    iterations = args.train_iters or args.train_samples // args.global_batch_size
+    for _ in range(iterations):
         update_successful = step(data_iterator)
         assert logical_and_across_model_parallel_group(update_successful)

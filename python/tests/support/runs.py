@@ -1,0 +1,60 @@
+"""memlens and Python in fresh processes, as a user runs them, with this checkout's `python/`
+first on PYTHONPATH (an installed memlens must not answer for it)."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from support.paths import REPO, TESTS
+
+
+def _env(extra: dict | None) -> dict:
+    env = {**os.environ, **(extra or {})}
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO / "python"), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def run_memlens(*args: str, cwd: str | os.PathLike | None = None, env: dict | None = None,
+                timeout: int = 600) -> subprocess.CompletedProcess:
+    """Run the memlens CLI in a fresh process, as a user would."""
+    return subprocess.run([sys.executable, "-m", "memlens", *args], cwd=cwd, env=_env(env),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def run_python(code: str, env: dict | None = None, timeout: int = 600) -> object:
+    """Run `code` in a fresh interpreter that has the fake-CUDA shim loaded (before torch, as a
+    CUDA target needs); the code assigns `result`, which comes back through JSON."""
+    program = ("from memlens.cuda.build import ensure_fake_cuda_support\n"
+               "ensure_fake_cuda_support()\n" + textwrap.dedent(code) +
+               "\nimport json, os, sys\nsys.stdout.write('\\nRESULT ' + json.dumps(result))\n"
+               # os._exit, as the CLI leaves: see memlens/__main__.py
+               "sys.stdout.flush(); sys.stderr.flush(); os._exit(0)\n")
+    out = subprocess.run([sys.executable, "-c", program], env=_env(env), capture_output=True,
+                         text=True, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.rsplit("\nRESULT ", 1)[1])
+
+
+def real_and_traced_on_cpu(case: str, args: list[str]) -> tuple[dict, dict]:
+    """The same step run for real on the CPU, measured by the CPU allocator's own memory events
+    (support/measure_cpu.py, its own process), and traced by `memlens run --device cpu --json`."""
+    out = subprocess.run([sys.executable, str(TESTS / "support" / "measure_cpu.py"), case, *args],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    run = run_memlens("run", "--device", "cpu", "--json", "--no-snapshot", "--", case, *args)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(out.stdout), json.loads(run.stdout)
+
+
+def traced_gpu_snapshot(folder: Path) -> dict:
+    """The snapshot of a small GPU-target trace (scripts/values/bounded_sizes.py): it has an
+    allocation stream and the allocator's rows (reserved, fragmentation)."""
+    path = folder / "gpu.json"
+    out = run_memlens("run", "--snapshot", str(path), "--",
+                      str(TESTS / "scripts" / "values" / "bounded_sizes.py"))
+    assert out.returncode == 0, out.stderr
+    return json.loads(path.read_text())

@@ -1,0 +1,70 @@
+"""Megatron-LM's standard performance flags on megatron.core: gradient accumulation fusion
+(the default) with `--overlap-grad-reduce` and, with the distributed optimizer,
+`--overlap-param-gather` (2 ranks, DP 2, TP 1, PP 1).
+
+With fusion the weight gradient goes straight into the fp32 `main_grad` and backward hands DDP
+a dummy gradient, flagged `grad_added_to_main_grad` on the Parameter; DDP's overlapped hooks
+need both. The overlap changes when buckets are reduced, not what is held: bucket_size is
+max(40,000,000, 1,000,000 x DP) elements with overlap and one bucket without, and this model's
+parameters fit one bucket either way, so the buffers, and with them the model states, are the
+same bytes on and off: Megatron's 18 B per parameter, 6 + 12/DP with the distributed optimizer.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from support import megatron as M
+
+pytestmark = M.NEEDS
+
+WORLD, DP = 2, 2
+GPT = M.Gpt()
+PARAMS = GPT.stage_params(1, 1, 0)  # the whole model on each rank: 3,716,608 parameters
+FUSED_OVERLAP = ("--grad-accum-fusion", "--overlap-grad-reduce")
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("overlap")
+    cache: dict = {}
+
+    def get(*flags: str) -> dict:
+        if flags not in cache:
+            cache[flags] = M.trace(tmp, WORLD, 0, "--steps", "2", *flags)
+        return cache[flags]
+
+    return get
+
+
+def test_fusion_with_overlapped_grad_reduce_keeps_the_model_states(trace):
+    """18 B x 3,716,608 = 66,898,944 B, on and off."""
+    assert PARAMS == 3_716_608
+    off, on = M.model_state_bytes(trace()), M.model_state_bytes(trace(*FUSED_OVERLAP))
+    assert on == off
+    assert on["parameter"] == 2 * PARAMS and on["gradient"] == 4 * PARAMS
+    assert sum(on.values()) == M.megatron_model_state_bytes(PARAMS, DP, False) == 66_898_944
+    assert any("fused weight-gradient accumulation" in n for n in
+               trace(*FUSED_OVERLAP)["meta"]["notes"])
+
+
+def test_distributed_optimizer_with_overlapped_param_gather(trace):
+    """6 B + 12 B / 2 per parameter, on and off. The parameter and gradient buffers pad each
+    parameter's start to 64 elements and the bucket's end to lcm(DP, 128) = 128, the same
+    padding on and off; the optimizer's fp32 shard is half the (padded) buffer."""
+    flags = ("--distributed-optimizer",)
+    off = M.model_state_bytes(trace(*flags))
+    on = M.model_state_bytes(trace(*flags, *FUSED_OVERLAP, "--overlap-param-gather"))
+    assert on == off
+    assert on["parameter"] == 2 * PARAMS and on["gradient"] == 4 * PARAMS
+    assert sum(on.values()) == M.megatron_model_state_bytes(PARAMS, DP, True) == 44_599_296
+
+
+def test_fusion_with_overlap_holds_the_same_activations(trace):
+    """The forward saves the same tensors: a layer's activations are Korthikanti's (TP 1)
+    within 1 %, fused and overlapped or not."""
+    layer = "module.module.decoder.layers.0"
+    off = M.layer_activation_bytes(trace(), layer)
+    on = M.layer_activation_bytes(trace(*FUSED_OVERLAP), layer)
+    assert on == off
+    assert on == pytest.approx(GPT.activation_bytes(1, False, "none"), rel=0.01)
