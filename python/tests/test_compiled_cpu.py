@@ -9,7 +9,10 @@ import json
 
 import pytest
 
-from conftest import TESTS, real_and_traced_on_cpu
+from support.paths import TESTS
+from support.runs import real_and_traced_on_cpu
+
+pytestmark = pytest.mark.slow  # traces (and real compilations) in fresh processes
 
 CASE = str(TESTS / "cases" / "compiled_case.py")
 TOLERANCE = 0.01  # the issue's bound; the cases below are exact to the byte today
@@ -103,7 +106,7 @@ def test_lines_inside_a_compiled_region_are_the_callers(memlens, tmp_path):
 def test_code_compiled_in_a_trace_is_compiled_again_after_it():
     """The trace's compiled code has no-op kernels: after the trace (the Python API runs in the
     user's process) the same function compiled for real computes real values."""
-    from conftest import run_python
+    from support.runs import run_python
 
     result = run_python("""
         import torch

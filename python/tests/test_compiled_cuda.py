@@ -9,7 +9,9 @@ import sys
 import pytest
 import torch
 
-from conftest import TESTS
+from support.paths import TESTS
+
+pytestmark = pytest.mark.slow  # traces in fresh processes
 
 CASE = TESTS / "cases" / "compiled_case.py"
 sys.path.insert(0, str(CASE.parent))
