@@ -60,6 +60,19 @@ export interface Meta {
   stopped_after_iterations?: boolean;
   duration_s?: number;
   notes?: string[];
+  compiled_regions?: CompiledRegion[];
+}
+
+/** One torch.compile call site (docs/snapshot-format.md, meta.compiled_regions). */
+export interface CompiledRegion {
+  place: string; // file:line of the compile call
+  call: string;
+  compiled_as: 'inductor' | 'partitioner' | 'eager';
+  graphs: number;
+  graph_breaks: number;
+  saved_bytes: number; // saved for backward by the compiled program
+  eager_saved_bytes: number; // the same graphs as eager autograd would save
+  eager_because?: string;
 }
 
 export interface Placeholder {

@@ -173,7 +173,8 @@ def _cuda_api(dev: SimulatedDevices, spec: DeviceSpec, rng: FakeCudaRNG) -> dict
         "current_device": dev.current,
         "set_device": set_device,
         "_exchange_device": exchange_device,
-        "_maybe_exchange_device": exchange_device,
+        # Its own function (Dynamo refuses one handler registered for two torch functions).
+        "_maybe_exchange_device": lambda index: exchange_device(index),
         "get_device_properties": get_device_properties,
         "get_device_name": get_device_name,
         "get_device_capability": get_device_capability,
@@ -213,7 +214,10 @@ def _accelerator_api(dev: SimulatedDevices, memory: dict[str, Any]) -> dict[str,
         "device_count": lambda: dev.count,
         "current_device_index": dev.current, "current_device_idx": dev.current,
         "set_device_index": set_index, "set_device_idx": set_index,
-        "current_stream": streams.STREAMS.current, "set_stream": streams.STREAMS.set,
+        # A function of its own, not torch.cuda's: Dynamo keeps one handler per function and
+        # refuses to register the same one twice (torch.compile of a CUDA target).
+        "current_stream": lambda device=None: streams.STREAMS.current(device),
+        "set_stream": streams.STREAMS.set,
         "synchronize": synchronize,
         "get_memory_info": memory["mem_get_info"],
         "empty_host_cache": memory["empty_cache"],

@@ -7,6 +7,7 @@ that is already booked, so they cost nothing. The storage's weakref frees it.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import torch
@@ -66,12 +67,29 @@ class Accountant(TorchDispatchMode):
         self._names: dict = {}
         self.placeholders: list[tuple[int, str, object]] = []  # (stack, op, value answered)
         self._noted: set = set()
+        self._all_fake = 0  # inside made_fake(): no op runs on the host
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        """Dynamo compiles with this mode off (what it traces allocates nothing) and the
+        compiled program runs with it on (engine/compiled.py)."""
+        return True
+
+    @contextlib.contextmanager
+    def made_fake(self):
+        """New tensors are fake inside the block, even when made from nothing on the host (the
+        buffers of a compiled program)."""
+        self._all_fake += 1
+        try:
+            yield
+        finally:
+            self._all_fake -= 1
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func.namespace == "profiler":  # record_function markers: no tensors, no memory
             return func(*args, **kwargs)
-        if _FakeTensor not in types and runs_on_host(func, types, args, kwargs,
+        if _FakeTensor not in types and not self._all_fake and runs_on_host(func, types, args, kwargs,
                                                      sys._getframe(1)):
             return self._run_on_host(func, args, kwargs)
         if func in _PASSTHROUGH:

@@ -55,7 +55,7 @@ class Classifier:
             m.register_module_buffer_registration_hook(self._buffer_registered),
             o.register_optimizer_step_pre_hook(self._before_step),
             o.register_optimizer_step_post_hook(self._after_step),
-            m.register_module_forward_hook(self._module_returned),
+            m.register_module_forward_hook(self.module_returned),
         ]
         self._saved_hooks.__enter__()
 
@@ -126,11 +126,13 @@ class Classifier:
                 if b is not None:
                     self.mark(b, C.BUFFER, idx)
 
-    def _module_returned(self, module: nn.Module, args, output) -> None:
+    def module_returned(self, module: nn.Module, args, output) -> None:
         """What a module holds as its parameters while it runs is a parameter, even when it
         was put there without registration: FSDP swaps in unsharded parameters (views of its
         all-gather outputs) with a plain assignment to `_parameters` before forward and frees
         them after (global hooks run before FSDP's own, so they are still there)."""
+        if torch.compiler.is_compiling():  # inside a compiled region: it runs as one call
+            return None
         idx = -1
         for p in module._parameters.values():
             if p is None:

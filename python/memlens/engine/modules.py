@@ -22,6 +22,7 @@ from .stacks import StackTable
 
 _LABEL = "memlens.module"
 _current_node = torch._C._current_autograd_node
+_compiling = torch.compiler.is_compiling
 
 
 class ModuleInfo:
@@ -101,8 +102,8 @@ class ModuleTracker:
         from torch.nn.modules import module as m
 
         self._handles = [
-            m.register_module_forward_pre_hook(self._pre_forward),
-            m.register_module_forward_hook(self._post_forward, always_call=True),
+            m.register_module_forward_pre_hook(self.pre_forward),
+            m.register_module_forward_hook(self.post_forward, always_call=True),
             m.register_module_module_registration_hook(self._submodule_registered),
         ]
 
@@ -154,7 +155,9 @@ class ModuleTracker:
                     info.constructed_at = (top[0], top[1])
         return None
 
-    def _pre_forward(self, module: nn.Module, args: Any) -> None:
+    def pre_forward(self, module: nn.Module, args: Any) -> None:
+        if _compiling():  # Dynamo traces hooks into the graph: a compiled region is one call
+            return
         idx = self.index_of(module)
         info = self.infos[idx]
         if not self.stack:
@@ -172,8 +175,8 @@ class ModuleTracker:
         self.stack.append(idx)
         self._stops.append(frozenset(t.grad_fn for t in _tensors(args) if t.grad_fn is not None))
 
-    def _post_forward(self, module: nn.Module, args: Any, output: Any) -> None:
-        if not self.stack:
+    def post_forward(self, module: nn.Module, args: Any, output: Any) -> None:
+        if not self.stack or _compiling():
             return
         idx = self.stack.pop()
         stops = self._stops.pop()

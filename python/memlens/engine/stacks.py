@@ -22,8 +22,12 @@ def _prefix(path: str) -> str:
 def _own_roots() -> tuple[str, ...]:
     import torch  # torch is always importable where stacks are captured
 
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
     package = os.path.dirname(os.path.dirname(__file__))  # memlens/, above engine/
-    return (_prefix(package), _prefix(os.path.dirname(torch.__file__)))
+    # Inductor's generated wrapper code: the compiled program's line is the caller's.
+    generated = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or default_cache_dir()
+    return (_prefix(package), _prefix(os.path.dirname(torch.__file__)), _prefix(generated))
 
 
 def _site_packages() -> tuple[str, ...]:

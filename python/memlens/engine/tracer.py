@@ -18,6 +18,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from .. import categories as C
 from .accountant import Accountant
 from .classifier import Classifier
+from .compiled import CompiledPrograms
 from ..cuda.sdpa import SdpaLog
 from ..devices import DeviceSpec
 from ..distributed.env import RankSpec
@@ -79,6 +80,7 @@ class Tracer:
         self.interrupted = False  # Ctrl-C ended the trace (see interrupt.py)
         self.notes: list[str] = []  # what plugins changed about the run (snapshot meta.notes)
         self.plugins = PluginHost(self)
+        self.compiled = CompiledPrograms(device.type, self.add_note)  # torch.compile regions
 
     # -- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> "Tracer":
@@ -96,7 +98,9 @@ class Tracer:
             torch_values.apply(self._patcher, self.accountant.note_value)
             torch_loops.apply(self._patcher, self.phases.on_optimizer_created,
                               self.phases.on_backward_end)
-            torch_compile.apply(self._patcher, self.add_note)
+            torch_compile.apply(self._patcher, self.compiled, self.add_note,
+                                self.accountant.made_fake, self._compiled_module_call,
+                                self._modes_entered)
             torch_checkpoint.apply(self._patcher, self.classifier.mark_saved)
             if self.rank is not None:
                 from ..patches import torch_distributed
@@ -212,6 +216,24 @@ class Tracer:
     def _on_top_level_forward(self, module: torch.nn.Module) -> None:
         self.classifier.scan_model(module)
         self.phases.on_top_level_forward(module)
+
+    @contextlib.contextmanager
+    def _modes_entered(self) -> Iterator[None]:
+        """The tracer's dispatch modes, entered again where compilation has taken them off."""
+        with self.fake_mode, self.accountant:
+            yield
+
+    def _compiled_module_call(self, module: torch.nn.Module, args: tuple, call):
+        """A compiled module's call: its hooks run inside the compiled code, where the trackers
+        skip them (Dynamo would trace them), so the call is announced to them here."""
+        self.modules.pre_forward(module, args)
+        out = None
+        try:
+            out = call()
+        finally:
+            self.modules.post_forward(module, args, out)
+        self.classifier.module_returned(module, args, out)
+        return out
 
     def _allocator_for(self, device_key: str):
         """The CUDA caching allocator of a simulated GPU, configured as PyTorch would configure

@@ -1,12 +1,16 @@
-"""`torch.compile` and `nn.Module.compile` run the code eagerly, with a note.
+"""`torch.compile` and `nn.Module.compile` compile with memlens' backend (engine/compiled.py).
 
-Under the tracer's dispatch modes dynamo cannot compile: plain `torch.compile` silently falls
-back to eager and `fullgraph=True` fails ("non-infra torch dispatch mode present"). Until
-compiled memory is modelled, every compiled region runs eagerly on purpose, and the report says
-where (the file:line of the compile call), so that nobody reads the eager numbers as those of
-the compiled program. A compiled module is returned as is (its names stay those of the model,
-without `_orig_mod.`); a compiled function is wrapped so that its note appears only if it runs
-(libraries compile helpers at import that a script may never call).
+What the compiled program needs to run on fake tensors, patched for the trace only:
+- Inductor's kernels are no-ops: they only write into buffers the wrapper code allocated, so
+  their machine code (a C++ compiler, seconds per kernel) is never built;
+- the wrapper's buffers (`empty_strided_cpu`) are fake tensors the accountant books, and its
+  views (`reinterpret_tensor`) go through the dispatcher;
+- no compile caches: a cached artifact would carry real kernels;
+- the min-cut partitioner is observed, so the report can say what it saved.
+
+A compiled module is returned as is, with its call compiled (as `Module.compile()` does): its
+names stay those of the model, without `_orig_mod.`. A backend other than Inductor is not
+modelled: that region runs eagerly, and the report says where (the file:line of the call).
 """
 
 from __future__ import annotations
@@ -18,9 +22,10 @@ import torch
 
 from .patcher import Patcher, check_tested
 
-def note_text(place: str, call: str) -> str:
-    return (f"{place}: {call} was traced eagerly (memlens does not model compiled code yet); "
-            "compiled memory is usually lower, as fused kernels keep fewer intermediate tensors")
+
+def note_text(place: str, call: str, why: str) -> str:
+    return (f"{place}: {call} was traced eagerly ({why}); compiled memory is usually lower, as "
+            "fused kernels keep fewer intermediate tensors")
 
 
 def _call(name: str, target: str | None, kwargs: dict) -> str:
@@ -35,37 +40,150 @@ def _place(depth: int) -> str:
     return f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
 
-def apply(patcher: Patcher, add_note) -> None:
-    check_tested("torch_compile", torch.__version__)
+def _no_kernel(*args, **kwargs) -> None:
+    return None
 
-    def eager(target, place: str, kwargs: dict):
+
+def _dynamo_kwargs(kwargs: dict) -> dict:
+    """What Dynamo needs from the user's arguments: graph capture follows `fullgraph` and
+    `dynamic`. `mode` and `options` tune Inductor by benchmarking real kernels: not modelled."""
+    return {k: kwargs[k] for k in ("fullgraph", "dynamic") if k in kwargs}
+
+
+def apply(patcher: Patcher, programs, add_note, made_fake, module_called, traced) -> None:
+    """`programs`: engine.compiled.CompiledPrograms. `made_fake`: a context in which the
+    accountant makes every new tensor fake. `module_called(module, call)`: runs `call()` as a
+    call of `module` for the tracker of modules (a compiled call runs no hooks of its own).
+    `traced`: a context that puts the tracer's modes back while Dynamo compiles."""
+    check_tested("torch_compile", torch.__version__)
+    import torch._functorch.config as functorch_config
+    import torch._inductor.compile_fx as compile_fx
+    import torch._inductor.config as inductor_config
+    from torch._inductor.async_compile import AsyncCompile
+
+    original_compile = torch.compile
+    patcher.setattr(inductor_config, "fx_graph_cache", False)
+    patcher.setattr(inductor_config, "fx_graph_remote_cache", False)
+    patcher.setattr(functorch_config, "enable_autograd_cache", False)
+    patcher.setattr(AsyncCompile, "cpp_pybinding", lambda self, argtypes, source: _no_kernel)
+    patcher.setattr(AsyncCompile, "cpp", lambda self, source: _no_kernel)
+
+    def empty_strided_cpu(size, stride, dtype):
+        with made_fake():
+            return torch.empty_strided(size, stride, dtype=dtype, device="cpu")
+
+    def reinterpret_tensor(t, size, stride, offset_increment):
+        return torch.as_strided(t, size, stride, t.storage_offset() + offset_increment)
+
+    guards = torch._C._dynamo.guards
+    patcher.setattr(guards, "_empty_strided_cpu", empty_strided_cpu)
+    patcher.setattr(guards, "_reinterpret_tensor", reinterpret_tensor)
+
+    min_cut = compile_fx.min_cut_rematerialization_partition
+
+    @functools.wraps(min_cut)
+    def observed_min_cut(joint, joint_inputs, *args, **kwargs):
+        fw, bw = min_cut(joint, joint_inputs, *args, **kwargs)
+        programs.partitioned(joint, joint_inputs, fw, bw, kwargs.get("num_fwd_outputs", 0))
+        return fw, bw
+
+    patcher.setattr(compile_fx, "min_cut_rematerialization_partition", observed_min_cut)
+
+    # Dynamo runs an optimizer's `_init_group` for real while it compiles a step (to avoid
+    # tracing it): the state it makes (Adam's moments) is the script's, made in the trace.
+    from torch._dynamo.variables.optimizer import OptimizerVariable
+
+    optimizer_call = OptimizerVariable.call_method
+
+    @functools.wraps(optimizer_call)
+    def call_method(self, tx, name, *args, **kwargs):
+        if name != "_init_group":
+            return optimizer_call(self, tx, name, *args, **kwargs)
+        with traced():
+            return optimizer_call(self, tx, name, *args, **kwargs)
+
+    patcher.setattr(OptimizerVariable, "call_method", call_method)
+
+    def eager(target, place: str, call: str, why: str):
+        region = programs.region(place, call)
+        region.how, region.eager_because = "eager", why
         if isinstance(target, torch.nn.Module):
-            add_note(note_text(place, _call("torch.compile", type(target).__name__, kwargs)))
+            add_note(note_text(place, call, why))
             return target
-        call = _call("torch.compile", getattr(target, "__name__", "fn"), kwargs)
         noted = False
 
         @functools.wraps(target)
         def compiled(*args, **kwargs):
             nonlocal noted
-            if not noted:
+            if not noted:  # libraries compile helpers at import that a script may never call
                 noted = True
-                add_note(note_text(place, call))
+                add_note(note_text(place, call, why))
             return target(*args, **kwargs)
 
         return compiled
+
+    def compiled(target, place: str, call: str, kwargs: dict):
+        backend = kwargs.get("backend", "inductor")
+        if backend != "inductor":
+            name = backend if isinstance(backend, str) else getattr(backend, "__name__", "custom")
+            return eager(target, place, call, f"memlens models the inductor backend, not {name!r}")
+        region = programs.region(place, call)
+        if kwargs.get("mode") not in (None, "default") or kwargs.get("options"):
+            add_note(f"{place}: {call}: compiled with Inductor's default settings (its mode and "
+                     "options choose kernels by benchmarking them, which a trace cannot)")
+        dynamo = original_compile(target._call_impl if isinstance(target, torch.nn.Module)
+                                  else target, backend=programs.backend(region),
+                                  **_dynamo_kwargs(kwargs))
+
+        if isinstance(target, torch.nn.Module):
+            module = target
+
+            def call_module(*args, **kw):
+                if torch.compiler.is_compiling():  # inside another region: inlined there
+                    return module._call_impl(*args, **kw)
+                with programs.counting_breaks(region):
+                    return module_called(module, args, lambda: dynamo(*args, **kw))
+
+            module._compiled_call_impl = call_module
+            return module
+
+        @functools.wraps(target)
+        def call_function(*args, **kw):
+            if torch.compiler.is_compiling():  # inside another region: inlined there
+                return target(*args, **kw)
+            with programs.counting_breaks(region):
+                return dynamo(*args, **kw)
+
+        return call_function
 
     def compile(model=None, **kwargs):
         if kwargs.get("disable"):  # torch.compile(disable=True) is eager already
             return model if model is not None else (lambda fn: fn)
         place = _place(1)
+
+        def wrap(target):
+            name = type(target).__name__ if isinstance(target, torch.nn.Module) \
+                else getattr(target, "__name__", "fn")
+            return compiled(target, place, _call("torch.compile", name, kwargs), kwargs)
+
         if model is None:  # @torch.compile(mode=...) on a function or a module
-            return lambda target: eager(target, place, kwargs)
-        return eager(model, place, kwargs)
+            return wrap
+        return wrap(model)
 
     def module_compile(self, *args, **kwargs):
-        call = _call(f"{type(self).__name__}.compile", None, kwargs)
-        add_note(note_text(_place(1), call))
+        compiled(self, _place(1), _call(f"{type(self).__name__}.compile", None, kwargs), kwargs)
 
     patcher.setattr(torch, "compile", compile)
     patcher.setattr(torch.nn.Module, "compile", module_compile)
+
+    def forget_compiled() -> None:
+        """What was compiled in the trace has no-op kernels: after it (the Python API runs in
+        the user's process), Dynamo's code caches and Inductor's loaded modules must go, so
+        that a compiled call recompiles for real."""
+        if programs.regions:
+            from torch._inductor.codecache import PyCodeCache
+
+            torch._dynamo.reset()
+            PyCodeCache.cache_clear()
+
+    patcher.defer(forget_compiled)

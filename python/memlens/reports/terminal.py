@@ -57,11 +57,23 @@ def summary_json(snap: dict[str, Any], snapshot_path: str | None) -> dict[str, A
                     for m in snap["modules"]],
         "placeholders": summary.get("placeholders", []),
         "notes": meta.get("notes", []),
+        "compiled_regions": meta.get("compiled_regions", []),
         # Reserved memory and the verdict (null where the snapshot predates them or, for
         # reserved and outside, on a CPU target).
         **{k: summary.get(k) for k in VERDICT_FIELDS},
         "snapshot": snapshot_path,
     }
+
+
+def compiled_region_line(region: dict) -> str:
+    """compiled: model.py:40 torch.compile(GPT) by Inductor, 2 graphs, 1 break, saved for
+    backward 1.5 MiB (eager 2.0 MiB)."""
+    graphs, breaks = region["graphs"], region["graph_breaks"]
+    return (f"compiled: {_short(region['place'])} {region['call']} as "
+            f"{region['compiled_as']}, {graphs} graph{'s' * (graphs != 1)}, {breaks} "
+            f"break{'s' * (breaks != 1)}, saved for backward {format_bytes(region['saved_bytes'])}"
+            f" (eager {format_bytes(region['eager_saved_bytes'])})"
+            + (f"; eager because {region['eager_because']}" if region.get("eager_because") else ""))
 
 
 VERDICT_FIELDS = ("reserved_peak_bytes", "reserved_peak_phase", "fragmentation_bytes",
@@ -170,6 +182,8 @@ def print_report(snap: dict[str, Any], console: Console, snapshot_path: str | No
                       "read tensor values (the snapshot lists them all)", highlight=False)
     for text in meta.get("notes", []):  # what an integration changed about the run
         console.print(f"[yellow]note:[/] {text}", highlight=False)
+    for region in meta.get("compiled_regions", []):
+        console.print(compiled_region_line(region), highlight=False)
     if summary.get("reserved_peak_bytes") is not None:
         print_device_memory(snap, console)
     else:

@@ -256,6 +256,7 @@ def build_snapshot(tracer, meta: dict[str, Any],
             "iteration_unit": tracer.phases.counted,
             "interrupted": bool(getattr(tracer, "interrupted", False)),
             **({"notes": list(tracer.notes)} if getattr(tracer, "notes", None) else {}),
+            **({"compiled_regions": regions} if (regions := _compiled_regions(tracer)) else {}),
             **meta,
         },
         "summary": {
@@ -304,3 +305,8 @@ def _placeholder(stacks, p) -> dict[str, Any]:
 def _torch_version() -> str:
     torch = sys.modules.get("torch")
     return getattr(torch, "__version__", "unknown")
+
+
+def _compiled_regions(tracer) -> list:
+    compiled = getattr(tracer, "compiled", None)
+    return compiled.to_json() if compiled is not None else []

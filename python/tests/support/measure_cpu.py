@@ -32,6 +32,8 @@ class PhaseMarks:
         self.range.__enter__()
 
     def pre_forward(self, module, args):
+        if torch.compiler.is_compiling():  # inside a compiled region: one call (as memlens)
+            return
         if self.depth == 0 and torch._C._current_autograd_node() is None:
             if self.state == "optimizer":
                 self.iteration += 1
@@ -41,7 +43,8 @@ class PhaseMarks:
         self.depth += 1
 
     def post_forward(self, module, args, output):
-        self.depth -= 1
+        if not torch.compiler.is_compiling():
+            self.depth -= 1
 
     def pre_step(self, *a):
         if self.state != "optimizer":
