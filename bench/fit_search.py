@@ -17,28 +17,13 @@ import datetime as dt
 import json
 import os
 import platform
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from timed_memlens import REPO, memlens
+
 SCRIPT = REPO / "examples" / "gpt" / "train.py"
 SCRIPT_ARGS = ["--n-layer", "2", "--block-size", "512", "--steps", "2"]
-
-
-def memlens(*args: str, cwd: Path) -> tuple[float, subprocess.CompletedProcess]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "python"), env.get("PYTHONPATH"))
-                                        if p)
-    start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "memlens", *args], cwd=cwd, env=env,
-                         capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    if out.returncode != 0:
-        sys.exit(f"memlens {' '.join(args)} failed:\n{out.stderr[-3000:]}")
-    return wall, out
 
 
 def main() -> None:

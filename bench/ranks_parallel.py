@@ -24,13 +24,12 @@ import json
 import os
 import platform
 import resource
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from timed_memlens import REPO, memlens
+
 DEFAULT_SCRIPT = REPO / "bench" / "gpt2_medium_fsdp.py"
 
 
@@ -38,19 +37,6 @@ def cpu_seconds() -> float:
     """User + system time of every finished child process and theirs (the rank workers)."""
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
-
-
-def memlens(*args: str, cwd: Path) -> tuple[float, subprocess.CompletedProcess]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "python"), env.get("PYTHONPATH"))
-                                        if p)
-    start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "memlens", *args], cwd=cwd, env=env,
-                         capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    if out.returncode != 0:
-        sys.exit(f"memlens {' '.join(args)} failed:\n{out.stderr[-3000:]}")
-    return wall, out
 
 
 def sequential(common: list[str], world: int, cwd: Path) -> tuple[float, dict[int, dict]]:

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from support.paths import TESTS
-from support.runs import real_and_traced_on_cpu
+from support.runs import assert_phases_match, real_and_traced_on_cpu
 
 pytestmark = pytest.mark.slow  # traces (and real compilations) in fresh processes
 
@@ -36,12 +36,7 @@ def test_compiled_step_matches_the_allocator(name):
     args, graphs = CASES[name]
     real, est = real_and_traced_on_cpu(CASE, args)
 
-    assert [p["name"] for p in est["phases"]] == [p["name"] for p in real["phases"]]
-    assert est["peak_bytes"] == pytest.approx(real["peak_bytes"], rel=TOLERANCE)
-    for e, r in zip(est["phases"], real["phases"]):
-        assert e["peak_bytes"] == pytest.approx(r["peak_bytes"], rel=TOLERANCE), e["name"]
-        assert e["current_before_bytes"] == pytest.approx(r["current_before_bytes"],
-                                                          rel=TOLERANCE), e["name"]
+    assert_phases_match(real, est, TOLERANCE)
     regions = est["compiled_regions"]
     assert [(r["graphs"], r["graph_breaks"]) for r in regions] == graphs
     assert all(r["compiled_as"] == "inductor" for r in regions)

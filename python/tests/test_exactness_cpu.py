@@ -5,7 +5,7 @@ events, measured in a separate process by support/measure_cpu.py)."""
 import pytest
 
 from support.paths import TESTS
-from support.runs import real_and_traced_on_cpu
+from support.runs import assert_phases_match, real_and_traced_on_cpu
 
 pytestmark = pytest.mark.slow  # traces in fresh processes
 
@@ -30,9 +30,4 @@ def test_cpu_estimate_matches_the_allocator(name):
     args = CASES[name]
     real, est = real_and_traced_on_cpu(CASE, args)
 
-    assert [p["name"] for p in est["phases"]] == [p["name"] for p in real["phases"]]
-    assert est["peak_bytes"] == pytest.approx(real["peak_bytes"], rel=TOLERANCE)
-    for e, r in zip(est["phases"], real["phases"]):
-        assert e["peak_bytes"] == pytest.approx(r["peak_bytes"], rel=TOLERANCE), e["name"]
-        assert e["current_before_bytes"] == pytest.approx(r["current_before_bytes"],
-                                                          rel=TOLERANCE), e["name"]
+    assert_phases_match(real, est, TOLERANCE)

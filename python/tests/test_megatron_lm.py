@@ -190,25 +190,16 @@ def test_fp8_without_transformer_engine_is_refused_not_traced_in_bf16():
 
 
 @needs_megatron
-def test_gpt2_bpe_without_its_vocabulary_file_is_gpt2_sized(tmp_path):
-    """Megatron-LM's GPT-3 example names gpt2-vocab.json; without it, NullTokenizer of GPT-2's
-    50,257 tokens (NullTokenizer(n) has n + 1: an end-of-document token)."""
-    args = _args(tokenizer_type="GPT2BPETokenizer", vocab_size=None,
-                 vocab_file=str(tmp_path / "gpt2-vocab.json"))
+@pytest.mark.parametrize("kind,file_arg,tokens", [
+    ("GPT2BPETokenizer", "vocab_file", 50257),  # the GPT-3 example's gpt2-vocab.json
+    ("Llama2Tokenizer", "tokenizer_model", 32000),  # the Mixtral example's sentencepiece model
+])
+def test_a_one_vocabulary_tokenizer_without_its_file_is_its_size(tmp_path, kind, file_arg, tokens):
+    """NullTokenizer(n) has n + 1 tokens (an end-of-document one): n is one fewer."""
+    args = _args(tokenizer_type=kind, vocab_size=None, **{file_arg: str(tmp_path / "absent")})
     notes = " ".join(megatron_args.set_up(args, iterations=2))
-    assert (args.tokenizer_type, args.vocab_size) == ("NullTokenizer", 50256)
-    assert "NullTokenizer of GPT-2's 50257 tokens" in notes
-
-
-@needs_megatron
-def test_llama2_tokenizer_without_its_model_file_is_llama2_sized(tmp_path):
-    """Megatron-LM's Mixtral example names a sentencepiece model; without it, NullTokenizer of
-    Llama 2's 32,000 tokens (31,999 + the end-of-document token NullTokenizer adds)."""
-    args = _args(tokenizer_type="Llama2Tokenizer", vocab_size=None,
-                 tokenizer_model=str(tmp_path / "t.model"))
-    notes = " ".join(megatron_args.set_up(args, iterations=2))
-    assert (args.tokenizer_type, args.vocab_size) == ("NullTokenizer", 31_999)
-    assert "NullTokenizer of its 32000 tokens" in notes
+    assert (args.tokenizer_type, args.vocab_size) == ("NullTokenizer", tokens - 1)
+    assert f"NullTokenizer of its {tokens} tokens" in notes
 
 
 @needs_megatron

@@ -17,8 +17,12 @@ from typing import Any
 from ..errors import MemlensError
 from . import megatron_batch
 
-GPT2_VOCAB = 50257  # GPT2BPETokenizer's vocabulary (gpt2-vocab.json)
-LLAMA2_VOCAB = 32000  # Llama2Tokenizer's: the sentencepiece model of Llama 2 (and Mixtral)
+# Tokenizers of one vocabulary, whose size a trace can take without their file:
+# type -> (tokens, the argument naming the file, what the file is).
+FIXED_VOCABULARIES = {
+    "GPT2BPETokenizer": (50257, "vocab_file", "GPT-2's vocabulary file"),  # gpt2-vocab.json
+    "Llama2Tokenizer": (32000, "tokenizer_model", "Llama 2's tokenizer model"),  # and Mixtral's
+}
 
 # Set whatever the user gave. Attributes a Megatron-LM version does not have are skipped.
 _OFF = (
@@ -89,21 +93,15 @@ def _tokenizer(args: Any) -> list[str]:
     a tokenizer whose files may not be here."""
     kind = getattr(args, "tokenizer_type", None)
     vocab_file = getattr(args, "vocab_file", None)
-    if kind == "GPT2BPETokenizer" and not getattr(args, "vocab_size", None) and \
-            not (vocab_file and os.path.isfile(vocab_file)):
-        # GPT-2's BPE has one size; NullTokenizer(n) has n tokens and an end-of-document one.
-        args.vocab_size = GPT2_VOCAB - 1
-        args.tokenizer_type = "NullTokenizer"
-        return [f"GPT-2's vocabulary file {vocab_file} is not here: NullTokenizer of GPT-2's "
-                f"{GPT2_VOCAB} tokens instead (mock data needs no text)"]
     model_file = getattr(args, "tokenizer_model", None)
-    if kind == "Llama2Tokenizer" and not getattr(args, "vocab_size", None) and \
-            not (model_file and os.path.isfile(model_file)):
-        args.vocab_size = LLAMA2_VOCAB - 1  # NullTokenizer(n) adds an end-of-document token
-        args.tokenizer_type = "NullTokenizer"
-        return [f"Llama 2's tokenizer model {model_file} is not here: NullTokenizer of its "
-                f"{LLAMA2_VOCAB} tokens instead (mock data needs no text; --vocab-size N "
-                "gives another size)"]
+    if kind in FIXED_VOCABULARIES and not getattr(args, "vocab_size", None):
+        tokens, file_arg, what = FIXED_VOCABULARIES[kind]
+        file = getattr(args, file_arg, None)
+        if not (file and os.path.isfile(file)):
+            args.vocab_size = tokens - 1  # NullTokenizer(n) adds an end-of-document token
+            args.tokenizer_type = "NullTokenizer"
+            return [f"{what} {file} is not here: NullTokenizer of its {tokens} tokens instead "
+                    "(mock data needs no text; --vocab-size N gives another size)"]
     if kind not in (None, "NullTokenizer") and not getattr(args, "vocab_size", None):
         files = [f for f in (vocab_file, model_file) if f]
         if not files or not all(os.path.exists(f) for f in files):  # a file or an HF folder

@@ -50,6 +50,19 @@ def real_and_traced_on_cpu(case: str, args: list[str]) -> tuple[dict, dict]:
     return json.loads(out.stdout), json.loads(run.stdout)
 
 
+def assert_phases_match(real: dict, est: dict, tolerance: float) -> None:
+    """The traced step has the real one's phases, and each phase's peak and starting memory,
+    and the overall peak, within `tolerance` (relative) of the real ones."""
+    import pytest
+
+    assert [p["name"] for p in est["phases"]] == [p["name"] for p in real["phases"]]
+    assert est["peak_bytes"] == pytest.approx(real["peak_bytes"], rel=tolerance)
+    for e, r in zip(est["phases"], real["phases"]):
+        assert e["peak_bytes"] == pytest.approx(r["peak_bytes"], rel=tolerance), e["name"]
+        assert e["current_before_bytes"] == pytest.approx(r["current_before_bytes"],
+                                                          rel=tolerance), e["name"]
+
+
 def traced_gpu_snapshot(folder: Path) -> dict:
     """The snapshot of a small GPU-target trace (scripts/values/bounded_sizes.py): it has an
     allocation stream and the allocator's rows (reserved, fragmentation)."""
