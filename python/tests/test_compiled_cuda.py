@@ -70,3 +70,21 @@ def test_saved_for_backward_is_what_the_partitioner_saves(memlens, name):
         ("partitioner", 1, 0)
     assert region["saved_bytes"] == expected
     assert any("fusion and buffer reuse are not" in n for n in data["notes"])
+
+
+def test_a_compiled_function_warmed_up_before_the_model_is_not_taken_for_it(memlens):
+    """The warm-up runs the compiled function's graph, a GraphModule, at top level: it must not
+    pass for the script's model (the trace then stopped after two warm-up calls, before the
+    model existed). The model's states: 2 x 1024 x 4096 weights + 4096 + 1024 biases =
+    8,393,728 fp32 parameters: 4 B each for parameters, 8 B for AdamW's two moments."""
+    out = memlens("run", "--json", "--no-snapshot", "--device", "h100-80gb", "--",
+                  str(TESTS / "scripts" / "compiled_warmup.py"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    data = json.loads(out.stdout)
+    params = 2 * (1024 * 4096) + 4096 + 1024
+    assert [p["name"] for p in data["phases"] if p["device"] == "cuda:0"] == [
+        "setup_model_and_optimizer", "forward_backward_iter_0", "optimizer_step_iter_0",
+        "forward_backward_iter_1", "optimizer_step_iter_1"]
+    states = data["categories_at_peak"]
+    assert states["parameter"] == states["gradient"] == 4 * params == 33_574_912
+    assert states["optimizer_state"] == 8 * params

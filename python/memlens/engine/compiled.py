@@ -24,6 +24,7 @@ import contextlib
 
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
+from .modules import compiled_graph
 
 
 class Region:
@@ -149,7 +150,7 @@ class CompiledPrograms:
                     else type(e).__name__
                 self.add_note(f"{region.place}: {region.call}: a graph was traced eagerly, as "
                               f"memlens cannot model it ({region.eager_because})")
-                return gm.forward
+                return compiled_graph(gm).forward
             finally:
                 self._compiling.pop()
 
@@ -172,7 +173,7 @@ class CompiledPrograms:
 
         def graph_runs_op_by_op(graph, inputs):
             graph.recompile()
-            return graph
+            return compiled_graph(graph)
 
         def lazy_backward(graph, inputs):
             with _disable_current_modes():

@@ -23,6 +23,14 @@ from .stacks import StackTable
 _LABEL = "memlens.module"
 _current_node = torch._C._current_autograd_node
 _compiling = torch.compiler.is_compiling
+# Set on the graphs a compiled region runs (engine/compiled.py): their calls are the region's,
+# not modules of the script's (a compiled function's graph would pass for the model).
+COMPILED_GRAPH = "_memlens_compiled_graph"
+
+
+def compiled_graph(graph: nn.Module) -> nn.Module:
+    setattr(graph, COMPILED_GRAPH, True)
+    return graph
 
 
 class ModuleInfo:
@@ -156,7 +164,8 @@ class ModuleTracker:
         return None
 
     def pre_forward(self, module: nn.Module, args: Any) -> None:
-        if _compiling():  # Dynamo traces hooks into the graph: a compiled region is one call
+        # Dynamo traces hooks into the graph: a compiled region is one call
+        if _compiling() or getattr(module, COMPILED_GRAPH, False):
             return
         idx = self.index_of(module)
         info = self.infos[idx]
@@ -176,7 +185,7 @@ class ModuleTracker:
         self._stops.append(frozenset(t.grad_fn for t in _tensors(args) if t.grad_fn is not None))
 
     def post_forward(self, module: nn.Module, args: Any, output: Any) -> None:
-        if not self.stack or _compiling():
+        if not self.stack or _compiling() or getattr(module, COMPILED_GRAPH, False):
             return
         idx = self.stack.pop()
         stops = self._stops.pop()
