@@ -166,7 +166,9 @@ class CachingAllocatorModel:
         self.events.waited(waiter, stream, self.clock if marker is None else marker)
 
     def _process_events(self) -> None:
-        for block in list(self.events.completed()):
+        # One at a time: a block whose events completed is free only once merged and cached,
+        # so a neighbour completing in the same pass must not be taken for a cached one.
+        for block in self.events.completed():
             self._free_block(block)
 
     def empty_cache(self) -> None:
@@ -317,7 +319,7 @@ class CachingAllocatorModel:
     def _release_cached_blocks(self) -> bool:
         """Free every cached segment no block is using; unmap free pages of expandable ones.
         First synchronize_and_free_events: blocks waiting for other streams come back."""
-        for block in list(self.events.drain()):
+        for block in self.events.drain():  # one at a time, as above
             self._free_block(block)
         for pool in (self.large_pool, self.small_pool):
             to_unmap = []

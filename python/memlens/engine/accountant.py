@@ -15,6 +15,7 @@ from torch._subclasses.fake_tensor import FakeTensor as _FakeTensor, unset_fake_
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import categories as C
+from ..kernels.cuda import COLLECTIVE_NAMESPACES
 from ..errors import DataDependentError, Location
 from .dynamic_sizes import bounded_result, has_bound
 from .healthy_values import HEALTHY_OPS, HEALTHY_VALUE, note_healthy_value
@@ -104,6 +105,8 @@ class Accountant(TorchDispatchMode):
         if func is _WAIT_TENSOR:
             # Eager wait_tensor hands back its input; the fake kernel makes a new tensor that
             # would be booked as a second copy of every functional collective's output.
+            if self.tracer.collectives is not None:
+                self.tracer.collectives.wait_tensor(args[0])
             return args[0]
         if func is _RECORD_STREAM:
             return self._record_stream(*args)
@@ -128,7 +131,11 @@ class Accountant(TorchDispatchMode):
                 raise
         if func in HEALTHY_OPS:
             note_healthy_value(func, args, out)
-        return self._book_outputs(func, args, kwargs, out)
+        booked = self._book_outputs(func, args, kwargs, out)
+        if func.namespace in COLLECTIVE_NAMESPACES and self.tracer.collectives is not None:
+            # Which NCCL stream it runs on and what its work keeps alive (nccl_work.py).
+            self.tracer.collectives.issued(func, args, kwargs, out)
+        return booked
 
     def _book_outputs(self, func, args, kwargs, out):
         booked = self._unmasked(func, args, kwargs, out)
@@ -182,6 +189,13 @@ class Accountant(TorchDispatchMode):
         if held is not None:
             self.ledger.free(held)
         return booked
+
+    def book_collective_buffer(self, nbytes: int, device: torch.device) -> int:
+        """A buffer ProcessGroupNCCL allocates for a collective (kernels/nccl_work.py)."""
+        module, _, stack, backward = self._context()
+        return self.ledger.alloc(nbytes, self.tracer.device_key(device), "uint8", (nbytes,),
+                                 C.TEMPORARY, module, self.tracer.phases.index,
+                                 self.ledger.op_id("nccl_buffer"), stack, backward=backward)
 
     def _record_stream(self, t, stream) -> None:
         """`t.record_stream(stream)`: the allocation holding t's storage is used on `stream`."""

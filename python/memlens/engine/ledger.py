@@ -78,6 +78,7 @@ class Ledger:
         # event `seq`: (seq, device, "record_stream", rid, stream) and
         # (seq, device, "wait", waiter, stream, marker).
         self.stream_events: list[tuple] = []
+        self.stream_names: dict[int, str] = {}  # stream id -> what runs on it (NCCL's streams)
 
     # -- interning -------------------------------------------------------------------------
     def op_id(self, name: str) -> int:

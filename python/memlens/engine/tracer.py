@@ -34,6 +34,7 @@ from .phases import PhaseTracker
 from ..plugins import PluginHost
 from .stacks import StackTable
 from ..kernels.buffers import WorkspaceModel
+from ..kernels.nccl_work import NcclWorks
 
 
 class Tracer:
@@ -66,6 +67,9 @@ class Tracer:
         self.classifier = Classifier(self.ledger, self.modules)
         self.accountant = Accountant(self)
         self.workspaces = WorkspaceModel(device.type, device)
+        # NCCL's streams and the tensors its works keep alive (simulated ranks on CUDA)
+        self.collectives = NcclWorks(self.ledger, self.accountant.book_collective_buffer) \
+            if device.type == "cuda" and rank is not None else None
         self.fake_mode: FakeTensorMode | None = None
         self._cuda = None  # the torch.cuda simulation of a CUDA target
         self.sdpa = SdpaLog((device.major, device.minor), sdpa_backend)  # CUDA targets
@@ -107,7 +111,7 @@ class Tracer:
 
                 torch_distributed.apply(self._patcher, self.rank, self.layout,
                                         lambda t: self.classifier.mark(t, C.GRADIENT),
-                                        type(self.accountant))
+                                        type(self.accountant), self.collectives)
                 undo.callback(torch_distributed.destroy_if_initialized)
             self.modules.install()
             undo.callback(self.modules.uninstall)
@@ -167,6 +171,8 @@ class Tracer:
             self.phases.finish()
             self.end_seq = self.ledger.seq
             self.ledger.untrack_all()
+            if self.collectives is not None:  # after: letting go of stashes is teardown
+                self.collectives.close()
 
     def snapshot(self, **meta) -> dict:
         """The snapshot document of the finished trace (see docs/snapshot-format.md)."""

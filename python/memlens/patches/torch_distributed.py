@@ -53,10 +53,11 @@ def _real(fn: Callable) -> Callable:
 
 
 def apply(patcher: Patcher, spec, layout, is_gradient: Callable[[torch.Tensor], None],
-          dispatch_mode: type) -> None:
+          dispatch_mode: type, works=None) -> None:
     """`spec`: the simulated RankSpec; `layout`: the recorder of what the rank builds;
     `is_gradient(t)`: t's storage holds gradients (DDP's buckets); `dispatch_mode`: the
-    accountant's TorchDispatchMode class (the engine's, handed in: patches import no engine)."""
+    accountant's TorchDispatchMode class (the engine's, handed in: patches import no engine);
+    `works`: the model of NCCL's streams and works (kernels/nccl_work.py), told of waits."""
     import torch.distributed as dist
 
     check_tested("torch_distributed", torch.__version__)
@@ -71,6 +72,8 @@ def apply(patcher: Patcher, spec, layout, is_gradient: Callable[[torch.Tensor], 
     _coalesced_collectives(patcher)
     _dtensor(patcher, dispatch_mode)
     _collective_results(patcher)
+    if works is not None:
+        _work_waits(patcher, works)
     torch_distributed_users.apply(patcher, layout, is_gradient)
 
 
@@ -251,7 +254,7 @@ def _collective_results(patcher: Patcher) -> None:
     @functools.wraps(original)
     def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
         work = original(tensor, op, group, async_op)
-        return _done_work([tensor]) if async_op and work is not None else work
+        return _done_work([tensor], work) if async_op and work is not None else work
 
     def no_objects(*args, **kwargs):
         from ..errors import MemlensError
@@ -269,21 +272,27 @@ def _collective_results(patcher: Patcher) -> None:
 _DONE_WORK = None
 
 
-def _done_work(tensors):
-    """A finished dist.Work whose future holds `tensors` (the class is made on first use:
-    torch.distributed is imported only when a rank is simulated)."""
+def _done_work(tensors, work):
+    """A finished dist.Work whose future holds `tensors`; waiting for it waits for `work`,
+    the fake group's (the class is made on first use: torch.distributed is imported only when
+    a rank is simulated)."""
     global _DONE_WORK
     if _DONE_WORK is None:
         import torch.distributed as dist
 
         class DoneWork(dist.Work):
-            def __init__(self, tensors) -> None:
+            def __init__(self, tensors, work) -> None:
                 super().__init__()
                 self._future = torch.futures.Future()
                 self._future.set_result(tensors)
+                self._work = work
 
             def wait(self, timeout=None) -> bool:
+                self._work.wait()
                 return True
+
+            def synchronize(self) -> None:
+                self._work.wait()
 
             def is_completed(self) -> bool:
                 return True
@@ -292,4 +301,36 @@ def _done_work(tensors):
                 return self._future
 
         _DONE_WORK = DoneWork
-    return _DONE_WORK(tensors)
+    return _DONE_WORK(tensors, work)
+
+
+# -- waits on works --------------------------------------------------------------------------
+def _work_waits(patcher: Patcher, works) -> None:
+    """`work.wait()` on a fake group's work does nothing; on ProcessGroupNCCL's it makes the
+    current stream wait for the NCCL stream and lets go of the tensors the work stashed: the
+    model is told (FakeWork is the C++ work every fake collective returns; its pybind class
+    takes Python methods). batch_isend_irecv's ops share its works' waits."""
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+    from torch._C._distributed_c10d import FakeWork
+
+    for name in ("wait", "synchronize"):
+        original = getattr(FakeWork, name)
+
+        def waiting(self, *args, _original=original, **kwargs):
+            works.waited(int(self.seq_id))
+            return _original(self, *args, **kwargs)
+
+        patcher.setattr(FakeWork, name, waiting)
+    batch = c10d.batch_isend_irecv
+
+    @functools.wraps(batch)
+    def batch_isend_irecv(*args, **kwargs):
+        with works.batched() as issued:
+            result = batch(*args, **kwargs)
+        works.batch_returned(result, issued)
+        return result
+
+    for owner in (c10d, dist):
+        if getattr(owner, "batch_isend_irecv", None) is batch:
+            patcher.setattr(owner, "batch_isend_irecv", batch_isend_irecv)

@@ -130,7 +130,9 @@ def _run_ddp_hook(slot: _HookSlot, bucket):
     if slot.hook is not None:
         return slot.hook(slot.state, bucket)
     buffer.div_(slot.group.size())
-    dist.all_reduce(buffer, group=slot.group)
+    # The built-in hook's allreduce takes the default AllreduceOptions: asyncOp = true (on the
+    # group's NCCL stream, the bucket stashed until the work completes).
+    dist.all_reduce(buffer, group=slot.group, async_op=True)
     fut = torch.futures.Future()
     fut.set_result(buffer)
     return fut

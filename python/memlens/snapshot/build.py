@@ -209,6 +209,7 @@ def build_snapshot(tracer, meta: dict[str, Any],
             "free_seq": [r.free_seq for r in records],
             "backward": [int(r.backward) for r in records],
             "stream_events": [_stream_event(e, dev_index) for e in ledger.stream_events],
+            "stream_names": {str(k): v for k, v in sorted(ledger.stream_names.items())},
         }
 
     phases_out = []
