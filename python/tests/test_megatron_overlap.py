@@ -68,3 +68,19 @@ def test_fusion_with_overlap_holds_the_same_activations(trace):
     on = M.layer_activation_bytes(trace(*FUSED_OVERLAP), layer)
     assert on == off
     assert on == pytest.approx(GPT.activation_bytes(1, False, "none"), rel=0.01)
+
+
+def test_overlapped_collectives_run_on_the_data_parallel_groups_nccl_stream(trace):
+    """ProcessGroupNCCL 2.13 (kernels/nccl_work.py): start_grad_sync and start_param_sync pass
+    async_op = overlap_grad_reduce / overlap_param_gather. Off, every collective is synchronous
+    and runs on the current stream: no NCCL stream. On, the coalesced reduce-scatters and
+    all-gathers run on the data-parallel group's NCCL stream, their works stashing the grad and
+    param buffers until finish_*_sync waits; those buffers are held for the whole step anyway,
+    so nothing is allocated on that stream and the peaks do not move."""
+    off = trace("--distributed-optimizer")
+    on = trace("--distributed-optimizer", *FUSED_OVERLAP, "--overlap-param-gather")
+    assert off["allocations"]["stream_names"] == {}
+    assert on["allocations"]["stream_names"] == {"1": "nccl:DATA_PARALLEL_GROUP_WITH_CP"}
+    assert set(on["allocations"]["stream"]) == {0}
+    for key in ("peak_bytes", "reserved_peak_bytes"):
+        assert on["summary"][key] == off["summary"][key]
