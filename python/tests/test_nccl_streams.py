@@ -133,3 +133,16 @@ def test_ddp_fp16_hook_keeps_each_compressed_bucket_until_the_next_all_reduce(tm
     # Both runs' buckets all-reduce on the default group's stream.
     assert fp16["allocations"]["stream_names"] == none["allocations"]["stream_names"] == {
         "1": "nccl:default"}
+
+
+def test_a_functional_collective_runs_on_the_group_stream_and_is_waited_at_once(tmp_path):
+    # funcol.all_reduce calls the group with asyncOp=true (the default group's NCCL stream,
+    # input and output stashed until wait_tensor). Under any fake mode funcol waits at once
+    # (_maybe_wrap_tensor: "if fake mode is turned on, we are almost definitely compiling"),
+    # so in a trace the stash ends inside the call: `del` frees the 12 MiB input (>= 10 MiB:
+    # its own segment) and the 12 MiB buffer reuses it: 12 + 12 = 24 MiB reserved. (On a GPU
+    # the AsyncCollectiveTensor would wait at its first use, after the buffer: 36 MiB.)
+    snap, printed = run(tmp_path, "funcol_async.py")
+    assert snap["summary"]["reserved_peak_bytes"] == 24 * MiB
+    assert printed == [f"allocated {24 * MiB} reserved {24 * MiB}"]
+    assert snap["allocations"]["stream_names"] == {"1": "nccl:default"}
