@@ -29,7 +29,8 @@ does it (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp), applied to the trace
 - Allocations of the op's own: list all_gather (equal sizes) and list reduce_scatter allocate a
   flat buffer of all the group's chunks (`newLikeFlat`) on the current stream before
   `collective()`, stashed with the inputs/outputs when async; barrier allocates a 1-element
-  float `zeros` on the current stream. Nothing is allocated on an NCCL stream.
+  float `zeros` on the current stream (and, synchronous, then synchronizes the current stream
+  with the host). Nothing is allocated on an NCCL stream.
 - Functional collectives (`_c10d_functional.*`, DTensor's redistributions) call the group with
   the default asyncOp=true: output (allocated on the current stream) and input are stashed
   until `wait_tensor` on the output (Functional.cpp register_work / wait_tensor -> work.wait()).
@@ -42,6 +43,7 @@ from typing import Callable
 
 import torch
 
+from ..allocator.stream_events import HOST
 from ..cuda.streams import STREAMS
 from .cuda import _group_name, _process_group
 
@@ -114,6 +116,8 @@ class NcclWorks:
         if not async_op:  # on the current stream; nothing held past the op
             for rid in temporaries:
                 self.ledger.free(rid)
+            if name == "barrier":  # a synchronous barrier: currentStream.synchronize()
+                STREAMS.waited(device, HOST, STREAMS.current_id(device), None)
             return
         stream = self._stream(group, device, None)
         current = STREAMS.current_id(device)

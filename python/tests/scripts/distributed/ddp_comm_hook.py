@@ -3,11 +3,11 @@
 
 Model: Linear(4096, 4096, bias=False) twice: 16,777,216 parameters each (64 MiB in fp32). DDP
 2.13 starts with one bucket of every gradient (128 MiB; without find_unused_parameters the
-first bucketing has no size limit) and would split it into 32 MiB buckets after the first
-backward; a trace keeps the first buckets (patches/torch_distributed_users.py).
-fp16_compress_hook all-reduces a half-precision copy of the bucket (64 MiB) with async_op=True
-and copies the result back. SGD without
-momentum: no optimizer state. Input: 8 x 4096 fp32.
+first bucketing has no size limit) and after the first backward would rebuild buckets of
+`bucket_cap_mb=32` (one per layer here); a trace keeps the first buckets
+(patches/torch_distributed_users.py). fp16_compress_hook all-reduces a half-precision copy of
+the bucket (64 MiB) with async_op=True and copies the result back. SGD without momentum: no
+optimizer state. Input: 8 x 4096 fp32.
 """
 
 import argparse
