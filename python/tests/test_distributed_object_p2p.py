@@ -41,10 +41,11 @@ def test_last_stage_traces_the_stages_before_it_once_each(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     helpers = _helpers(out.stderr)
     assert [h.split()[3] for h in helpers] == ["2", "1", "0"], helpers
-    # 1F1B: the last stage keeps one micro-batch in flight: its two ReLU outputs, and the
-    # head's output that the loss saves.
+    # 1F1B: the last stage keeps one micro-batch in flight (its two ReLU outputs); besides, it
+    # holds the 8 receive buffers made from the received shapes (one per micro-batch, saved by
+    # the first Linear) and the head's 8 outputs (the schedule returns every micro-batch's).
     assert max_alive(snap, "relu") == 2
-    assert _activation_peak(snap) == 3 * RELU_OUT
+    assert _activation_peak(snap) == (2 + 8 + 8) * RELU_OUT
     assert model_state_bytes(snap)["parameter"] == 3 * LINEAR  # two blocks and the head
     assert snap["meta"]["parallel"]["stages"] == [3]
 
@@ -67,8 +68,10 @@ def test_every_stage_of_a_gpipe_job_with_inferred_shapes(tmp_path):
     stage0, stage1 = (json.loads((folder / f"rank-{r}.json").read_text()) for r in (0, 1))
     # GPipe: all 8 micro-batches' ReLU outputs are alive when the backward passes start.
     assert max_alive(stage0, "relu") == max_alive(stage1, "relu") == 2 * 8
-    assert _activation_peak(stage0) == 8 * 2 * RELU_OUT
-    assert _activation_peak(stage1) == 8 * 3 * RELU_OUT  # and the head's output, per batch
+    assert _activation_peak(stage0) == 8 * 2 * RELU_OUT  # its input is the script's batch
+    # Stage 1 also holds the 8 receive buffers made from what stage 0 sent, and the head's 8
+    # outputs (see above).
+    assert _activation_peak(stage1) == 8 * (2 + 1 + 1) * RELU_OUT
     assert model_state_bytes(stage1)["parameter"] == 3 * LINEAR
 
 
