@@ -1,7 +1,7 @@
 """Objects one simulated rank sends another: a pipeline stage built without example inputs
 (torchtitan's way) learns its input shapes from the previous stage at the first step, and the
-rank that receives traces the sender in a helper worker, up to its send (pp_train.py
---infer-shapes, object_p2p.py)."""
+rank that receives traces the sender in a helper worker, which pauses after each send and ends
+with the receiver (pp_train.py --infer-shapes, object_p2p.py)."""
 
 import json
 
@@ -36,7 +36,7 @@ def _activation_peak(snap) -> int:
 
 def test_last_stage_traces_the_stages_before_it_once_each(tmp_path):
     """Stage 3 of 4 receives its input shapes from stage 2, which receives them from 1, which
-    receives them from 0: three helper traces, each ended at its send."""
+    receives them from 0: three helper traces, one per sender."""
     out, snap = _rank(tmp_path, 4, 3, "pp_train.py", "--infer-shapes", "--steps", "2")
     assert out.returncode == 0, out.stderr[-3000:]
     helpers = _helpers(out.stderr)
@@ -53,7 +53,7 @@ def test_last_stage_traces_the_stages_before_it_once_each(tmp_path):
 def test_every_stage_of_a_gpipe_job_with_inferred_shapes(tmp_path):
     """--ranks all, one worker at a time: rank 0 goes first and records its send; it waits for
     stage 1's answer (the gradients' shapes, sent back at backward inference), so stage 1 is
-    traced once up to that send; rank 1's own trace then reads rank 0's record."""
+    traced once by a helper; rank 1's own trace then reads rank 0's record."""
     snap = tmp_path / "job.json"
     out = run_memlens("run", "--device", DEVICE, "--world-size", "2", "--ranks", "all",
                       "--jobs", "1", "--snapshot", str(snap), "--", str(SCRIPTS / "pp_train.py"),
@@ -64,7 +64,7 @@ def test_every_stage_of_a_gpipe_job_with_inferred_shapes(tmp_path):
     assert [(r["rank"], r["role"]) for r in index["ranks"]] == [(0, "pp 0/2"), (1, "pp 1/2")]
     logs = {r: _helpers((folder / f"rank-{r}.log").read_text()) for r in (0, 1)}
     assert [len(logs[0]), len(logs[1])] == [1, 0], logs
-    assert logs[0][0].startswith(f"{HELPER_NOTICE} 1 up to its send to rank 0")
+    assert logs[0][0].startswith(f"{HELPER_NOTICE} 1 for its sends to rank 0")
     stage0, stage1 = (json.loads((folder / f"rank-{r}.json").read_text()) for r in (0, 1))
     # GPipe: all 8 micro-batches' ReLU outputs are alive when the backward passes start.
     assert max_alive(stage0, "relu") == max_alive(stage1, "relu") == 2 * 8

@@ -8,11 +8,14 @@ shares, and a receive reads the record of the sender's send:
 - `<folder>/S-to-D-N.pkl`: the N-th objects rank S sent rank D (pickled by the patch, tensors as
   their metadata: patches/torch_object_p2p.py);
 - `<folder>/rank-S.pid`: rank S is being traced by that process (wait for its sends);
-- `<folder>/rank-S.done`: rank S's trace ended: what it did not send, it never sends.
+- `<folder>/rank-S.done`: rank S's trace ended: what it did not send, it never sends;
+- `<folder>/want-S-to-D-N`: rank D waits for that message (a paused helper of S goes on).
 
 When the record is not there and no live process traces the sender, the receiver traces the
-sender itself, in a helper worker (the same job, `--rank S`) that ends right after its send to
-the receiver; the helper's own receives do the same, so the chain goes back to stage 0. With
+sender itself, in a helper worker (the same job, `--rank S`). After each send the helper pauses
+until some rank wants a message of S that is not recorded yet, and ends with the rank that
+started it: the stages of an interleaved schedule exchange several messages each way, from one
+helper. The helper's own receives do the same, so the chain goes back to stage 0. With
 `--ranks all` the parent hands every worker one folder (MEMLENS_OBJECTS_DIR), so the ranks it
 traces anyway leave their records and none is traced twice.
 """
@@ -33,7 +36,7 @@ from ..process_tree import WorkerProcess
 from ..worker_protocol import final_json, progress_record, worker_env
 
 ENV_FOLDER = "MEMLENS_OBJECTS_DIR"
-ENV_STOP = "MEMLENS_OBJECTS_STOP"  # "D:N": this helper ends after its N-th send to rank D
+ENV_HELPER_OF = "MEMLENS_OBJECTS_HELPER_OF"  # the pid that started this helper trace
 HELPER_NOTICE = "memlens: tracing rank"  # the line each helper trace prints (tests count them)
 POLL_S = 0.05
 LOG_TAIL = 20
@@ -50,6 +53,17 @@ def configure(peer_argv: Callable[[int], list[str]] | None) -> None:
     _peer_cwd = os.getcwd()  # the script may change directory before it receives
 
 
+class _Helper:
+    """A helper worker tracing one sender, and the tail of its log."""
+
+    def __init__(self, process: WorkerProcess) -> None:
+        self.process = process
+        self.tail: deque[str] = deque(maxlen=LOG_TAIL)
+
+    def ended(self) -> bool:
+        return self.process.proc is not None and self.process.proc.poll() is not None
+
+
 class ObjectExchange:
     """The simulated rank's side of the record folder."""
 
@@ -60,8 +74,9 @@ class ObjectExchange:
         self.folder = Path(given) if given else None
         self._sent: dict[int, int] = defaultdict(int)
         self._received: dict[int, int] = defaultdict(int)
-        stop = os.environ.get(ENV_STOP)
-        self._stop = tuple(int(x) for x in stop.split(":")) if stop else None
+        helper_of = os.environ.get(ENV_HELPER_OF)
+        self._helper_of = int(helper_of) if helper_of else None
+        self._helpers: dict[int, _Helper] = {}
         if self.folder is not None:
             self._claim()
 
@@ -70,41 +85,56 @@ class ObjectExchange:
         n = self._sent[dst]
         self._sent[dst] += 1
         _write(self._folder() / _record(self.rank, dst, n), payload)
-        if self._stop == (dst, n + 1):  # a helper: the receiver has what it waited for
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(0)
+        if self._helper_of is not None:
+            self._pause()
 
     def receive(self, src: int, where: str) -> bytes:
         """The payload of src's next send to this rank; `where` (file:line of the receive)
         goes into the errors."""
         n = self._received[src]
         path = self._folder() / _record(src, self.rank, n)
-        helper_log: list[str] | None = None
+        want = self._folder() / f"want-{src}-to-{self.rank}-{n}"
         while not path.exists():
-            if (self._folder() / f"rank-{src}.done").exists():
-                raise MemlensError(f"rank {self.rank} waits at {where} for objects from rank "
-                                   f"{src} (its message {n + 1}), but rank {src}'s trace ended "
-                                   "without sending them")
-            if self._traced_elsewhere(src):
-                time.sleep(POLL_S)
-                continue
-            if helper_log is not None:
-                tail = "\n".join(helper_log[-10:])
-                raise MemlensError(f"rank {self.rank} waits at {where} for objects from rank "
-                                   f"{src} (its message {n + 1}), but rank {src}'s trace ended "
-                                   f"without sending them" + (f":\n{tail}" if tail else ""))
-            helper_log = self._trace_sender(src, n + 1, where)
+            helper = self._helpers.get(src)
+            if (self._folder() / f"rank-{src}.done").exists() or (
+                    helper is not None and helper.ended()):
+                self._never_sent(src, n, where, helper)
+            if helper is None and not _alive(self._claimant(src)):
+                self._helpers[src] = self._start_helper(src, where)
+            if not want.exists():
+                _write(want, b"")
+            time.sleep(POLL_S)
         self._received[src] += 1
         return path.read_bytes()
 
     def close(self) -> None:
+        for helper in self._helpers.values():
+            helper.process.stop()
+        for helper in self._helpers.values():
+            if not helper.ended():
+                helper.process.wait()
         if self.folder is None:
             return
         if self._own_folder:
             shutil.rmtree(self.folder, ignore_errors=True)
-        elif self._stop is None:  # a helper ends early: it never says it is done
+        elif self._helper_of is None:  # a helper is stopped: it never says it is done
             (self.folder / f"rank-{self.rank}.done").touch()
+
+    # -- a helper's pause ------------------------------------------------------------------
+    def _pause(self) -> None:
+        """Wait until a rank wants a message of this one that is not recorded yet; end when
+        the rank that started this helper has ended (nobody else will want more)."""
+        prefix = f"want-{self.rank}-to-"
+        while True:
+            for want in self._folder().glob(prefix + "*"):
+                dst, _, n = want.name[len(prefix):].partition("-")
+                if not (self._folder() / _record(self.rank, int(dst), int(n))).exists():
+                    return
+            if not _alive(self._helper_of):
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(0)
+            time.sleep(POLL_S)
 
     # -- the folder ------------------------------------------------------------------------
     def _folder(self) -> Path:
@@ -116,54 +146,61 @@ class ObjectExchange:
     def _claim(self) -> None:
         _write(self.folder / f"rank-{self.rank}.pid", str(os.getpid()).encode())
 
-    def _traced_elsewhere(self, rank: int) -> bool:
+    def _claimant(self, rank: int) -> int | None:
         try:
             pid = int((self._folder() / f"rank-{rank}.pid").read_text())
         except (OSError, ValueError):
-            return False
-        if pid == os.getpid():
-            return False
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+            return None
+        return None if pid == os.getpid() else pid
 
-    def _trace_sender(self, src: int, count: int, where: str) -> list[str]:
-        """Trace rank src in a helper worker until its `count`-th send to this rank. Returns the
-        tail of its log when it died without a result; raises its error when it failed."""
+    def _never_sent(self, src: int, n: int, where: str, helper: _Helper | None) -> None:
+        problem = f"rank {self.rank} waits at {where} for objects from rank {src} (its " \
+                  f"message {n + 1}), but rank {src}'s trace "
+        if helper is not None and helper.ended():
+            ended = helper.process.wait()
+            error = (final_json(ended.stdout) or {}).get("error")
+            if isinstance(error, dict):
+                place = f"{error['file']}:{error['line']}: " if error.get("file") else ""
+                raise MemlensError(problem + f"failed: {place}{error.get('message', '')}")
+            if ended.returncode != 0:
+                tail = "\n".join(list(helper.tail)[-10:])
+                raise MemlensError(problem + f"ended with status {ended.returncode}" +
+                                   (f":\n{tail}" if tail else ""))
+        raise MemlensError(problem + "ended without sending them")
+
+    def _start_helper(self, src: int, where: str) -> _Helper:
+        """Trace rank src in a helper worker, which pauses after each send."""
         if _peer_argv is None:
             raise MemlensError(f"rank {self.rank} receives objects from rank {src} at {where}: "
                                "tracing the sender needs the memlens command line (memlens run)")
-        print(f"{HELPER_NOTICE} {src} up to its send to rank {self.rank} "
+        print(f"{HELPER_NOTICE} {src} for its sends to rank {self.rank} "
               f"(received at {where})", file=sys.stderr, flush=True)
-        tail: deque[str] = deque(maxlen=LOG_TAIL)
 
         def line(text: str) -> None:
             if text.startswith(HELPER_NOTICE):  # nested helpers: shown, and counted
                 print(text, file=sys.stderr, flush=True)
             elif progress_record(text) is None:
-                tail.append(text)
+                helper.tail.append(text)
 
         env = worker_env(extra={ENV_FOLDER: str(self._folder()),
-                                ENV_STOP: f"{self.rank}:{count}"},
+                                ENV_HELPER_OF: str(os.getpid())},
                          defaults={"OMP_NUM_THREADS": "1"})
-        process = WorkerProcess([sys.executable, "-m", "memlens", *_peer_argv(src)], _peer_cwd, env,
-                                on_stderr_line=line)
-        try:
-            process.start()
-            ended = process.wait()
-        finally:
-            process.stop()
-        summary = final_json(ended.stdout) or {}
-        error = summary.get("error") if isinstance(summary.get("error"), dict) else None
-        if error is not None and not (self._folder() / _record(src, self.rank, count - 1)).exists():
-            place = f"{error['file']}:{error['line']}: " if error.get("file") else ""
-            raise MemlensError(f"rank {self.rank} waits at {where} for objects from rank {src}, "
-                               f"whose trace failed: {place}{error.get('message', '')}")
-        return list(tail) if ended.returncode != 0 and not summary else []
+        helper = _Helper(WorkerProcess([sys.executable, "-m", "memlens", *_peer_argv(src)],
+                                       _peer_cwd, env, on_stderr_line=line))
+        helper.process.start()
+        return helper
+
+
+def _alive(pid: int | None) -> bool:
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _record(src: int, dst: int, n: int) -> str:
