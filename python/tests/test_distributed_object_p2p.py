@@ -92,3 +92,20 @@ def test_a_send_that_never_comes_names_both_ranks_and_the_line(tmp_path):
     assert message.startswith(f"rank 1 waits at {SCRIPTS / 'object_p2p.py'}:29 for objects "
                               "from rank 0 (its message 1), but rank 0's trace ended without "
                               "sending them"), message
+
+
+def test_a_helper_traces_the_senders_rank_of_the_same_job():
+    """The helper's command line: the same job (a shell script is run again, with its own
+    arguments after `--`), the sender's rank, no snapshot of its own."""
+    from memlens.cli.all_ranks import peer_argv
+    from memlens.cli.parser import build_parser
+    from memlens.distributed.env import RankSpec
+
+    args = build_parser().parse_args(
+        ["run", "--device", "h100-80gb", "--rank", "3", "--snapshot", "s.json",
+         "--from-script", "run_train.sh", "--", "--parallelism.pipeline_parallel_degree=4"])
+    argv = peer_argv(args, RankSpec(8, 3), 2)
+    assert argv == ["run", "--world-size", "8", "--nproc-per-node", "8", "--rank", "2",
+                    "--json", "--progress", "json", "--device", "h100-80gb", "--no-snapshot",
+                    "--from-script", "run_train.sh", "--",
+                    "--parallelism.pipeline_parallel_degree=4"]
