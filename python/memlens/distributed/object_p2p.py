@@ -96,8 +96,9 @@ class ObjectExchange:
         want = self._folder() / f"want-{src}-to-{self.rank}-{n}"
         while not path.exists():
             helper = self._helpers.get(src)
-            if (self._folder() / f"rank-{src}.done").exists() or (
-                    helper is not None and helper.ended()):
+            ended = (self._folder() / f"rank-{src}.done").exists() or (
+                helper is not None and helper.ended())
+            if ended and not path.exists():  # (it may have sent just before it ended)
                 self._never_sent(src, n, where, helper)
             if helper is None and not _alive(self._claimant(src)):
                 self._helpers[src] = self._start_helper(src, where)
