@@ -36,9 +36,9 @@ export function renderFit(root: HTMLElement, report: FitReport, actions: FitActi
   );
   const tabs = el('vscode-tabs', { id: 'fit-tabs', 'selected-index': report.frontier.length ? 0 : 1 });
   tabs.append(
-    el('vscode-tab-header', { slot: 'header', id: 'fit-tab-fits' }, `Fits (${report.frontier.length})`),
+    el('vscode-tab-header', { slot: 'header', 'data-fit-tab': 'fits' }, `Fits (${report.frontier.length})`),
     el('vscode-tab-panel', null, frontierTable(report, actions)),
-    el('vscode-tab-header', { slot: 'header', id: 'fit-tab-excluded' }, `Does not fit (${report.excluded.length})`),
+    el('vscode-tab-header', { slot: 'header', 'data-fit-tab': 'excluded' }, `Does not fit (${report.excluded.length})`),
     el('vscode-tab-panel', null, excludedTable(report, actions)),
   );
   replace(root, summary, tabs);
