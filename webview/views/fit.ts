@@ -13,9 +13,9 @@ export interface FitActions {
 
 const VERDICT_TEXT: Record<string, string> = { fits: 'fits', oom: 'out of memory', error: 'error' };
 
-function bytesCell(bytes: number | null, id?: string): HTMLElement {
+function bytesCell(bytes: number | null): HTMLElement {
   if (bytes === null) return el('td', { class: 'num muted' }, '–');
-  return el('td', { class: 'num', 'data-bytes': bytes, id }, formatBytes(bytes));
+  return el('td', { class: 'num', 'data-bytes': bytes }, formatBytes(bytes));
 }
 
 export function renderFit(root: HTMLElement, report: FitReport, actions: FitActions): void {
