@@ -100,7 +100,7 @@ for (const scheme of ['dark', 'light'] as const) {
       excluded,
       fit.excluded.map((r) => ({
         key: r.key,
-        cells: [...r.values.map(plain), plain(String(r.gpus)), plain('out of memory'), bytes(r.peakBytes), bytes(r.headroomBytes), plain(r.reason), plain(r.snapshot ? 'Snapshot' : '')],
+        cells: [...r.values.map(plain), plain('out of memory'), plain(r.reason), plain(String(r.gpus)), bytes(r.peakBytes), bytes(r.headroomBytes), plain(r.snapshot ? 'Snapshot' : '')],
       })),
     );
     assert.match(fit.excluded[0]!.reason, new RegExp(`^OOM by ${formatBytes(-fit.excluded[0]!.headroomBytes!).replace('.', '\\.')} on rank 0`));

@@ -85,7 +85,8 @@ function frontierTable(report: FitReport, actions: FitActions): HTMLElement {
 
 function excludedTable(report: FitReport, actions: FitActions): HTMLElement {
   if (!report.excluded.length) return el('p', { class: 'empty', id: 'fit-all' }, 'Every configuration fits.');
-  const head = el('tr', null, ...axisHeaders(report), el('th', { class: 'num' }, 'GPUs'), el('th', null, 'verdict'), el('th', { class: 'num' }, 'peak'), el('th', { class: 'num' }, 'headroom'), el('th', null, 'why'), el('th', null, ''));
+  // The reason first after the axes: a narrow panel scrolls the numbers, not the why.
+  const head = el('tr', null, ...axisHeaders(report), el('th', null, 'verdict'), el('th', null, 'why'), el('th', { class: 'num' }, 'GPUs'), el('th', { class: 'num' }, 'peak'), el('th', { class: 'num' }, 'headroom'), el('th', null, ''));
   const body = el('tbody');
   for (const row of report.excluded) {
     body.append(
@@ -93,11 +94,11 @@ function excludedTable(report: FitReport, actions: FitActions): HTMLElement {
         'tr',
         { class: `fit-row verdict-${row.verdict ?? 'none'}`, 'data-key': row.key, 'data-verdict': row.verdict ?? 'none' },
         ...axisCells(row),
-        el('td', { class: 'num' }, row.gpus),
         el('td', null, row.verdict ? VERDICT_TEXT[row.verdict] : 'not traced'),
+        el('td', { class: 'fit-reason' }, row.reason),
+        el('td', { class: 'num' }, row.gpus),
         bytesCell(row.peakBytes),
         bytesCell(row.headroomBytes),
-        el('td', { class: 'fit-reason' }, row.reason),
         el('td', null, openButton(row, actions)),
       ),
     );
