@@ -202,6 +202,8 @@ export interface Allocations {
   alloc_seq: number[];
   free_seq: number[];
   backward?: number[];
+  /** Index into Summary.subcategories, -1 for none (only when there are subcategories). */
+  subcategory?: number[];
 }
 
 export interface Snapshot {

@@ -213,6 +213,9 @@ def build_snapshot(tracer, meta: dict[str, Any],
             "phase": rec.phase, "op": ledger.ops[rec.op], "stack": rec.stack,
             **({"subcategory": C.SUB_NAMES[rec.sub]} if rec.sub else {})})
 
+    subs = _subcategories(ledger, target, live)
+    sub_index = {C.SUB_NAMES.index(sub["name"]): i for i, sub in enumerate(subs)}
+
     # -- allocations (the full event stream, for allocator replay and memory_viz) ----------
     allocations = None
     if len(records) <= max_allocations:
@@ -230,6 +233,8 @@ def build_snapshot(tracer, meta: dict[str, Any],
             "alloc_seq": [r.alloc_seq for r in records],
             "free_seq": [r.free_seq for r in records],
             "backward": [int(r.backward) for r in records],
+            # index into summary.subcategories, -1 for none (only when there are some)
+            **({"subcategory": [sub_index.get(r.sub, -1) for r in records]} if sub_index else {}),
             "stream_events": [_stream_event(e, dev_index) for e in ledger.stream_events],
         }
 
@@ -288,7 +293,7 @@ def build_snapshot(tracer, meta: dict[str, Any],
             "category_peaks": _cat_dict(t.category_peaks),
             "final_bytes": t.final, "total_allocated_bytes": t.total_allocated,
             "allocation_count": t.allocations,
-            **({"subcategories": subs} if (subs := _subcategories(ledger, target, live)) else {}),
+            **({"subcategories": subs} if subs else {}),
             "devices": {d: {"peak_bytes": s.peak, "final_bytes": s.final, **per_device.get(d, {})}
                         for d, s in stats.items()},
             "placeholders": [_placeholder(stacks, p) for p in tracer.accountant.placeholders],
