@@ -42,33 +42,34 @@ def trace(tmp_path, script, *args, device="h100-80gb", world_size=None, env=None
     return json.loads(path.read_text())
 
 
-def allocations_in(snap: dict, phase: str) -> list[tuple[str, int, int]]:
-    """(op, bytes, category index) of each GPU allocation made in `phase`, in order."""
+def allocations_in(snap: dict, phase: str, key: str = "bytes") -> list[tuple[str, int, int]]:
+    """(op, `key`, category index) of each GPU allocation made in `phase`, in order."""
     a, ops = snap["allocations"], snap["ops"]
     gpu = a["devices"].index("cuda:0")
     p = next(p for p in snap["phases"] if p["name"] == phase and p["device"] == "cuda:0")
-    return [(ops[a["op"][i]], a["bytes"][i], a["category"][i])
+    return [(ops[a["op"][i]], a[key][i], a["category"][i])
             for i in sorted(range(len(a["bytes"])), key=lambda i: a["alloc_seq"][i])
             if a["device"][i] == gpu and p["start_seq"] <= a["alloc_seq"][i] < p["end_seq"]]
 
 
-def sub_peak_phase(snap: dict) -> str:
-    """The phase in which the fp8 subcategory first held its most bytes on the GPU."""
+def fp8_peak(snap: dict, key: str = "bytes") -> tuple[int, str]:
+    """The most bytes (`key` of each allocation) the fp8 subcategory held at once on the GPU,
+    and the phase in which it first held them."""
     a = snap["allocations"]
     gpu = a["devices"].index("cuda:0")
     events = []
     for i, sub in enumerate(a["subcategory"]):
         if sub == 0 and a["device"][i] == gpu:
-            events.append((a["alloc_seq"][i], a["bytes"][i]))
+            events.append((a["alloc_seq"][i], a[key][i]))
             if a["free_seq"][i] >= 0:
-                events.append((a["free_seq"][i], -a["bytes"][i]))
+                events.append((a["free_seq"][i], -a[key][i]))
     current, peak, peak_seq = 0, 0, -1
     for seq, delta in sorted(events):
         current += delta
         if current > peak:
             peak, peak_seq = current, seq
-    return next(p["name"] for p in snap["phases"] if p["device"] == "cuda:0"
-                and p["start_seq"] <= peak_seq < p["end_seq"])
+    return peak, next(p["name"] for p in snap["phases"] if p["device"] == "cuda:0"
+                      and p["start_seq"] <= peak_seq < p["end_seq"])
 
 
 def fp8(snap: dict) -> dict:
@@ -187,4 +188,39 @@ def test_fsdp2_float8_all_gather_gathers_fp8(tmp_path):
     # Float8TrainingTensor: FSDP frees its data, the scale stays), block 1's 2 and block 0's 2
     # of the backward all-gathers.
     assert sub["peak_bytes"] == 2 * W_FP8 + 2 * (W_FP8 // 2) + 8 * BLOCK
-    assert sub_peak_phase(fp8_run) == "forward_backward_iter_0"
+    assert fp8_peak(fp8_run) == (sub["peak_bytes"], "forward_backward_iter_0")
+
+
+LLAMA = str(TESTS / "scripts" / "fp8" / "llama_block_float8.py")
+# The block: h 2048, 16 heads, SwiGLU width f 5632, 2 x 2048 = 4096 tokens (N), bf16
+N, H, F = 4096, 2048, 5632
+
+
+@pytest.mark.parametrize("recipe,w1_scale", [
+    ("tensorwise", 4),  # one fp32 scalar
+    ("rowwise", F * 4),  # w1's scale per output row: 5632 x 1 fp32
+])
+def test_llama_block_float8_recipe(tmp_path, recipe, w1_scale):
+    fp8_run = trace(tmp_path / recipe, LLAMA, recipe)
+    bf16_run = trace(tmp_path / "bf16", LLAMA, "bf16")
+    summary, bf16 = fp8_run["summary"], bf16_run["summary"]
+    # Parameters: 4 h x h + 3 h x f bf16 weights and two RMSNorm weights (h bf16 each)
+    params = (4 * H * H + 3 * H * F) * 2 + 2 * H * 2
+    assert bf16["category_peaks"]["parameter"] == params
+    # torchao saves what nn.Linear saves (the bf16 input; the weight is the parameter), so
+    # the saved set is the bf16 block's to the byte
+    assert summary["category_peaks"]["activation"] == bf16["category_peaks"]["activation"]
+    # One FP8 weight at a time: the largest, w1 or w3 or w2 (h x f fp8 = 11 MiB), and its
+    # scale. Requested bytes exactly; the blocks the allocator hands out keep < 1 MiB of
+    # slack each (a cached block is not split for a rest of 1 MiB or less).
+    requested, phase = fp8_peak(fp8_run, "requested_bytes")
+    assert requested == H * F + w1_scale
+    sub = fp8(fp8_run)
+    assert requested <= sub["peak_bytes"] < requested + 2 * MiB
+    assert summary["category_peaks"]["parameter"] == params + sub["peak_bytes"]
+    # 7 Float8Linears, 3 _scaled_mm each a step, bf16 outputs: forward wq wk wv wo (N x h)
+    # w1 w3 (N x f) w2 (N x h); backward from w2 to wq, grad_input then grad_weight (out x in)
+    scaled_mm = [b for op, b, _ in allocations_in(fp8_run, "forward_backward_iter_1",
+                                                   key="requested_bytes") if op == "_scaled_mm"]
+    nh, nf, hf, hh = N * H * 2, N * F * 2, H * F * 2, H * H * 2
+    assert scaled_mm == [nh] * 4 + [nf, nf, nh] + [nf, hf] + [nh, hf] * 2 + [nh, hh] * 4
