@@ -122,6 +122,12 @@ def test_mlp_float8_recipe_allocates_what_cuda_allocates(tmp_path, recipe, scale
     assert sorted((t["dtype"], t["bytes"]) for t in fp8_tensors) == sorted(
         [("float8_e4m3fn", W_FP8), ("float32", max(weight_scale, BLOCK))])
     assert all(t["category"] == "parameter" for t in fp8_tensors)
+    # The language server's digest carries it to the hover
+    from memlens.server.digest import digest
+
+    (shown,) = digest(snap, "mlp.json")["summary"]["subcategories"]
+    assert shown == {"label": "fp8 weights/scales", "atPeakBytes": W_FP8 + weight_scale,
+                     "peakBytes": W_FP8 + weight_scale}
 
 
 def test_force_recompute_fp8_weight_in_bwd_changes_no_byte(tmp_path):
