@@ -183,7 +183,9 @@ def test_fsdp2_float8_all_gather_gathers_fp8(tmp_path):
                    if op == "_to_copy" and b == W_FP8 // 2 and cat == 0]
     assert shard_casts == [W_FP8 // 2] * 8
     # precompute_float8_dynamic_scale_for_fsdp: the 4 weights' scales, one (4,) fp32 tensor
-    # (one block) kept until the next forward: FP8 scales at the end of the step
+    # (one block), kept on the weights until the next precompute; the second step's casts
+    # use them (views: no scale of their own). At the peak (the loss's fp32 backward, no
+    # weight gathered) they are the only FP8 bytes.
     sub = fp8(fp8_run)
     scales = [t for t in fp8_run["tensors"] if t.get("subcategory") == "fp8"]
     assert [(t["dtype"], t["shape"], t["bytes"]) for t in scales] == [("float32", [4], BLOCK)]
@@ -202,11 +204,17 @@ LLAMA = str(TESTS / "scripts" / "fp8" / "llama_block_float8.py")
 N, H, F = 4096, 2048, 5632
 
 
-@pytest.mark.parametrize("recipe,w1_scale", [
-    ("tensorwise", 4),  # one fp32 scalar
-    ("rowwise", F * 4),  # w1's scale per output row: 5632 x 1 fp32
+@pytest.mark.parametrize("recipe,w1_scale,w2_scale,scales_at_peak", [
+    # tensorwise: one fp32 scalar each; at the peak w2's weight scale, its two gradient casts'
+    # and its input's: 4 blocks
+    ("tensorwise", 4, BLOCK, 4 * BLOCK),
+    # rowwise: w1's scale per output row (5632 x 1 fp32); at the peak w2's recast weight
+    # (f x h, per row: 5632 x 4), the gradient cast for grad_input (per token: 4096 x 4), the
+    # casts for grad_weight per column: the gradient's (1 x 2048 x 4) and the input's (1 x
+    # 5632 x 4)
+    ("rowwise", F * 4, F * 4, F * 4 + N * 4 + H * 4 + F * 4),
 ])
-def test_llama_block_float8_recipe(tmp_path, recipe, w1_scale):
+def test_llama_block_float8_recipe(tmp_path, recipe, w1_scale, w2_scale, scales_at_peak):
     fp8_run = trace(tmp_path / recipe, LLAMA, recipe)
     bf16_run = trace(tmp_path / "bf16", LLAMA, "bf16")
     summary, bf16 = fp8_run["summary"], bf16_run["summary"]
@@ -230,3 +238,15 @@ def test_llama_block_float8_recipe(tmp_path, recipe, w1_scale):
                                                    key="requested_bytes") if op == "_scaled_mm"]
     nh, nf, hf, hh = N * H * 2, N * F * 2, H * F * 2, H * H * 2
     assert scaled_mm == [nh] * 4 + [nf, nf, nh] + [nf, hf] + [nh, hf] * 2 + [nh, hh] * 4
+    # The peak: w2's backward (the first), casting its input (N x f) to fp8 for grad_weight.
+    # Alive: the model states (bf16 parameters, AdamW's two bf16 states, no gradient yet),
+    # every activation, x, both cuBLAS workspaces, w2's recast fp8 weight (its block) and
+    # the scales, the loss and its seed (2 blocks), w2's grad_input (N x f bf16), the two fp8
+    # casts of its incoming gradient (N x h each) and the input's cast in flight: two N x f
+    # fp32 copies and the N x f fp8 one.
+    w2_block = sub["at_peak_bytes"] - w2_scale  # the FP8 weight alive at the peak is w2's
+    assert H * F <= w2_block < H * F + 2 * MiB
+    expected = (3 * params + summary["category_peaks"]["activation"] + N * H * 2 + WORKSPACES
+                + w2_block + scales_at_peak + 2 * BLOCK
+                + N * F * 2 + 2 * N * H + 2 * N * F * 4 + N * F)
+    assert summary["peak_bytes"] == expected
