@@ -187,6 +187,18 @@ export interface Timeline {
   columns: string[];
   points: number[][];
   events: number;
+  /** CUDA targets: each stream whose pool held a segment, and its reserved-bytes column. */
+  streams?: TimelineStream[];
+}
+
+export interface TimelineStream {
+  id: number;
+  /** What the stream was assigned to where it was made ("default stream" for stream 0). */
+  name: string;
+  /** "file:line" where it was made, or null. */
+  place?: string | null;
+  /** The column of `timeline.columns` holding its reserved bytes. */
+  column: string;
 }
 
 export interface Allocations {

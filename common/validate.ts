@@ -149,6 +149,10 @@ function checkTopReferences(s: Snapshot): string | null {
       return `timeline/points/${i}: ${s.timeline.points[i]!.length} values, expected ${cols}`;
     }
   }
+  const names = new Set(s.timeline.columns);
+  for (const [i, stream] of (s.timeline.streams ?? []).entries()) {
+    if (!names.has(stream.column)) return `timeline/streams/${i}: column not in timeline/columns`;
+  }
   const oom = s.summary.oom;
   if (oom && (oom.stack ?? 0) >= s.stacks.length) return 'summary/oom/stack: index out of range';
   return null;

@@ -306,10 +306,27 @@ def build_snapshot(tracer, meta: dict[str, Any],
         "ops": list(ledger.ops),
         "frames": [{"file": f, "line": ln, "name": n} for f, ln, n in stacks.frames],
         "stacks": [list(s) for s in stacks.stacks],
-        "timeline": {"columns": ["seq", "total", *C.NAMES], "points": t.timeline,
-                     "events": len(ledger.events)},
+        "timeline": _timeline(t, ledger),
         "allocations": allocations,
     }
+
+
+def _timeline(t: DeviceStats, ledger: Ledger) -> dict[str, Any]:
+    """Live bytes over the trace; with an allocator model also its reserved bytes, in all and
+    per stream (`streams` names each stream's column), at the same points."""
+    columns = ["seq", "total", *C.NAMES]
+    out: dict[str, Any] = {"columns": columns, "points": t.timeline,
+                           "events": len(ledger.events)}
+    if t.has_allocator:
+        columns.append("reserved")
+        out["streams"] = []
+        for stream in t.reserved_streams:
+            name, place = ledger.stream_names.get(stream, (
+                "default stream" if stream == 0 else f"stream {stream}", None))
+            columns.append(f"reserved:{stream}")
+            out["streams"].append({"id": stream, "name": name, "place": place,
+                                   "column": f"reserved:{stream}"})
+    return out
 
 
 def _stream_event(event: tuple, dev_index: dict[str, int]) -> dict[str, Any]:
