@@ -110,7 +110,7 @@ export function* deepChecks(s: Snapshot, name = 'snapshot', slice = 10_000): Gen
   if (!validateAllocations(empty)) return schemaMessage(name, '/allocations', validateAllocations.errors);
   const alloc = a as unknown as Allocations;
   const n = alloc.bytes.length;
-  for (const key of [...COLUMNS, 'backward'] as const) {
+  for (const key of [...COLUMNS, 'backward', 'subcategory'] as const) {
     const column = alloc[key];
     if (column && column.length !== n) return `${name}: invalid snapshot at allocations/${key}: ${column.length} entries, expected ${n}`;
   }

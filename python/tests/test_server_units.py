@@ -75,6 +75,16 @@ def test_hover_tables_and_footer():
     assert "| temporaries | 10.0 MiB | 10.0% |" in md
 
 
+def test_hover_footer_shows_a_subcategory_under_its_total():
+    """FP8 training: the FP8 weights and scales of the parameters, at the peak and at most."""
+    fp8 = {**NET, "summary": {**NET["summary"], "subcategories": [
+        {"label": "fp8 weights/scales", "atPeakBytes": 16 * MiB + 512,
+         "peakBytes": 48 * MiB + 4096}]}}
+    md = hover_markdown(by_line(annotate(fp8, F))[30], fp8, 80 * 1024**3)
+    assert "Of which fp8 weights/scales: 16.0 MiB at the peak, at most 48.0 MiB" in md
+    assert "Of which" not in hover_markdown(by_line(annotate(NET, F))[30], NET, 80 * 1024**3)
+
+
 def test_age_text():
     import datetime as dt
     now = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.timezone.utc)

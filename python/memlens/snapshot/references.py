@@ -60,7 +60,7 @@ def _allocations(doc: dict[str, Any]) -> str | None:
     if not alloc:
         return None
     n = len(alloc["bytes"])
-    for key in (*COLUMNS, "backward"):
+    for key in (*COLUMNS, "backward", "subcategory"):
         if key in alloc and len(alloc[key]) != n:
             return f"allocations/{key}: {len(alloc[key])} entries, expected {n}"
     n_modules, n_ops, n_stacks = len(doc["modules"]), len(doc["ops"]), len(doc["stacks"])
