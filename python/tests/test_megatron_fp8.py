@@ -1,0 +1,199 @@
+"""FP8 as Megatron runs it with Transformer Engine (`--fp8-format hybrid`, per `--fp8-recipe`),
+traced without TE: megatron.core's GPT (gpt_core_train.py, TE layer spec, 2 layers, h 256,
+FFN 1024, s 128, b 2, TP 1) whose GEMMs hold what TE's linear holds (plugins/megatron_fp8*.py).
+
+Per layer four GEMMs, weight [N, K]: QKV [768, 256], projection [256, 256], FC1 [1024, 256],
+FC2 [256, 1024]: 786,432 values. Their inputs have M = s b = 256 rows: K = 256, 256, 256,
+1024 columns (sbh = 65,536 values; FC2's input is 4 sbh). On H100 (sm90) a Float8Tensor's
+column-wise data is a transposed copy; on B200 (sm100) it is the row-wise data itself.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from support import megatron as M
+from support.runs import run_memlens
+
+pytestmark = [pytest.mark.slow, M.NEEDS]
+
+LAYERS = 2
+LAYER = "module.module.decoder.layers.0"
+SBH = 128 * 2 * 256
+WEIGHTS = 786_432  # GEMM weight values per layer
+LINEARS = 4  # per layer
+
+SETTINGS = {
+    # name: (device, flags)
+    "bf16-h100": ("h100-80gb", ()),
+    "bf16-b200": ("b200", ()),
+    "delayed-1024": ("h100-80gb", ("--fp8-recipe", "delayed", "--fp8-amax-history-len", "1024")),
+    "delayed-16": ("h100-80gb", ("--fp8-recipe", "delayed", "--fp8-amax-history-len", "16")),
+    "tensorwise": ("h100-80gb", ("--fp8-recipe", "tensorwise")),
+    "blockwise": ("h100-80gb", ("--fp8-recipe", "blockwise")),
+    "mxfp8-b200": ("b200", ("--fp8-recipe", "mxfp8")),
+    "delayed-b200": ("b200", ("--fp8-recipe", "delayed")),
+}
+
+# Bytes one layer's quantized weights take (the workspaces TE caches), derived by hand:
+WEIGHT_COPIES = {
+    # Float8Tensor, H100: data + transpose (2 B per value) + a 4 B scale-inverse per GEMM.
+    "delayed-1024": 2 * WEIGHTS + 4 * LINEARS,  # 1,572,880
+    "delayed-16": 2 * WEIGHTS + 4 * LINEARS,
+    "tensorwise": 2 * WEIGHTS + 4 * LINEARS,
+    # 128 x 128 blocks, fp32 scales, padded to 4 blocks: row-wise [N/128, K/128 -> 4],
+    # column-wise [K/128, N/128 -> 4]: QKV 6x4 + 2x8 = 40, proj 2x4 + 2x4 = 16,
+    # FC1 8x4 + 2x8 = 48, FC2 2x8 + 8x4 = 48 scales: 152 x 4 B = 608 B.
+    "blockwise": 2 * WEIGHTS + 608,  # 1,573,472
+    # Two usages of one byte per value, each with one E8M0 byte per 32 values (the paddings
+    # to [128, 4] and [4, 128] add nothing at these sizes): 2 x 786,432 / 32 = 49,152 B.
+    "mxfp8-b200": 2 * WEIGHTS + 49_152,  # 1,622,016
+    # Blackwell: the row-wise data serves both GEMM layouts, no transpose.
+    "delayed-b200": WEIGHTS + 4 * LINEARS,  # 786,448
+}
+
+# Delayed scaling's state per GEMM: fp32 scales of its 3 forward and 2 backward quantizers and
+# an amax history of L rows of each: 4 x (5 + 5 L) B.
+SCALING_STATE = {"delayed-1024": LINEARS * 4 * (5 + 5 * 1024),  # 82,000 per layer
+                 "delayed-16": LINEARS * 4 * (5 + 5 * 16),  # 1,360
+                 "delayed-b200": LINEARS * 4 * (5 + 5),  # 160
+                 "tensorwise": 0, "blockwise": 0, "mxfp8-b200": 0}
+
+# What backward keeps of the GEMM inputs: the column-wise part only (the forward GEMM's
+# row-wise part is dropped). The four inputs hold 3 sbh + 4 sbh = 7 sbh values.
+SAVED_INPUTS = {
+    # Float8Tensor: one byte per value and a 4 B scale-inverse each (H100: the transpose;
+    # B200: the data).
+    "delayed-1024": 7 * SBH + 4 * LINEARS,  # 458,768
+    "delayed-16": 7 * SBH + 4 * LINEARS,
+    "tensorwise": 7 * SBH + 4 * LINEARS,
+    "delayed-b200": 7 * SBH + 4 * LINEARS,
+    # 1 x 128 blocks, column-wise scales [M/128, K -> 4] in fp32: 2 x (256 + 256 + 256 +
+    # 1024) x 4 B = 14,336 B.
+    "blockwise": 7 * SBH + 14_336,  # 473,088
+    # One E8M0 byte per 32 rows, column-wise [M/32 -> 4, K -> 128]: 8 x 1,792 = 14,336 B.
+    "mxfp8-b200": 7 * SBH + 14_336,
+}
+# ... instead of the bf16 inputs only the GEMMs kept: both norms' outputs (2 sbh each) and the
+# activation's output (8 sbh). The projection's bf16 input stays: attention keeps its output.
+BF16_INPUTS = (2 + 2 + 8) * SBH  # bytes: 786,432
+
+
+@pytest.fixture(scope="module")
+def snapshots(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("fp8")
+    cache: dict = {}
+
+    def get(setting: str) -> dict:
+        if setting not in cache:
+            device, flags = SETTINGS[setting]
+            fp8 = ("--fp8-format", "hybrid", *flags) if flags else ()
+            cache[setting] = _trace(tmp, device, 1, "--layers", str(LAYERS), "--spec", "te",
+                                    *fp8)
+        return cache[setting]
+
+    return get
+
+
+def _trace(tmp, device: str, world: int, *args: str) -> dict:
+    snap = tmp / f"{device}-{abs(hash(args)) % 10**8}.json"
+    out = run_memlens("run", "--device", device, "--world-size", str(world), "--rank", "0",
+                      "--progress", "none", "--snapshot", str(snap), "--", str(M.SCRIPT),
+                      *args, cwd=tmp)
+    assert out.returncode == 0, out.stderr[-4000:]
+    return json.loads(snap.read_text())
+
+
+def _baseline(setting: str) -> str:
+    return "bf16-b200" if SETTINGS[setting][0] == "b200" else "bf16-h100"
+
+
+def _alive_at_end(snap: dict) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in M._rows(snap):
+        if r["free_seq"] < 0:
+            name = M.CATEGORIES[r["category"]]
+            out[name] = out.get(name, 0) + r["requested_bytes"]
+    return out
+
+
+FP8 = [s for s in SETTINGS if not s.startswith("bf16")]
+
+
+@pytest.mark.parametrize("setting", FP8)
+def test_weight_copies_and_scaling_state_are_tes(snapshots, setting):
+    """The bf16 parameters stay (the optimizer updates them); each GEMM adds its quantized
+    weight (parameters) and its scaling state (buffers), kept from the first forward on."""
+    fp8, bf16 = _alive_at_end(snapshots(setting)), _alive_at_end(snapshots(_baseline(setting)))
+    assert fp8["parameter"] - bf16["parameter"] == LAYERS * WEIGHT_COPIES[setting]
+    assert fp8.get("buffer", 0) - bf16.get("buffer", 0) == LAYERS * SCALING_STATE[setting]
+    assert fp8["gradient"] == bf16["gradient"]
+    assert fp8["optimizer_state"] == bf16["optimizer_state"]
+    notes = snapshots(setting)["meta"]["notes"]
+    assert any(n.startswith("FP8 (Transformer Engine stand-in): quantized weight copies")
+               for n in notes), notes
+
+
+@pytest.mark.parametrize("setting", FP8)
+def test_gemm_inputs_are_saved_in_fp8(snapshots, setting):
+    fp8 = M.layer_activation_bytes(snapshots(setting), LAYER)
+    bf16 = M.layer_activation_bytes(snapshots(_baseline(setting)), LAYER)
+    assert fp8 == bf16 - BF16_INPUTS + SAVED_INPUTS[setting], (fp8, bf16)
+
+
+def test_amax_history_length_moves_the_peak_by_its_buffers(snapshots):
+    """Allocated (512 B blocks) per GEMM: 1024 rows: scales 512 + 512, histories 12,288 +
+    8,192 = 21,504 B; 16 rows: four blocks of 512 = 2,048 B. The peak differs by exactly that,
+    19,456 B x 4 GEMMs x 2 layers = 155,648 B; tensorwise holds no state at all: 2,048 B
+    x 8 fewer than delayed with 16 rows."""
+    long, short = snapshots("delayed-1024"), snapshots("delayed-16")
+    tensorwise = snapshots("tensorwise")
+    assert long["summary"]["peak_bytes"] - short["summary"]["peak_bytes"] == 155_648
+    assert short["summary"]["peak_bytes"] - tensorwise["summary"]["peak_bytes"] == 2_048 * 8
+
+
+def test_fp8_peak_is_the_bf16_peak_with_the_fp8_tensors(snapshots):
+    """The peak is at the end of the last forward: the weight copies add, the saved inputs
+    shrink by 12 sbh bf16 for 7 sbh FP8 per layer. Allocated bytes (512 B blocks) of the
+    delayed scaling with 16 rows on H100, per layer: weight copies 393,216 + 131,072 + 524,288
+    x 2 (data and transposes: multiples of 512) + 4 x 512 (scale-inverses) = 1,574,912;
+    scaling state 4 x 2,048 = 8,192; saved inputs 7 sbh + 4 x 512 = 460,800; minus the bf16
+    inputs 786,432."""
+    fp8, bf16 = snapshots("delayed-16"), snapshots("bf16-h100")
+    per_layer = 1_574_912 + 8_192 + 460_800 - 786_432
+    assert fp8["summary"]["peak_bytes"] - bf16["summary"]["peak_bytes"] == LAYERS * per_layer
+
+
+@pytest.mark.parametrize("device,recipe,message", [
+    ("a100-80gb", "delayed", "Device compute capability 8.9 or higher required for FP8 "
+     "execution."),
+    ("h100-80gb", "mxfp8", "Device compute capability 10.0 or higher required for MXFP8 "
+     "execution."),
+])
+def test_fp8_on_a_gpu_without_it_is_refused_with_tes_message(tmp_path, device, recipe, message):
+    out = run_memlens("run", "--device", device, "--world-size", "1", "--progress", "none",
+                      "--no-snapshot", "--",
+                      str(M.SCRIPT), "--layers", "1", "--spec", "te", "--fp8-format", "hybrid",
+                      "--fp8-recipe", recipe, cwd=tmp_path)
+    assert out.returncode == 1
+    assert message in out.stderr, out.stderr[-2000:]
+
+
+def test_fp8_parameters_are_one_byte_in_ddps_buffer(tmp_path):
+    """--fp8-param-gather (config fp8_param) with the distributed optimizer, DP 2, delayed
+    scaling: the GEMM weights are FP8 parameters. Parameters: 2 x 786,432 GEMM values of one
+    byte in DDP's buffer, one byte more for each one's transpose (H100) and 4 B scale-inverse
+    per GEMM (8), the other 564,224 values in bf16: 1,572,864 x 2 + 32 + 1,128,448 =
+    4,274,208 B. Gradients (fp32) and the optimizer's shard (12 B / 2 per value of all
+    2,137,088) are as without: the main parameters are fp32 whatever the model's dtype."""
+    args = ("--layers", "2", "--spec", "te", "--distributed-optimizer")
+    fp8 = _trace(tmp_path, "h100-80gb", 2, *args, "--fp8-format", "hybrid", "--fp8-param")
+    got = _alive_at_end(fp8)
+    params = 2 * WEIGHTS + 564_224
+    assert got["parameter"] == 2 * WEIGHTS * 2 + 4 * 8 + 2 * 564_224
+    assert got["buffer"] == 8 * 4 * (5 + 5)
+    assert got["gradient"] == 4 * params
+    assert got["optimizer_state"] == 12 * params // 2
+    assert any(n.startswith("--fp8-param-gather") for n in fp8["meta"]["notes"])
