@@ -11,6 +11,8 @@ column-wise data is a transposed copy; on B200 (sm100) it is the row-wise data i
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -197,3 +199,52 @@ def test_fp8_parameters_are_one_byte_in_ddps_buffer(tmp_path):
     assert got["gradient"] == 4 * params
     assert got["optimizer_state"] == 12 * params // 2
     assert any(n.startswith("--fp8-param-gather") for n in fp8["meta"]["notes"])
+
+
+# -- Megatron-LM's own FP8 example, unmodified ------------------------------------------------
+CHECKOUT = os.environ.get("MEMLENS_MEGATRON_LM")
+LLAMA3_FP8 = Path("examples", "llama", "train_llama3_8b_h100_fp8.sh")
+
+
+@pytest.mark.skipif(not CHECKOUT or not Path(CHECKOUT, LLAMA3_FP8).is_file(),
+                    reason="set MEMLENS_MEGATRON_LM to a Megatron-LM checkout at core_v0.16.1")
+def test_megatron_lms_llama3_8b_fp8_example(tmp_path):
+    """examples/llama/train_llama3_8b_h100_fp8.sh as shipped: Llama-3 8B (32 layers, h 4096,
+    FFN 14,336 SwiGLU, 32 heads, 8 query groups of 128, s 8192, b 1, vocab 128,256, untied),
+    TP 1 on 8 GPUs (DP 8), the distributed optimizer, bf16 gradients, --fp8-format hybrid,
+    delayed scaling with --fp8-amax-history-len 1024, --fp8-param-gather. Run from a copy of
+    the checkout made of links (the script makes its checkpoint and cache folders in the
+    working directory), rank 0 on H100.
+
+    By hand, per layer (sbh = 8192 x 4096 values; bf16 2 B, FP8 1 B):
+    - the two residual sums (the next LayerNorms' inputs) 2 x 2 sbh, the LayerNorms' fp32 mean
+      and rstd 2 x 2 x 4 sb = 65,536 x 2;
+    - the four GEMMs' inputs in FP8, column-wise (4 B scale-inverse each): sbh + 4 (QKV),
+      sbh + 4 (projection), sbh + 4 (FC1), 14,336 sb + 4 (FC2);
+    - fused attention: q 2 sbh, k and v 2 x 2 sb x 1024 (8 groups), output 2 sbh, fp32
+      log-sum-exp 4 x 32 x s, the kernel's Philox seed and offset 16 + 8 B;
+    - SwiGLU's input, FC1's output: 2 x 2 x 14,336 sb.
+    = 991,035,432 B. Scaling state: 32 x 4 GEMMs x 4 x (5 + 5 x 1024) B requested, allocated in
+    512 B blocks (scales 512 + 512, histories 12,288 + 8,192): 128 x 21,504 = 2,752,512 B.
+    Parameters: the 6,979,321,856 GEMM values one byte in DDP's buffer and one in their
+    transposes, 128 scale-inverses of 4 B, 1,051,205,632 other values in bf16: 16,061,055,488 B,
+    and DDP's bucket padding."""
+    copy = tmp_path / "Megatron-LM"
+    copy.mkdir()
+    for entry in Path(CHECKOUT).iterdir():
+        if entry.name != ".git":
+            (copy / entry.name).symlink_to(entry.resolve())
+    extra = os.environ.get("MEMLENS_MEGATRON_LM_DEPS", "")
+    env = {"PYTHONDONTWRITEBYTECODE": "1",
+           "PYTHONPATH": os.pathsep.join(p for p in (extra, os.environ.get("PYTHONPATH", ""))
+                                         if p)}
+    snap_path = tmp_path / "rank0.json"
+    out = run_memlens("run", "--progress", "none", "--rank", "0", "--snapshot", str(snap_path),
+                      "--from-script", str(LLAMA3_FP8), cwd=copy, env=env, timeout=1800)
+    assert out.returncode == 0, out.stderr[-4000:]
+    snap = json.loads(snap_path.read_text())
+    assert M.layer_activation_bytes(snap, "module.module.decoder.layers.0") == 991_035_432
+    at_peak = snap["summary"]["categories_at_peak"]
+    assert at_peak["buffer"] == 2_752_512
+    params = M.model_state_bytes(snap)["parameter"]
+    assert 16_061_055_488 <= params <= 16_061_055_488 * 1.001, params
