@@ -201,6 +201,28 @@ def test_fp8_parameters_are_one_byte_in_ddps_buffer(tmp_path):
     assert any(n.startswith("--fp8-param-gather") for n in fp8["meta"]["notes"])
 
 
+def test_sequence_parallel_gathers_fp8_and_keeps_the_local_copy(tmp_path):
+    """TP 2 with sequence parallelism and gradient accumulation fusion, delayed scaling.
+    Float8Tensor cannot all-gather column-wise data: the QKV and FC1 inputs are quantized
+    row-wise on each rank's s/2 rows, gathered in FP8, and the local copy is saved (sbh/2 B
+    each); the projection's and FC2's inputs (full sequence, K halved) are saved as transposes
+    (sbh/2 and 2 sbh B); 4 scale-inverses. Instead of the bf16 inputs (norm outputs sbh/2 x 2
+    B each, the activation's output 8 sbh/2 B): 3.5 sbh + 16 - 6 sbh per layer. Weight copies:
+    2 B per value of the TP shard (786,432 / 2) and 4 scale-inverses per layer. Gradients: TE's
+    dummy weight gradient for DDP's hooks, one bf16 tensor per GEMM shape (QKV [384, 256],
+    projection [256, 128], FC1 [512, 256], FC2 [256, 512]), shared by the layers: 786,432 B."""
+    args = ("--layers", "2", "--spec", "te", "--tp", "2", "--sp", "--grad-accum-fusion")
+    bf16 = _trace(tmp_path, "h100-80gb", 2, *args)
+    fp8 = _trace(tmp_path, "h100-80gb", 2, *args, "--fp8-format", "hybrid")
+    layer = M.layer_activation_bytes(fp8, LAYER) - M.layer_activation_bytes(bf16, LAYER)
+    assert layer == 7 * SBH // 2 + 16 - 6 * SBH
+    got, base = _alive_at_end(fp8), _alive_at_end(bf16)
+    assert got["parameter"] - base["parameter"] == LAYERS * (WEIGHTS + 16)
+    assert got["gradient"] - base["gradient"] == 2 * (384 * 256 + 256 * 128 + 512 * 256 +
+                                                      256 * 512)
+    assert got["buffer"] == LAYERS * SCALING_STATE["delayed-b200"]  # history 1: 160 a layer
+
+
 # -- Megatron-LM's own FP8 example, unmodified ------------------------------------------------
 CHECKOUT = os.environ.get("MEMLENS_MEGATRON_LM")
 LLAMA3_FP8 = Path("examples", "llama", "train_llama3_8b_h100_fp8.sh")
