@@ -128,7 +128,3 @@ def _block_scale_shape(m: int, k: int, weight: bool, columnwise: bool) -> tuple[
             (blocks_m, _round_up(blocks_k, 4))
     return (blocks_m, _round_up(k, 4)) if columnwise else (blocks_k, _round_up(m, 4))
 
-
-def nbytes(parts: dict) -> int:
-    sizes = {"uint8": 1, "float32": 4}
-    return sum(math.prod(shape) * sizes[dtype] for shape, dtype in parts.values())

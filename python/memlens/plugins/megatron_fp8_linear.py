@@ -26,12 +26,12 @@ from types import ModuleType
 
 from .. import categories as C
 from ..errors import MemlensError
-from .megatron_fp8 import Recipe
+from .megatron_fp8 import RECIPES, Recipe
 
 
 def recipe_of(plugin, config) -> Recipe:
     name = getattr(config.fp8_recipe, "value", config.fp8_recipe)
-    if name not in ("delayed", "tensorwise", "mxfp8", "blockwise"):
+    if name not in RECIPES:
         raise MemlensError(f"--fp8-recipe {name}: memlens' Transformer Engine stand-in models "
                            "delayed, tensorwise, mxfp8 and blockwise only "
                            "(python/memlens/plugins/megatron_fp8.py)")
