@@ -25,7 +25,7 @@ class Record:
     """One allocation: a storage (or a modelled kernel workspace) from alloc to free."""
 
     __slots__ = ("nbytes", "size", "device", "dtype", "shape", "category", "module", "phase",
-                 "op", "stack", "alloc_seq", "free_seq", "stream", "backward")
+                 "op", "stack", "alloc_seq", "free_seq", "stream", "backward", "sub")
 
     def __init__(self, nbytes, size, device, dtype, shape, category, module, phase, op, stack,
                  alloc_seq, stream=0, backward=False):
@@ -43,6 +43,7 @@ class Record:
         self.free_seq = -1  # -1 while alive
         self.stream = stream
         self.backward = backward  # allocated while autograd ran a backward node
+        self.sub = 0  # subcategory (categories.SUB_*), 0: none
 
 
 class Ledger:
@@ -206,9 +207,11 @@ class Ledger:
         if rec.size > given:
             yield rec.module, rec.size - given
 
-    def recategorize(self, rid: int, category: int, module: int | None = None) -> None:
+    def recategorize(self, rid: int, category: int, module: int | None = None,
+                     sub: int = 0) -> None:
         rec = self.records[rid]
         rec.category = category
+        rec.sub = sub
         if module is not None and module >= 0:
             rec.module = module
 

@@ -29,6 +29,27 @@ def _cat_dict(values: list[int]) -> dict[str, int]:
     return {name: int(values[i]) for i, name in enumerate(C.NAMES)}
 
 
+def _subcategories(ledger, device: str, live) -> list[dict[str, Any]]:
+    """Each subcategory that held bytes on `device`: its bytes at the peak and its own peak
+    (one walk over the events of its records only)."""
+    records = ledger.records
+    used = sorted({r.sub for r in records if r.sub and r.device == device})
+    out = []
+    for sub in used:
+        current = peak = 0
+        for ev in ledger.events:
+            rec = records[ev if ev >= 0 else ~ev]
+            if rec.sub != sub or rec.device != device:
+                continue
+            current += rec.size if ev >= 0 else -rec.size
+            peak = max(peak, current)
+        out.append({"name": C.SUB_NAMES[sub], "label": C.SUB_LABELS[sub],
+                    "category": C.NAMES[C.SUB_PARENT[sub]],
+                    "at_peak_bytes": sum(records[r].size for r in live if records[r].sub == sub),
+                    "peak_bytes": peak})
+    return out
+
+
 class _Modules:
     """Fully qualified names for the traced modules. The first top-level module with parameters
     is the model: its names carry no prefix, and "" is the model itself. Other top-level modules
@@ -189,7 +210,8 @@ def build_snapshot(tracer, meta: dict[str, Any],
             "id": rid, "bytes": rec.size, "requested_bytes": rec.nbytes,
             "shape": list(rec.shape), "dtype": rec.dtype,
             "category": C.NAMES[rec.category], "module": module_ref(rec.module),
-            "phase": rec.phase, "op": ledger.ops[rec.op], "stack": rec.stack})
+            "phase": rec.phase, "op": ledger.ops[rec.op], "stack": rec.stack,
+            **({"subcategory": C.SUB_NAMES[rec.sub]} if rec.sub else {})})
 
     # -- allocations (the full event stream, for allocator replay and memory_viz) ----------
     allocations = None
@@ -266,6 +288,7 @@ def build_snapshot(tracer, meta: dict[str, Any],
             "category_peaks": _cat_dict(t.category_peaks),
             "final_bytes": t.final, "total_allocated_bytes": t.total_allocated,
             "allocation_count": t.allocations,
+            **({"subcategories": subs} if (subs := _subcategories(ledger, target, live)) else {}),
             "devices": {d: {"peak_bytes": s.peak, "final_bytes": s.final, **per_device.get(d, {})}
                         for d, s in stats.items()},
             "placeholders": [_placeholder(stacks, p) for p in tracer.accountant.placeholders],
