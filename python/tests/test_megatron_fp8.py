@@ -124,18 +124,40 @@ def _alive_at_end(snap: dict) -> dict[str, int]:
 FP8 = [s for s in SETTINGS if not s.startswith("bf16")]
 
 
+# The same, allocated (512 B blocks), which the "fp8 weights/scales" subcategory of parameters
+# reports: data, transposes and MXFP8's scales are multiples of 512 B here; every scale-inverse
+# (Float8Tensor's, blockwise's 8 scale tensors) and delayed scaling's scales take a block, its
+# histories 1024 x 3 x 4 = 12,288 and 1024 x 2 x 4 = 8,192 B (16 rows: a block each).
+FP8_ALLOCATED = {
+    "delayed-1024": 2 * WEIGHTS + 4 * 512 + 4 * (512 + 12_288 + 512 + 8_192),  # 1,660,928
+    "delayed-16": 2 * WEIGHTS + 4 * 512 + 4 * 4 * 512,  # 1,583,104
+    "tensorwise": 2 * WEIGHTS + 4 * 512,  # 1,574,912
+    "blockwise": 2 * WEIGHTS + 8 * 512,  # 1,576,960
+    "mxfp8-b200": 2 * WEIGHTS + 49_152,  # 1,622,016
+    "delayed-b200": WEIGHTS + 4 * 512 + 4 * 4 * 512,  # 796,672
+}
+
+
+def _fp8_subcategory(snap: dict) -> dict:
+    subs = [s for s in snap["summary"].get("subcategories", ()) if s["name"] == "fp8"]
+    assert len(subs) == 1 and subs[0]["category"] == "parameter", snap["summary"]
+    return subs[0]
+
+
 @pytest.mark.parametrize("setting", FP8)
 def test_weight_copies_and_scaling_state_are_tes(snapshots, setting):
     """The bf16 parameters stay (the optimizer updates them); each GEMM adds its quantized
-    weight (parameters) and its scaling state (buffers), kept from the first forward on."""
-    fp8, bf16 = _alive_at_end(snapshots(setting)), _alive_at_end(snapshots(_baseline(setting)))
-    assert fp8["parameter"] - bf16["parameter"] == LAYERS * WEIGHT_COPIES[setting]
-    assert fp8.get("buffer", 0) - bf16.get("buffer", 0) == LAYERS * SCALING_STATE[setting]
+    weight and its scaling state, parameters of the "fp8 weights/scales" subcategory kept
+    from the first forward on."""
+    snap = snapshots(setting)
+    fp8, bf16 = _alive_at_end(snap), _alive_at_end(snapshots(_baseline(setting)))
+    assert fp8["parameter"] - bf16["parameter"] == \
+        LAYERS * (WEIGHT_COPIES[setting] + SCALING_STATE[setting])
+    assert fp8.get("buffer", 0) == bf16.get("buffer", 0)
     assert fp8["gradient"] == bf16["gradient"]
     assert fp8["optimizer_state"] == bf16["optimizer_state"]
-    notes = snapshots(setting)["meta"]["notes"]
-    assert any(n.startswith("FP8 (Transformer Engine stand-in): quantized weight copies")
-               for n in notes), notes
+    sub = _fp8_subcategory(snap)
+    assert sub["at_peak_bytes"] == sub["peak_bytes"] == LAYERS * FP8_ALLOCATED[setting]
 
 
 @pytest.mark.parametrize("setting", FP8)
@@ -187,15 +209,17 @@ def test_fp8_parameters_are_one_byte_in_ddps_buffer(tmp_path):
     """--fp8-param-gather (config fp8_param) with the distributed optimizer, DP 2, delayed
     scaling: the GEMM weights are FP8 parameters. Parameters: 2 x 786,432 GEMM values of one
     byte in DDP's buffer, one byte more for each one's transpose (H100) and 4 B scale-inverse
-    per GEMM (8), the other 564,224 values in bf16: 1,572,864 x 2 + 32 + 1,128,448 =
-    4,274,208 B. Gradients (fp32) and the optimizer's shard (12 B / 2 per value of all
+    per GEMM (8), delayed scaling's state 4 x (5 + 5) B per GEMM, the other 564,224 values in
+    bf16: 1,572,864 x 2 + 32 + 320 + 1,128,448 = 4,274,528 B. Gradients (fp32) and the optimizer's shard (12 B / 2 per value of all
     2,137,088) are as without: the main parameters are fp32 whatever the model's dtype."""
     args = ("--layers", "2", "--spec", "te", "--distributed-optimizer")
     fp8 = _trace(tmp_path, "h100-80gb", 2, *args, "--fp8-format", "hybrid", "--fp8-param")
     got = _alive_at_end(fp8)
     params = 2 * WEIGHTS + 564_224
-    assert got["parameter"] == 2 * WEIGHTS * 2 + 4 * 8 + 2 * 564_224
-    assert got["buffer"] == 8 * 4 * (5 + 5)
+    assert got["parameter"] == 2 * WEIGHTS * 2 + 4 * 8 + 8 * 4 * (5 + 5) + 2 * 564_224
+    # FP8 weights and scales: the FP8 buffer, the transposes, 8 scale-inverses and 8 x 4
+    # scaling buffers of a block each.
+    assert _fp8_subcategory(fp8)["at_peak_bytes"] == 2 * WEIGHTS * 2 + 8 * 512 + 8 * 4 * 512
     assert got["gradient"] == 4 * params
     assert got["optimizer_state"] == 12 * params // 2
     assert any(n.startswith("--fp8-param-gather") for n in fp8["meta"]["notes"])
@@ -217,10 +241,10 @@ def test_sequence_parallel_gathers_fp8_and_keeps_the_local_copy(tmp_path):
     layer = M.layer_activation_bytes(fp8, LAYER) - M.layer_activation_bytes(bf16, LAYER)
     assert layer == 7 * SBH // 2 + 16 - 6 * SBH
     got, base = _alive_at_end(fp8), _alive_at_end(bf16)
-    assert got["parameter"] - base["parameter"] == LAYERS * (WEIGHTS + 16)
+    assert got["parameter"] - base["parameter"] == \
+        LAYERS * (WEIGHTS + 16 + SCALING_STATE["delayed-b200"])  # history 1: 160 B a layer
     assert got["gradient"] - base["gradient"] == 2 * (384 * 256 + 256 * 128 + 512 * 256 +
                                                       256 * 512)
-    assert got["buffer"] == LAYERS * SCALING_STATE["delayed-b200"]  # history 1: 160 a layer
 
 
 # -- Megatron-LM's own FP8 example, unmodified ------------------------------------------------
@@ -246,11 +270,12 @@ def test_megatron_lms_llama3_8b_fp8_example(tmp_path):
     - fused attention: q 2 sbh, k and v 2 x 2 sb x 1024 (8 groups), output 2 sbh, fp32
       log-sum-exp 4 x 32 x s, the kernel's Philox seed and offset 16 + 8 B;
     - SwiGLU's input, FC1's output: 2 x 2 x 14,336 sb.
-    = 991,035,432 B. Scaling state: 32 x 4 GEMMs x 4 x (5 + 5 x 1024) B requested, allocated in
-    512 B blocks (scales 512 + 512, histories 12,288 + 8,192): 128 x 21,504 = 2,752,512 B.
-    Parameters: the 6,979,321,856 GEMM values one byte in DDP's buffer and one in their
-    transposes, 128 scale-inverses of 4 B, 1,051,205,632 other values in bf16: 16,061,055,488 B,
-    and DDP's bucket padding."""
+    = 991,035,432 B. FP8 weights and scales: the 6,979,321,856 GEMM values one byte in DDP's
+    buffer and one in their transposes, 128 scale-inverses, scaling state 32 x 4 GEMMs x
+    4 x (5 + 5 x 1024) B requested (allocated in 512 B blocks: scales 512 + 512, histories
+    12,288 + 8,192 = 21,504 B a GEMM): 13,958,643,712 + 128 x 512 + 128 x 21,504 B, and DDP's
+    bucket padding. Parameters: those (requested: 13,958,643,712 + 512 + 2,624,000) and
+    1,051,205,632 other values in bf16: 16,063,679,488 B, and the padding."""
     copy = tmp_path / "Megatron-LM"
     copy.mkdir()
     for entry in Path(CHECKOUT).iterdir():
@@ -266,7 +291,7 @@ def test_megatron_lms_llama3_8b_fp8_example(tmp_path):
     assert out.returncode == 0, out.stderr[-4000:]
     snap = json.loads(snap_path.read_text())
     assert M.layer_activation_bytes(snap, "module.module.decoder.layers.0") == 991_035_432
-    at_peak = snap["summary"]["categories_at_peak"]
-    assert at_peak["buffer"] == 2_752_512
+    fp8 = _fp8_subcategory(snap)["at_peak_bytes"]
+    assert 13_958_643_712 + 128 * (512 + 21_504) <= fp8 <= 13_958_643_712 * 1.001, fp8
     params = M.model_state_bytes(snap)["parameter"]
-    assert 16_061_055_488 <= params <= 16_061_055_488 * 1.001, params
+    assert 16_063_679_488 <= params <= 16_063_679_488 * 1.001, params

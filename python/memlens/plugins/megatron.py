@@ -63,8 +63,6 @@ class MegatronPlugin:
         self.flash_attention = False
         self.fused_adam: type | None = None  # FusedAdam's stand-in, once Megatron asks
         self.fp8_recipe = None  # inside Megatron's FP8 context (TE absent): its recipe
-        self._fp8_totals: dict[int, int] = {}  # FP8 module state by category, for a note
-        self._fp8_note = -1
         self.fp8_dummy_wgrads: dict = {}  # TE's get_dummy_wgrad cache: (shape, dtype) -> tensor
 
     def patches(self) -> list[tuple[str, object]]:
@@ -92,19 +90,6 @@ class MegatronPlugin:
     def note(self, text: str) -> None:
         if text not in self.tracer.notes:
             self.tracer.notes.append(text)
-
-    def fp8_tally(self, category: int, nbytes: int) -> None:
-        """FP8 weight copies and scaling state made: one note says how much of each."""
-        from .megatron_fp8_linear import fp8_bytes_note
-
-        self._fp8_totals[category] = self._fp8_totals.get(category, 0) + nbytes
-        text = fp8_bytes_note(self._fp8_totals)
-        notes = self.tracer.notes
-        if 0 <= self._fp8_note < len(notes) and notes[self._fp8_note].startswith("FP8 ("):
-            notes[self._fp8_note] = text
-        else:
-            self._fp8_note = len(notes)
-            notes.append(text)
 
 
 def megatron_modules() -> list[ModuleType]:

@@ -114,19 +114,20 @@ class _Layer:
                 for name, (s, d) in self.recipe.parts(tuple(shape), weight, rowwise,
                                                       columnwise).items()}
 
-    def keep(self, tensors: dict, category: int) -> None:
-        """Module state: its category, held by this module."""
+    def keep(self, tensors: dict) -> None:
+        """Module state: FP8 weights and scales, parameters of this module in the "fp8
+        weights/scales" subcategory."""
         tracer = self.plugin.tracer
         owner = tracer.modules.index_of(self.module)
         for t in tensors.values():
-            tracer.classifier.pin(t, category, owner)
-        self.plugin.fp8_tally(category, sum(t.nbytes for t in tensors.values()))
+            tracer.classifier.mark_fp8(t, owner)
+            tracer.classifier.pin(t, C.PARAMETER, owner)
 
     def state(self) -> None:
         """The module's fp8_meta (delayed scaling), made at its first FP8 forward."""
         if getattr(self.module, "_memlens_fp8_meta", None) is None:
             meta = self.quantize_state()
-            self.keep(meta, C.BUFFER)
+            self.keep(meta)
             self.module._memlens_fp8_meta = meta
 
     def quantize_state(self) -> dict:
@@ -149,7 +150,7 @@ class _Layer:
                     cached = {"scale_inv": cached["scale_inv"]}  # the data is the parameter's
             else:
                 cached = self.quantize(weight.shape, True, True, True)
-            self.keep(cached, C.PARAMETER)
+            self.keep(cached)
             self.module._memlens_fp8_weight = cached
         return cached
 
@@ -243,14 +244,6 @@ def _weight_gradient(ctx, weight, grad_output):
         plugin.tracer.classifier.pin(dummy, C.GRADIENT)
         plugin.fp8_dummy_wgrads[key] = dummy
     return dummy
-
-
-def fp8_bytes_note(totals: dict[int, int]) -> str:
-    from ..units import format_bytes
-
-    return ("FP8 (Transformer Engine stand-in): quantized weight copies "
-            f"{format_bytes(totals.get(C.PARAMETER, 0))} (counted as parameters), scaling "
-            f"state {format_bytes(totals.get(C.BUFFER, 0))} (counted as buffers)")
 
 
 PATCHES = {

@@ -95,8 +95,9 @@ def fp8_utils(plugin, mod: ModuleType) -> None:
         return is_fp8_param(tensor) or original(tensor)
 
     def modify_underlying_storage(tensor, new_raw_data) -> None:
-        """DDP's uint8 buffer holds the parameter's bytes from now on."""
+        """DDP's uint8 buffer holds the parameter's bytes from now on: FP8 weights."""
         tensor.data = new_raw_data.view(torch.float8_e4m3fn)
+        plugin.tracer.classifier.mark_fp8(new_raw_data)
 
     def quantize_param_shard(model_params, main_params, *args, **kwargs) -> None:
         """TE casts each fp32 main shard into its slice of the FP8 buffer, in place (values a
