@@ -5,6 +5,8 @@
 export type HostMessage =
   | { type: 'snapshot'; snapshot: unknown; compare?: unknown; source?: string; compareSource?: string }
   | { type: 'compare'; snapshot: unknown; source?: string }
+  /** A search's result (memlens.fit's FitReport): the Fit view instead of a snapshot. */
+  | { type: 'fit'; fit: unknown }
   | { type: 'error'; message: string };
 
 /** Webview → host. */
@@ -15,6 +17,8 @@ export type WebviewMessage =
   | { type: 'openFile'; file: string; line: number }
   /** Let the user pick a second snapshot to compare with. */
   | { type: 'pickCompare' }
+  /** Show a snapshot (a point of a search) in a memory panel of its own. */
+  | { type: 'openSnapshot'; path: string }
   /** Something went wrong in the webview: for the extension's log. */
   | { type: 'log'; level: 'info' | 'error'; message: string };
 
@@ -29,7 +33,7 @@ export interface SavedWebviewState<Panel = unknown> {
 export function isHostMessage(v: unknown): v is HostMessage {
   if (typeof v !== 'object' || v === null) return false;
   const type = (v as { type?: unknown }).type;
-  return type === 'snapshot' || type === 'compare' || type === 'error';
+  return type === 'snapshot' || type === 'compare' || type === 'fit' || type === 'error';
 }
 
 export function isWebviewMessage(v: unknown): v is WebviewMessage {
@@ -41,6 +45,8 @@ export function isWebviewMessage(v: unknown): v is WebviewMessage {
       return true;
     case 'openFile':
       return typeof m['file'] === 'string' && Number.isInteger(m['line']);
+    case 'openSnapshot':
+      return typeof m['path'] === 'string';
     case 'log':
       return (m['level'] === 'info' || m['level'] === 'error') && typeof m['message'] === 'string';
     default:

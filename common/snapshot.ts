@@ -92,6 +92,8 @@ export interface Summary {
   final_bytes: number;
   total_allocated_bytes: number;
   allocation_count: number;
+  /** Finer names for some bytes of one category ("fp8 weights/scales" of the parameters). */
+  subcategories?: Subcategory[];
   devices?: Record<string, { peak_bytes: number; final_bytes: number }>;
   placeholders?: Placeholder[];
   /** The allocation that did not fit, where the trace stopped (only `stack` is an index). */
@@ -99,6 +101,15 @@ export interface Summary {
   /** CUDA targets: the allocator model's reserved peak and the rows next to it. */
   reserved_peak_bytes?: number | null;
   outside_allocator?: OutsideItem[] | null;
+}
+
+/** Bytes of one category that have a name of their own; the category's total counts them. */
+export interface Subcategory {
+  name: string;
+  label: string;
+  category: Category;
+  at_peak_bytes: number;
+  peak_bytes: number;
 }
 
 /** A line item next to the allocator's memory (CUDA context, cuBLAS workspace, NCCL buffers). */
@@ -162,6 +173,8 @@ export interface TensorRow {
   phase: number;
   op: string;
   stack: number;
+  /** The name of a subcategory (Summary.subcategories) these bytes are in. */
+  subcategory?: string;
 }
 
 export interface Frame {
@@ -174,6 +187,18 @@ export interface Timeline {
   columns: string[];
   points: number[][];
   events: number;
+  /** CUDA targets: each stream whose pool held a segment, and its reserved-bytes column. */
+  streams?: TimelineStream[];
+}
+
+export interface TimelineStream {
+  id: number;
+  /** What the stream was assigned to where it was made ("default stream" for stream 0). */
+  name: string;
+  /** "file:line" where it was made, or null. */
+  place?: string | null;
+  /** The column of `timeline.columns` holding its reserved bytes. */
+  column: string;
 }
 
 export interface Allocations {
@@ -189,6 +214,8 @@ export interface Allocations {
   alloc_seq: number[];
   free_seq: number[];
   backward?: number[];
+  /** Index into Summary.subcategories, -1 for none (only when there are subcategories). */
+  subcategory?: number[];
 }
 
 export interface Snapshot {

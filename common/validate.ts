@@ -110,7 +110,7 @@ export function* deepChecks(s: Snapshot, name = 'snapshot', slice = 10_000): Gen
   if (!validateAllocations(empty)) return schemaMessage(name, '/allocations', validateAllocations.errors);
   const alloc = a as unknown as Allocations;
   const n = alloc.bytes.length;
-  for (const key of [...COLUMNS, 'backward'] as const) {
+  for (const key of [...COLUMNS, 'backward', 'subcategory'] as const) {
     const column = alloc[key];
     if (column && column.length !== n) return `${name}: invalid snapshot at allocations/${key}: ${column.length} entries, expected ${n}`;
   }
@@ -148,6 +148,10 @@ function checkTopReferences(s: Snapshot): string | null {
     if (s.timeline.points[i]!.length !== cols) {
       return `timeline/points/${i}: ${s.timeline.points[i]!.length} values, expected ${cols}`;
     }
+  }
+  const names = new Set(s.timeline.columns);
+  for (const [i, stream] of (s.timeline.streams ?? []).entries()) {
+    if (!names.has(stream.column)) return `timeline/streams/${i}: column not in timeline/columns`;
   }
   const oom = s.summary.oom;
   if (oom && (oom.stack ?? 0) >= s.stacks.length) return 'summary/oom/stack: index out of range';

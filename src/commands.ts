@@ -8,8 +8,10 @@ import { uriKey } from './annotations';
 import { traceParams, type TraceOptions } from './config';
 import type { Ctx } from './ctx';
 import { formatBytes } from '../common/format';
+import { fitParams, parseSpace } from './fitSpace';
 import { groupTargets, targetAtLine } from './grouping';
 import * as P from './protocol';
+import { FitPanel } from './panel/fitPanel';
 import { openSettings, updateSetting } from './settings';
 import { isSnapshotPath } from './snapshotFile';
 import { nodePath, type Node } from './snapshotTree';
@@ -33,6 +35,7 @@ export function registerCommands(ctx: Ctx): void {
 
   register('memlens.traceMemory', (arg?: unknown) => traceMemory(ctx, arg, {}));
   register('memlens.traceAllRanks', (arg?: unknown) => traceMemory(ctx, arg, { allRanks: true }));
+  register('memlens.findWhatFits', (arg?: unknown) => findWhatFits(ctx, arg));
   register('memlens.openMemoryReport', (arg?: unknown) => openReport(ctx, arg));
   register('memlens.compareSnapshots', () => compareSnapshots(ctx));
   register('memlens.selectDevice', () => selectDevice(ctx));
@@ -101,9 +104,10 @@ async function traceMemory(ctx: Ctx, arg: unknown, options: TraceOptions): Promi
   return c.sendRequest(ExecuteCommandRequest.type, { command: P.CMD_TRACE, arguments: [params] }) as Promise<P.TraceResult>;
 }
 
-async function chooseTarget(c: LanguageClient, arg: unknown): Promise<P.Target | undefined> {
+/** What Trace Memory (or, with `jobsOnly`, Find What Fits: no model classes) runs on. */
+async function chooseTarget(c: LanguageClient, arg: unknown, jobsOnly = false): Promise<P.Target | undefined> {
   const { targets } = await c.sendRequest<P.TargetsResult>(P.REQ_TARGETS, {} satisfies P.TargetsParams);
-  const all = targets.map((t) => ({ ...t, uri: uriKey(t.uri) }));
+  const all = targets.filter((t) => !jobsOnly || t.kind !== 'model').map((t) => ({ ...t, uri: uriKey(t.uri) }));
   if (isTargetArg(arg)) {
     const found = all.find((t) => t.id === arg.targetId);
     if (found) return found;
@@ -112,7 +116,7 @@ async function chooseTarget(c: LanguageClient, arg: unknown): Promise<P.Target |
   if (arg instanceof vscode.Uri) {
     const here = all.filter((t) => t.uri === uriKey(arg));
     if (here.length === 1) return here[0];
-    if (here.length > 1) return pickTarget(here, uriKey(arg));
+    if (here.length > 1) return pickTarget(here, uriKey(arg), jobsOnly);
   } else if (editor) {
     const under = targetAtLine(all, uriKey(editor.document.uri), editor.selection.active.line);
     if (under) return under;
@@ -126,7 +130,7 @@ async function chooseTarget(c: LanguageClient, arg: unknown): Promise<P.Target |
     if (choice === docs) void openSettings();
     return undefined;
   }
-  return pickTarget(all, editor ? uriKey(editor.document.uri) : undefined);
+  return pickTarget(all, editor ? uriKey(editor.document.uri) : undefined, jobsOnly);
 }
 
 function isTargetArg(arg: unknown): arg is { targetId: string } {
@@ -135,7 +139,7 @@ function isTargetArg(arg: unknown): arg is { targetId: string } {
 
 type TargetItem = vscode.QuickPickItem & { target?: P.Target };
 
-async function pickTarget(targets: P.Target[], activeUri: string | undefined): Promise<P.Target | undefined> {
+async function pickTarget(targets: P.Target[], activeUri: string | undefined, jobsOnly = false): Promise<P.Target | undefined> {
   const items: TargetItem[] = [];
   for (const group of groupTargets(targets, activeUri)) {
     items.push({ label: group.label, kind: vscode.QuickPickItemKind.Separator });
@@ -150,8 +154,8 @@ async function pickTarget(targets: P.Target[], activeUri: string | undefined): P
     }
   }
   const picked = await vscode.window.showQuickPick(items, {
-    title: 'Trace Memory: what to trace',
-    placeHolder: 'A model class, training script, launch configuration or torchrun command line',
+    title: jobsOnly ? 'Find What Fits: the job to search' : 'Trace Memory: what to trace',
+    placeHolder: jobsOnly ? 'A training script, launch configuration or torchrun command line' : 'A model class, training script, launch configuration or torchrun command line',
     matchOnDescription: true,
     matchOnDetail: true,
   });
@@ -166,6 +170,47 @@ async function askWorldSize(target: P.Target): Promise<number | undefined> {
     validateInput: (v) => (/^\d+$/.test(v.trim()) && Number(v) >= 2 ? undefined : 'A whole number, 2 or more'),
   });
   return text ? Number(text.trim()) : undefined;
+}
+
+// -- what fits --------------------------------------------------------------------------------
+
+/** Find What Fits: a search over the space of [tool.memlens.fit] (asked for when the workspace
+ * has none), its progress a cancellable notification (the server's $/progress), its result in a
+ * Fit panel. Resolves with the server's FitResult. */
+async function findWhatFits(ctx: Ctx, arg: unknown): Promise<P.FitResult | undefined> {
+  if (!requireTrust('Find What Fits')) return undefined;
+  const c = await client(ctx);
+  if (!c) return undefined;
+  const target = await chooseTarget(c, arg, true);
+  if (!target) return undefined;
+  const known = await c.sendRequest<P.FitSpaceResult>(P.REQ_FIT_SPACE, { targetId: target.id } satisfies P.FitSpaceParams);
+  const text = await vscode.window.showInputBox({
+    title: `Find What Fits: ${target.name}`,
+    prompt: known.source
+      ? `The space of ${known.source} (${known.keys.join(', ')}); options here add to it, axis by axis. Enter to search it as it is.`
+      : 'The space to search, as memlens fit takes it (this workspace has no [tool.memlens.fit]): built-in axes (--gpus, --micro-batch, --seq, --recompute, --tp, --pp, --zero, --fsdp, --fp8) with the script flag each sets (--axis NAME=--flag), --arg "--flag=V,V", --env "VAR=V,V".',
+    placeHolder: '--micro-batch 1,2,4,8 --axis micro-batch=--batch-size',
+    ignoreFocusOut: true,
+    validateInput: (v) => {
+      if (known.source && !v.trim()) return undefined;
+      const parsed = parseSpace(v);
+      return parsed.ok ? undefined : parsed.error;
+    },
+  });
+  if (text === undefined) return undefined;
+  const parsed = parseSpace(text);
+  const space = parsed.ok ? parsed.space : [];
+  const params = fitParams(target.id, ctx.config(), space);
+  ctx.log.info(`Find What Fits: ${target.name} ${JSON.stringify(params)}`);
+  const result = (await c.sendRequest(ExecuteCommandRequest.type, { command: P.CMD_FIT, arguments: [params] })) as P.FitResult;
+  if (result.status === 'ok' && result.fit) {
+    FitPanel.show(ctx.extension, target.id, result.fit, ctx.log);
+  } else if (result.status === 'failed' || result.status === 'timeout') {
+    void vscode.window.showErrorMessage(`Memlens: the search for ${target.name} ${result.status === 'timeout' ? 'timed out' : 'failed'}: ${result.error?.message ?? 'no reason given'}`);
+  } else {
+    vscode.window.setStatusBarMessage(`Memlens: the search for ${target.name} was ${result.status}; the points it finished are kept`, 5000);
+  }
+  return result;
 }
 
 // -- reports ---------------------------------------------------------------------------------

@@ -11,12 +11,14 @@
 export const CMD_TRACE = 'memlens.trace'; // TraceParams -> TraceResult (when the trace ends)
 export const CMD_CANCEL_TRACE = 'memlens.cancelTrace'; // CancelTraceParams -> CancelTraceResult
 export const CMD_OPEN_REPORT = 'memlens.openReport'; // OpenReportParams -> OpenReportResult
+export const CMD_FIT = 'memlens.fit'; // FitParams -> FitResult (when the search ends)
 
 // -- requests, client -> server ---------------------------------------------------------------
 export const REQ_TARGETS = 'memlens/targets'; // TargetsParams -> TargetsResult
 export const REQ_DOCUMENT_ANNOTATIONS = 'memlens/documentAnnotations'; // DocumentParams -> AnnotationsParams
 export const REQ_SNAPSHOTS = 'memlens/snapshots'; // EmptyParams -> SnapshotsResult
 export const REQ_SERVER_INFO = 'memlens/serverInfo'; // EmptyParams -> ServerInfo
+export const REQ_FIT_SPACE = 'memlens/fitSpace'; // FitSpaceParams -> FitSpaceResult
 
 // -- notifications, server -> client ----------------------------------------------------------
 export const NOTIFY_ANNOTATIONS = 'memlens/annotations'; // AnnotationsParams
@@ -30,6 +32,8 @@ export const DIAGNOSTIC_SOURCE = 'memlens';
 export type TargetKind = 'model' | 'script' | 'launch' | 'torchrun';
 export type TraceStatus = 'ok' | 'failed' | 'cancelled' | 'timeout' | 'replaced';
 export type AnnotationKind = 'class' | 'construct' | 'line';
+export type FitVerdict = 'fits' | 'oom' | 'error';
+export type FitSort = 'gpus' | 'micro-batch' | 'recompute' | 'peak';
 
 export interface Position {
   line: number;
@@ -198,6 +202,7 @@ export interface ServerInfo {
   python: string;
   /** Must stay false: torch lives in the worker. */
   torchImported: boolean;
+  /** The workers running: traces and searches (memlens.fit). */
   tracing: RunningTrace[];
 }
 
@@ -206,6 +211,111 @@ export interface TraceStartedParams {
   target: Target;
   pid: number;
   command: string[];
+}
+
+export interface FitParams {
+  /** A Target.id (a script, launch configuration or torchrun line), or: */
+  targetId?: string;
+  /** a target given in full, as for memlens.trace */
+  target?: Target;
+  /** `memlens fit` options of the space, e.g. ["--micro-batch", "1,2,4", "--axis",
+   * "micro-batch=--batch-size"]; they win over [tool.memlens.fit], axis by axis. */
+  space?: string[];
+  /** Default: the `memlens.device` setting. */
+  device?: string;
+  iterations?: number;
+  /** The frontier's order; default: the config's, else "peak". */
+  sort?: FitSort;
+  /** Traces at a time; default 1 (the editor's machine is the user's). */
+  jobs?: number;
+}
+
+export interface FitSpaceParams {
+  /** The space as seen from this target's working directory. */
+  targetId?: string;
+  target?: Target;
+}
+
+export interface FitSpaceResult {
+  /** "…/pyproject.toml [tool.memlens.fit]"; null: no such table. */
+  source: string | null;
+  /** The table's keys (its axes and options), sorted. */
+  keys: string[];
+}
+
+export interface FitAxis {
+  name: string;
+  /** In memory order where the axis has one. */
+  values: string[];
+  /** Where the value goes: "--batch-size", "env SEQ", "world size". */
+  target: string;
+  /** up | down | none: how memory moves as the value grows. */
+  direction: string;
+}
+
+export interface FitRow {
+  /** "gpus=2,micro-batch=4" */
+  key: string;
+  /** One per axis, in FitReport.axes' order. */
+  values: string[];
+  gpus: number;
+  /** null: not traced (the search was interrupted). */
+  verdict: FitVerdict | null;
+  /** traced | resumed | pruned | implied | not traced */
+  source: string;
+  /** Why it fits or not, one line. */
+  reason: string;
+  /** The point that settled it without a trace. */
+  by: string | null;
+  /** The rank of least headroom. */
+  worstRank: number | null;
+  /** Allocated peak on the worst rank. */
+  peakBytes: number | null;
+  /** The caching allocator's reserved peak there. */
+  reservedPeakBytes: number | null;
+  /** The card less reserved and outside-allocator memory. */
+  headroomBytes: number | null;
+  ranksTraced: number | null;
+  /** The point's snapshot (path), when traced. */
+  snapshot: string | null;
+}
+
+export interface FitCounts {
+  points: number;
+  traced: number;
+  resumed: number;
+  pruned: number;
+  implied: number;
+  notTraced: number;
+  fits: number;
+  oom: number;
+  errors: number;
+}
+
+export interface FitReport {
+  target: string;
+  device: string;
+  deviceTotalBytes: number;
+  sort: FitSort;
+  axes: FitAxis[];
+  counts: FitCounts;
+  interrupted: boolean;
+  /** The points that fit, sorted by `sort` as `memlens fit` sorts them. */
+  frontier: FitRow[];
+  /** The others, in the space's order, each with its reason. */
+  excluded: FitRow[];
+  /** The run folder (fit.json, every point's snapshot): the same search resumes. */
+  runDir: string;
+  /** The run folder's page of peaks. */
+  html: string;
+}
+
+export interface FitResult {
+  targetId: string;
+  status: TraceStatus;
+  durationS: number;
+  fit?: FitReport;
+  error?: TraceError;
 }
 
 /** The `memlens` settings section as the server reads it (initializationOptions.settings or
@@ -248,6 +358,8 @@ export const METHODS: Readonly<Record<string, MethodDeclaration>> = {
   [REQ_DOCUMENT_ANNOTATIONS]: { kind: 'request', params: 'DocumentParams', result: 'AnnotationsParams' },
   [REQ_SNAPSHOTS]: { kind: 'request', params: 'EmptyParams', result: 'SnapshotsResult' },
   [REQ_SERVER_INFO]: { kind: 'request', params: 'EmptyParams', result: 'ServerInfo' },
+  [CMD_FIT]: { kind: 'command', params: 'FitParams', result: 'FitResult' },
+  [REQ_FIT_SPACE]: { kind: 'request', params: 'FitSpaceParams', result: 'FitSpaceResult' },
   [NOTIFY_ANNOTATIONS]: { kind: 'notification', params: 'AnnotationsParams' },
   [NOTIFY_TRACE_STARTED]: { kind: 'notification', params: 'TraceStartedParams' },
   [NOTIFY_TRACE_FINISHED]: { kind: 'notification', params: 'TraceResult' },

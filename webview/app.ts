@@ -11,8 +11,10 @@ import { el, replace } from './dom';
 import type { Host } from './host';
 import type { HostMessage } from '../common/messages';
 import { readTheme, watchTheme, type Theme } from './theme';
+import { validateFitReport } from '../common/fitReport';
 import { CompareView } from './views/compare';
 import { DetailsView } from './views/details';
+import { renderFit } from './views/fit';
 import { renderHeader } from './views/header';
 import { ModulesView } from './views/modules';
 import { PhasesView } from './views/phases';
@@ -71,6 +73,7 @@ export class App {
   private receive(message: HostMessage): void {
     try {
       if (message.type === 'error') return this.showError(message.message);
+      if (message.type === 'fit') return this.showFit(message.fit);
       if (message.type === 'compare') {
         this.setCompare(message.snapshot, message.source);
         return this.renderAll();
@@ -282,6 +285,19 @@ export class App {
     document.body.dataset['theme'] = this.theme.dark ? 'dark' : 'light';
     if (!this.snapshot) return;
     this.renderAll();
+  }
+
+  /** A search's result instead of a snapshot: the Fit view (views/fit.ts). */
+  private showFit(fit: unknown): void {
+    const checked = validateFitReport(fit);
+    if (!checked.ok) return this.showError(checked.error);
+    for (const v of this.views.values()) v.dispose();
+    this.views.clear();
+    this.snapshot = null;
+    this.state = null;
+    renderFit(this.main, checked.report, { openSnapshot: (p) => this.host.openSnapshot(p) });
+    document.body.dataset['tab'] = 'fit';
+    document.body.dataset['ready'] = 'true';
   }
 
   private showError(message: string): void {

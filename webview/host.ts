@@ -8,6 +8,8 @@ import type { PanelState } from './data/state';
 
 export interface Payload {
   snapshot: unknown;
+  /** A search's result (memlens.fit) instead of a snapshot: the Fit view. */
+  fit?: unknown;
   /** Parts of the snapshot in blocks of their own (field → element id), parsed after the
    *  first paint: the tensors and the allocation stream of a big snapshot. */
   deferred?: Record<string, string>;
@@ -22,6 +24,8 @@ export interface Host {
   setState(state: SavedWebviewState<PanelState>): void;
   /** Opens (VS Code) or copies and shows (standalone) a source position. */
   openFile(file: string, line: number): void;
+  /** Shows a snapshot file in a panel of its own (VS Code), or copies its path (standalone). */
+  openSnapshot(path: string): void;
   /** Asks the host for a second snapshot; undefined where the panel must read a file itself. */
   pickCompare?: () => void;
   /** Calls back with the data, now or when it arrives (again after every reload). */
@@ -48,6 +52,7 @@ function vscodeHost(api: VsCodeApi): Host {
     getState: () => api.getState() as SavedWebviewState<PanelState> | undefined,
     setState: (state) => api.setState(state),
     openFile: (file, line) => api.postMessage({ type: 'openFile', file, line }),
+    openSnapshot: (path) => api.postMessage({ type: 'openSnapshot', path }),
     pickCompare: () => api.postMessage({ type: 'pickCompare' }),
     onMessage(handler) {
       window.addEventListener('message', (event: MessageEvent) => {
@@ -64,6 +69,16 @@ const STATE_KEY = 'memlens';
 
 function standaloneHost(notify: (text: string) => void): Host {
   let deferred: Record<string, string> = {};
+  /** One line, no control characters (a snapshot's file name may hold a pasted command). */
+  const copy = (text: string): void => {
+    const done = () => notify(`Copied ${text}`);
+    const fail = () => notify(text);
+    try {
+      navigator.clipboard?.writeText(text).then(done, fail) ?? fail();
+    } catch {
+      fail();
+    }
+  };
   return {
     kind: 'standalone',
     getState() {
@@ -81,15 +96,10 @@ function standaloneHost(notify: (text: string) => void): Host {
       }
     },
     openFile(file, line) {
-      // One line, no control characters: a snapshot's file name may hold a pasted command.
-      const text = oneLine(`${file}:${line}`);
-      const done = () => notify(`Copied ${text}`);
-      const fail = () => notify(text);
-      try {
-        navigator.clipboard?.writeText(text).then(done, fail) ?? fail();
-      } catch {
-        fail();
-      }
+      copy(oneLine(`${file}:${line}`));
+    },
+    openSnapshot(path) {
+      copy(oneLine(path));
     },
     onMessage(handler) {
       const node = document.getElementById('memlens-data');
@@ -106,6 +116,7 @@ function standaloneHost(notify: (text: string) => void): Host {
         handler({ type: 'error', message: `The embedded snapshot is not valid JSON: ${e instanceof Error ? e.message : String(e)}` });
         return;
       }
+      if (payload?.fit !== undefined) return handler({ type: 'fit', fit: payload.fit });
       if (payload && typeof payload.deferred === 'object' && payload.deferred !== null) deferred = payload.deferred;
       const message: HostMessage = { type: 'snapshot', snapshot: payload?.snapshot };
       if (payload?.compare !== undefined && payload.compare !== null) message.compare = payload.compare;

@@ -3,7 +3,7 @@
 // theme changes (VS Code swaps the body class and the variables; the standalone report follows
 // the system's light/dark preference).
 import { CATEGORIES, type Category } from '../common/snapshot';
-import { FALLBACK_CATEGORY_COLORS, categoryVariable, withAlpha } from './data/colors';
+import { FALLBACK_CATEGORY_COLORS, FALLBACK_STREAM_COLORS, categoryVariable, streamVariable, withAlpha } from './data/colors';
 
 export interface Theme {
   dark: boolean;
@@ -22,6 +22,8 @@ export interface Theme {
   fontSize: number;
   monoFamily: string;
   category: Record<Category, string>;
+  /** Line colours of reserved memory per stream, by the stream's place in `timeline.streams`. */
+  streams: string[];
 }
 
 function read(style: CSSStyleDeclaration, name: string, fallback: string): string {
@@ -51,6 +53,7 @@ export function readTheme(): Theme {
     fontSize: parseFloat(read(style, '--vscode-font-size', '13px')) || 13,
     monoFamily: read(style, '--vscode-editor-font-family', 'monospace'),
     category,
+    streams: FALLBACK_STREAM_COLORS.map((fallback, i) => read(style, streamVariable(i), fallback)),
   };
 }
 

@@ -135,3 +135,31 @@ def test_replay_follows_record_stream_and_waits():
     assert (result.events, result.peak_reserved) == (4, 24 * MiB)
     no_wait = [e for e in events if e[0] != "wait"]
     assert replay(no_wait).peak_reserved == 36 * MiB
+
+
+def test_reserved_memory_is_counted_per_stream_and_released_per_stream():
+    # Each segment belongs to the stream whose pool made it (get_free_block's key): A's 3 MiB
+    # miss cudaMallocs a 20 MiB segment for A, B's 12 MiB (>= 10 MiB: exactly 12 MiB, unsplit)
+    # one for B, and a 2 MiB small-pool segment for B's 4 KiB (<= 1 MiB: kSmallBuffer).
+    m = make()
+    m.malloc(1, 3 * MiB, A)
+    m.malloc(2, 12 * MiB, B)
+    m.malloc(3, 4096, B)
+    assert m.reserved_by_stream == {A: 20 * MiB, B: 14 * MiB}
+    assert sum(m.reserved_by_stream.values()) == m.reserved_bytes == 34 * MiB
+    m.free(2)
+    m.free(3)
+    m.empty_cache()  # B's two segments are wholly free: released; A's is in use: kept
+    assert m.reserved_by_stream == {A: 20 * MiB, B: 0} and m.reserved_bytes == 20 * MiB
+
+
+def test_expandable_segments_count_mapped_pages_per_stream():
+    # expandable_segments:True: each stream's pool maps 20 MiB pages (large) of its own
+    # segment; 3 MiB on A maps one page, 25 MiB on B two (40 MiB).
+    m = CachingAllocatorModel(parse_alloc_conf("expandable_segments:True"), 80 << 30)
+    m.malloc(1, 3 * MiB, A)
+    m.malloc(2, 25 * MiB, B)
+    assert m.reserved_by_stream == {A: 20 * MiB, B: 40 * MiB}
+    m.free(2)
+    m.empty_cache()  # B's pages are unmapped
+    assert m.reserved_by_stream == {A: 20 * MiB, B: 0} == {A: m.reserved_bytes, B: 0}

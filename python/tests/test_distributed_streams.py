@@ -119,6 +119,45 @@ def test_fsdp2_reserved_memory_with_streams_and_with_one_pool(runs):
     assert ag != rs
 
 
+def reserved_series(snap):
+    """The timeline's reserved columns: {stream name: [bytes per point]}, and the total."""
+    t = snap["timeline"]
+    column = {c: i for i, c in enumerate(t["columns"])}
+    per_stream = {s["name"]: [p[column[s["column"]]] for p in t["points"]] for s in t["streams"]}
+    return per_stream, [p[column["reserved"]] for p in t["points"]]
+
+
+def test_fsdp2_reserved_memory_per_stream_on_the_timeline(runs):
+    """The segments of the test above by the stream whose pool made them. Default stream:
+    a64 b64 c32 f64 g32 i64 and the 2 MiB small-pool segment = 322 MiB; all-gather copy-in
+    stream: d64 e64 = 128 MiB; reduce-scatter stream: h32 j32 = 64 MiB; 514 MiB in all. Nothing
+    is released, so each series only grows and ends there; the all-gather stream's first
+    segment (d, forward's first all-gather) comes before the reduce-scatter stream's (h, in
+    backward)."""
+    snap = runs["fsdp"]
+    per_stream, total = reserved_series(snap)
+    assert [s["name"] for s in snap["timeline"]["streams"]] == [
+        "default stream", "all_gather_copy_in_stream", "reduce_scatter_stream"]
+    assert {name: series[-1] for name, series in per_stream.items()} == {
+        "default stream": 322 * MiB, "all_gather_copy_in_stream": 128 * MiB,
+        "reduce_scatter_stream": 64 * MiB}
+    assert total[-1] == 514 * MiB == snap["summary"]["reserved_peak_bytes"]
+    for i, reserved in enumerate(total):
+        assert sum(series[i] for series in per_stream.values()) == reserved
+    for series in (*per_stream.values(), total):
+        assert series == sorted(series)
+    first = {name: next(i for i, b in enumerate(series) if b) for name, series in
+             per_stream.items()}
+    assert first["all_gather_copy_in_stream"] < first["reduce_scatter_stream"]
+    # The streams are named where FSDP2 makes them (its param group's lazy_init).
+    ag, rs = large(snap, "temporary", 64 * MiB)[0], large(snap, "gradient", 32 * MiB)[0]
+    ids = {s["name"]: s["id"] for s in snap["timeline"]["streams"]}
+    assert (ids["all_gather_copy_in_stream"], ids["reduce_scatter_stream"]) == (ag, rs)
+    places = {s["name"]: s["place"] for s in snap["timeline"]["streams"]}
+    assert places["default stream"] is None
+    assert "_fsdp_param_group.py:" in places["reduce_scatter_stream"]
+
+
 def nccl_rows(snap):
     return {row["label"]: row for row in snap["summary"]["outside_allocator"]
             if row["label"].startswith("NCCL")}
@@ -198,3 +237,18 @@ def test_streams_events_and_cublas_per_stream(tmp_path):
     assert replay(events(snap, kinds=both)).peak_reserved == 140 * MiB
     # Without the waits the two recorded blocks never come back: f and i are new: 164 MiB.
     assert replay(events(snap, kinds=("record_stream",))).peak_reserved == 164 * MiB
+
+    # Reserved per stream on the timeline (every event is a point in so short a trace), each
+    # change: a (side) 12; b, d, e, g, h (default) one 12 MiB segment each; the side matmul's
+    # 2 MiB small segment (w) and its 32 MiB cuBLAS workspace; the default one's the same.
+    # The default stream ends at 5 x 12 + 2 + 32 = 94 MiB, side at 12 + 2 + 32 = 46 MiB.
+    per_stream, total = reserved_series(snap)
+    assert [(s["id"], s["name"]) for s in snap["timeline"]["streams"]] == [
+        (0, "default stream"), (1, "side")]
+    assert snap["timeline"]["streams"][1]["place"].endswith("cuda_streams.py:18")
+    steps = sorted({(d // MiB, s // MiB) for d, s in
+                    zip(per_stream["default stream"], per_stream["side"])})
+    assert steps == [(0, 12), (12, 12), (24, 12), (36, 12), (48, 12), (60, 12), (60, 14),
+                     (60, 46), (62, 46), (94, 46)]
+    assert [d + s for d, s in zip(per_stream["default stream"], per_stream["side"])] == total
+    assert max(total) == 140 * MiB

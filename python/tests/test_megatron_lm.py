@@ -182,11 +182,20 @@ def test_what_needs_values_or_files_is_off_and_said():
 
 
 @needs_megatron
-def test_fp8_without_transformer_engine_is_refused_not_traced_in_bf16():
+def test_fp4_without_transformer_engine_is_refused_not_traced_in_bf16():
     from memlens.errors import MemlensError
 
-    with pytest.raises(MemlensError, match="--fp8-format hybrid needs Transformer Engine"):
-        megatron_args.set_up(_args(fp8="hybrid", transformer_impl="transformer_engine"), 2)
+    with pytest.raises(MemlensError, match="--fp4-format nvfp4 needs Transformer Engine"):
+        megatron_args.set_up(_args(fp4="nvfp4", transformer_impl="transformer_engine"), 2)
+
+
+@needs_megatron
+def test_fp8_without_transformer_engine_is_left_to_the_stand_ins():
+    """FP8's tensors are modelled (plugins/megatron_fp8*.py, test_megatron_fp8.py): the
+    arguments stay the user's, the TE layers become the local ones."""
+    args = _args(fp8="hybrid", fp8_recipe="delayed", transformer_impl="transformer_engine")
+    megatron_args.set_up(args, 2)
+    assert (args.fp8, args.fp8_recipe, args.transformer_impl) == ("hybrid", "delayed", "local")
 
 
 @needs_megatron

@@ -162,3 +162,16 @@ def test_ctrl_c_while_memlens_books_an_op_stops_the_script_at_its_next_op():
     assert snap["meta"]["interrupted"] is True
     assert [p["name"] for p in snap["phases"]][-1] == "forward_backward_iter_1"
     assert snap["summary"]["category_peaks"]["parameter"] == (16 * 16 + 16) * 4
+
+
+def test_handwritten_update_makes_temporaries_and_the_next_batch_is_input(memlens):
+    data, _ = run_json(memlens, "handwritten_sgd_mlp.py")
+    assert data["peak_phase"] == "update_iter_0"
+    at_peak = data["categories_at_peak"]
+    # `p -= lr * p.grad` of the 1024×256 fp32 weight: a 1 MiB temporary, plus the loss's scalars.
+    assert 1024 * 256 * 4 <= at_peak["temporary"] < 1024 * 256 * 4 + 64
+    # The batch (x and y, 64×256 fp32 each) is the only input at the peak.
+    assert at_peak["input"] == 2 * 64 * 256 * 4
+    # Inputs' own peak: the next step's x is made while the last x and y are alive, then its y
+    # while the last y is (the names rebind one at a time): three batches' tensors.
+    assert data["category_peaks"]["input"] == 3 * 64 * 256 * 4

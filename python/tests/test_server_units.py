@@ -75,6 +75,16 @@ def test_hover_tables_and_footer():
     assert "| temporaries | 10.0 MiB | 10.0% |" in md
 
 
+def test_hover_footer_shows_a_subcategory_under_its_total():
+    """FP8 training: the FP8 weights and scales of the parameters, at the peak and at most."""
+    fp8 = {**NET, "summary": {**NET["summary"], "subcategories": [
+        {"label": "fp8 weights/scales", "atPeakBytes": 16 * MiB + 512,
+         "peakBytes": 48 * MiB + 4096}]}}
+    md = hover_markdown(by_line(annotate(fp8, F))[30], fp8, 80 * 1024**3)
+    assert "Of which fp8 weights/scales: 16.0 MiB at the peak, at most 48.0 MiB" in md
+    assert "Of which" not in hover_markdown(by_line(annotate(NET, F))[30], NET, 80 * 1024**3)
+
+
 def test_age_text():
     import datetime as dt
     now = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.timezone.utc)
@@ -250,7 +260,7 @@ def test_protocol_is_declared_once_and_dumps_as_json():
         "memlens.trace", "memlens.cancelTrace", "memlens.openReport", "memlens/targets",
         "memlens/documentAnnotations", "memlens/snapshots", "memlens/serverInfo",
         "memlens/annotations", "memlens/traceStarted", "memlens/traceFinished",
-        "memlens/snapshotsChanged"}
+        "memlens/snapshotsChanged", "memlens.fit", "memlens/fitSpace"}
     types = described["types"]
     for m in methods.values():
         assert m["params"] in types and m.get("result", "EmptyParams") in types
@@ -279,3 +289,75 @@ def test_strings_from_a_snapshot_cannot_break_out_of_the_hover():
     assert head.startswith("**class `Net'](http://evil.example/x.png) ¦ <img src=x>`**")
     assert "\\*\\*GPU\\*\\* \\[click\\]\\(command:rm\\) \\| x" in md
     assert "`phase # heading`" in md and "\n# heading" not in md
+
+
+def test_a_fit_request_becomes_the_clis_command_line():
+    from memlens.errors import MemlensError
+    from memlens.server.fitting import FitRequest, fit_command, progress_message, space_options
+    from memlens.server.targets import TargetInfo
+
+    space = space_options(["--micro-batch", "1,2", "--axis", "micro-batch=--batch-size",
+                           "--arg=--lr=1e-4,3e-4"])
+    assert space == ["--micro-batch=1,2", "--axis=micro-batch=--batch-size",
+                     "--arg=--lr=1e-4,3e-4"]
+    with pytest.raises(MemlensError, match="'--ray' is not an option of the space"):
+        space_options(["--ray", "auto"])
+    with pytest.raises(MemlensError, match="--tp needs a value"):
+        space_options(["--tp"])
+    launch = TargetInfo("launch:l:Train", "launch", "Train", "/ws/.vscode/launch.json", 3,
+                        folder="/ws", program="/ws/train.py", args=["--steps", "2"],
+                        env={"SEQ": "8"}, world_size=4)
+    argv, cwd, env = fit_command(FitRequest(launch, "h100-80gb", 2, space, "micro-batch"), "py")
+    # a launch configuration of 4 processes keeps its world size unless the space varies it
+    assert argv == ["py", "-m", "memlens", "fit", "--json", "--progress", "json", "--device",
+                    "h100-80gb", "--jobs", "1", "--iterations", "2", "--sort", "micro-batch",
+                    *space, "--gpus=4", "--", "/ws/train.py", "--steps", "2"]
+    assert cwd == "/ws" and env["SEQ"] == "8"
+    argv, _, _ = fit_command(FitRequest(launch, "h100-80gb", None, ["--gpus=8,16"]), "py")
+    assert "--gpus=4" not in argv and "--gpus=8,16" in argv
+    torchrun = TargetInfo("torchrun:t.sh:5", "torchrun", "t.sh", "/ws/t.sh", 4, folder="/ws")
+    assert fit_command(FitRequest(torchrun, "b200", None, []), "py")[0][-2:] == [
+        "--from-script", "/ws/t.sh:5"]
+    model = TargetInfo("model:m.py:GPT", "model", "GPT", "/ws/m.py", 0, symbol="GPT")
+    with pytest.raises(MemlensError, match="GPT is a model class"):
+        fit_command(FitRequest(model, "b200", None, []), "py")
+    # progress: the share settled; bytes formatted only here, at the edge
+    assert progress_message({"settled": 0, "points": 8}) == ("0/8 settled", 0)
+    assert progress_message({"settled": 3, "points": 8, "point": "micro-batch=4",
+                             "verdict": "fits", "peak_bytes": 20 * 1024**3 + 100 * MiB,
+                             "headroom_bytes": 50 * 1024**3}) == (
+        "3/8 settled · micro-batch=4: fits, peak 20.1 GiB, headroom 50.0 GiB", 37)
+
+
+def test_the_fit_payload_is_the_clis_document_in_camel_case():
+    from memlens.server.payloads import fit_report
+
+    axes = [{"name": "gpus", "values": ["2"], "target": "world size", "direction": "down"},
+            {"name": "micro-batch", "values": ["2", "4"], "target": "--batch-size",
+             "direction": "up"}]
+    traced = {"key": "gpus=2,micro-batch=4", "point": {"gpus": "2", "micro-batch": "4"},
+              "gpus": 2, "folder": "gpus=2_micro-batch=4-abcd", "verdict": "fits",
+              "source": "traced", "by": None, "worst_rank": 1, "ranks_traced": 2,
+              "peak_bytes": 3 * MiB, "reserved_peak_bytes": 4 * MiB,
+              "outside_allocator_bytes": MiB, "headroom_bytes": 10 * MiB - 5 * MiB,
+              "snapshot": "snapshot.json", "reason": "fits with 5.0 MiB headroom"}
+    implied = {"key": "gpus=2,micro-batch=2", "point": {"gpus": "2", "micro-batch": "2"},
+               "gpus": 2, "folder": "gpus=2_micro-batch=2-ef01", "verdict": "fits",
+               "source": "implied", "by": "gpus=2,micro-batch=4",
+               "reason": "fits: needs at most as much as gpus=2,micro-batch=4 (not traced)"}
+    doc = {"target": "train", "device": "h100-80gb", "device_total_bytes": 10 * MiB,
+           "space": axes, "sort": "peak", "run_dir": "/ws/.memlens/fit/train-1",
+           "html": "/ws/.memlens/fit/train-1/fit.html", "interrupted": False,
+           "counts": {"points": 2, "traced": 1, "resumed": 0, "pruned": 0, "implied": 1,
+                      "not traced": 0, "fits": 2, "oom": 0, "errors": 0},
+           "frontier": [traced, implied], "excluded": [], "rows": [implied, traced]}
+    out = fit_report(doc)
+    assert [r["values"] for r in out["frontier"]] == [["2", "4"], ["2", "2"]]  # the CLI's order
+    assert out["frontier"][0] == {
+        "key": "gpus=2,micro-batch=4", "values": ["2", "4"], "gpus": 2, "verdict": "fits",
+        "source": "traced", "reason": "fits with 5.0 MiB headroom", "by": None,
+        "worstRank": 1, "peakBytes": 3 * MiB, "reservedPeakBytes": 4 * MiB,
+        "headroomBytes": 5 * MiB, "ranksTraced": 2,
+        "snapshot": "/ws/.memlens/fit/train-1/points/gpus=2_micro-batch=4-abcd/snapshot.json"}
+    assert out["frontier"][1]["peakBytes"] is None and out["frontier"][1]["snapshot"] is None
+    assert out["counts"]["notTraced"] == 0 and out["deviceTotalBytes"] == 10 * MiB

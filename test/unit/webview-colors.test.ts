@@ -1,6 +1,6 @@
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
-import { categoryVariable, mix, parseColor, shareTint, withAlpha } from '../../webview/data/colors';
+import { FALLBACK_STREAM_COLORS, categoryVariable, mix, streamVariable, parseColor, shareTint, withAlpha } from '../../webview/data/colors';
 
 test('parses the colour forms getComputedStyle and themes use', () => {
   assert.deepEqual(parseColor('#fff'), { r: 255, g: 255, b: 255, a: 1 });
@@ -30,4 +30,7 @@ test('the share tint grows with the share and saturates at half the peak', () =>
 
 test('category variables', () => {
   assert.equal(categoryVariable('optimizer_state'), '--memlens-optimizer-state');
+  // Streams take six colours (webview/style.css defines --memlens-stream-0..5), then again.
+  assert.equal(FALLBACK_STREAM_COLORS.length, 6);
+  assert.deepEqual([0, 5, 6, 13].map(streamVariable), ['--memlens-stream-0', '--memlens-stream-5', '--memlens-stream-0', '--memlens-stream-1']);
 });

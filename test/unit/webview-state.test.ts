@@ -12,6 +12,7 @@ test('a saved state comes back for the same snapshot', () => {
   s.table.sort = { column: 'module', direction: 'asc' };
   s.table.module = { label: 'h.*', modules: [4, 5] };
   s.timeline.range = [10, 20];
+  s.timeline.streams = true;
   s.details = { tensor: 6, line: '/a.py:3' };
   assert.deepEqual(restoreState(JSON.parse(JSON.stringify(s)), 'k'), s);
 });
@@ -22,7 +23,9 @@ test('for another snapshot only the view preferences survive', () => {
   s.phase = 1;
   s.table.selected = [1];
   s.modules.measure = 'category_peaks';
+  s.timeline.streams = true;
   const r = restoreState(s, 'other');
+  assert.equal(r.timeline.streams, true);
   assert.equal(r.tab, 'modules');
   assert.equal(r.modules.measure, 'category_peaks');
   assert.equal(r.phase, null);

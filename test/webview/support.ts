@@ -72,6 +72,28 @@ export function cudaStreamsSnapshot(): string {
   return file;
 }
 
+/** What the language server answers memlens.fit with (its FitReport), for a real search of
+ * python/tests/scripts/fit_gpt.py on 2 GPUs with full recompute, micro-batch 2, 4 and 8, on an
+ * h100-94gb: 4 is traced and fits (so 2 fits without a trace), 8 is traced and does not. The
+ * CLI's --json turned into the payload by the server's own payloads.fit_report. */
+export function fitReportPayload(): unknown {
+  const script = 'python/tests/scripts/fit_gpt.py';
+  const file = path.join(cache, `fit-report-${engineHash(script)}.json`);
+  if (!existsSync(file)) {
+    mkdirSync(cache, { recursive: true });
+    const runDir = path.join(cache, `fit-run-${engineHash(script)}`);
+    const doc = memlens(['fit', '--device', 'h100-94gb', '--gpus', '2', '--micro-batch', '2,4,8', '--recompute', 'full', '--axis', 'micro-batch=--batch-size', '--axis', 'recompute=--recompute', '--jobs', '1', '--json', '--progress', 'none', '--run-dir', runDir, '--', script]);
+    const payload = execFileSync(python(), ['-c', 'import json, sys; from memlens.server.payloads import fit_report; print(json.dumps(fit_report(json.load(sys.stdin))))'], {
+      cwd: root,
+      env: { ...process.env, PYTHONPATH: path.join(root, 'python') },
+      input: doc,
+      encoding: 'utf8',
+    });
+    writeFileSync(file, payload);
+  }
+  return JSON.parse(readFileSync(file, 'utf8')) as unknown;
+}
+
 export function readSnapshot(file: string): Snapshot {
   return JSON.parse(readFileSync(file, 'utf8')) as Snapshot;
 }

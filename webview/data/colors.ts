@@ -8,6 +8,13 @@ export function categoryVariable(c: Category): string {
   return `--memlens-${c.replace('_', '-')}`;
 }
 
+/** The CSS custom property holding the colour of the `i`-th stream's line (six, then again). */
+export function streamVariable(i: number): string {
+  return `--memlens-stream-${i % FALLBACK_STREAM_COLORS.length}`;
+}
+
+export const FALLBACK_STREAM_COLORS: readonly string[] = ['#cccccc', '#3794ff', '#d18616', '#b180d7', '#89d185', '#cca700'];
+
 /** Used when a theme defines no colour at all (and by the unit tests). */
 export const FALLBACK_CATEGORY_COLORS: Readonly<Record<Category, string>> = {
   parameter: '#3794ff',

@@ -31,7 +31,8 @@ export interface PanelState {
     selected: number[];
   };
   modules: { measure: 'at_peak' | 'category_peaks'; expanded: string[]; merge: boolean };
-  timeline: { range: [number, number] | null; budget: boolean };
+  /** `streams`: reserved memory per stream drawn as lines (snapshots with several streams). */
+  timeline: { range: [number, number] | null; budget: boolean; streams: boolean };
   phasesView: { budget: boolean };
   /** Allocation id of the tensor, or "file:line" of the line, shown in Details. */
   details: { tensor: number | null; line: string | null };
@@ -46,7 +47,7 @@ export function defaultState(snapshotKey = ''): PanelState {
     phase: null,
     table: { query: '', category: null, module: null, sort: { column: 'bytes', direction: 'desc' }, selected: [] },
     modules: { measure: 'at_peak', expanded: [], merge: true },
-    timeline: { range: null, budget: false },
+    timeline: { range: null, budget: false, streams: false },
     phasesView: { budget: true },
     details: { tensor: null, line: null },
     compare: { merged: true },
@@ -72,7 +73,7 @@ export function restoreState(saved: unknown, snapshotKey: string): PanelState {
       merge: modules['merge'] !== false,
     },
     phasesView: { budget: phasesView['budget'] !== false },
-    timeline: { range: null, budget: timeline['budget'] === true },
+    timeline: { range: null, budget: timeline['budget'] === true, streams: timeline['streams'] === true },
     compare: { merged: compare['merged'] !== false },
   };
   if (!sameSnapshot) return out;

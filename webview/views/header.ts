@@ -82,6 +82,17 @@ export function renderHeader(root: HTMLElement, ctx: Context): void {
       el('span', { class: 'num' }, formatBytes(b)),
     );
     legend.appendChild(item);
+    for (const sub of summary.subcategories ?? []) {
+      if (sub.category !== c) continue;
+      legend.appendChild(
+        el(
+          'span',
+          { class: 'legend-item sub', 'data-subcategory': sub.name, 'data-bytes': sub.at_peak_bytes, title: `own peak ${formatBytes(sub.peak_bytes)}` },
+          el('span', null, `of which ${sub.label}`),
+          el('span', { class: 'num' }, formatBytes(sub.at_peak_bytes)),
+        ),
+      );
+    }
   }
 
   const notes: HTMLElement[] = [];

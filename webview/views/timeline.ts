@@ -2,16 +2,18 @@
 // named, the peak marked. Wheel zooms, dragging pans, a double click resets. The snapshot's
 // timeline is down-sampled again to the pixels at hand; every bucket keeps its highest row, so
 // the drawn curve reaches the peak at any zoom. Hover names the event's op and module.
-import type { Plugin, TooltipItem } from 'chart.js';
+// Snapshots of CUDA targets with several streams can add a line per stream: the reserved bytes
+// of that stream's pool, read from its own column of the timeline (the engine's numbers).
+import type { ChartDataset, Plugin, TooltipItem } from 'chart.js';
 import { CATEGORY_LABELS } from '../data/categories';
-import { withAlpha } from '../data/colors';
+import { streamVariable, withAlpha } from '../data/colors';
 import { downsample, timelineColumns } from '../data/downsample';
 import { formatBytes, formatCount } from '../data/format';
 import { phaseAtSeq } from '../data/phases';
 import { CATEGORIES } from '../../common/snapshot';
 import type { Context } from '../context';
 import { Chart, bytesAxis } from '../charts';
-import { el, replace } from '../dom';
+import { el, replace, swatch } from '../dom';
 
 const MIN_SPAN = 8;
 
@@ -37,6 +39,13 @@ export class TimelineView {
     const theme = ctx.theme;
     const budget = s.meta.device.total_memory_bytes;
     const peak = s.summary.peak_bytes;
+    // Reserved per stream: only where the snapshot has a column for more than one stream.
+    const streamCols = (s.timeline.streams ?? [])
+      .map((stream, i) => ({ stream, i, col: s.timeline.columns.indexOf(stream.column) }))
+      .filter((x) => x.col >= 0);
+    const perStream = streamCols.length > 1;
+    const showStreams = perStream && ctx.state.timeline.streams;
+    const reservedCol = s.timeline.columns.indexOf('reserved');
 
     const button = (label: string, title: string, id: string, run: () => void) => {
       const b = el('vscode-button', { secondary: true, title, id }, label);
@@ -72,6 +81,27 @@ export class TimelineView {
       const on = (budgetBox as unknown as { checked: boolean }).checked;
       ctx.update((st) => (st.timeline.budget = on), ['timeline']);
     });
+    let streamsBox: HTMLElement | null = null;
+    if (perStream) {
+      streamsBox = el('vscode-checkbox', { id: 'timeline-streams', checked: showStreams, title: "The memory each stream's pool of the caching allocator holds (its segments), one line per stream" }, 'Reserved per stream');
+      streamsBox.addEventListener('change', () => {
+        const on = (streamsBox as unknown as { checked: boolean }).checked;
+        ctx.update((st) => (st.timeline.streams = on), ['timeline']);
+      });
+    }
+    const streamLegend = showStreams ? el('div', { class: 'legend', id: 'timeline-streams-legend' }) : null;
+    for (const { stream, i, col } of showStreams ? streamCols : []) {
+      const highest = s.timeline.points.reduce((m, p) => Math.max(m, p[col] ?? 0), 0);
+      streamLegend!.appendChild(
+        el(
+          'span',
+          { class: 'legend-item', 'data-stream': stream.id, 'data-bytes': highest, title: stream.place ? `made at ${stream.place}` : `stream ${stream.id}` },
+          swatch(streamVariable(i)),
+          el('span', null, `reserved: ${stream.name}`),
+          el('span', { class: 'num' }, `highest ${formatBytes(highest)}`),
+        ),
+      );
+    }
     const phaseRef = ctx.state.phase !== null ? s.phases[ctx.state.phase] : undefined;
     const toolbar = el(
       'div',
@@ -81,6 +111,7 @@ export class TimelineView {
       button('Whole trace', 'Reset the zoom (double click)', 'timeline-reset', () => setRange(null)),
       phaseRef ? button(`Zoom to ${phaseRef.name}`, 'Zoom to the filtered phase', 'timeline-phase', () => setRange([phaseRef.start_seq, phaseRef.end_seq])) : null,
       budgetBox,
+      streamsBox,
       el('span', { class: 'muted' }, 'Scroll to zoom, drag to pan, double-click to reset.'),
       el('span', { class: 'muted spacer' }),
       el('span', { class: 'muted', id: 'timeline-range' }),
@@ -91,6 +122,7 @@ export class TimelineView {
       this.root,
       toolbar,
       box,
+      streamLegend,
       el('p', { class: 'muted small' }, `${formatCount(s.timeline.events)} events; the snapshot keeps ${formatCount(s.timeline.points.length)} points (each the highest of its stretch).`),
     );
 
@@ -171,10 +203,9 @@ export class TimelineView {
       },
     };
 
-    const datasets = present.map(([c]) => ({
+    const datasets: ChartDataset<'line', { x: number; y: number }[]>[] = present.map(([c]) => ({
       label: CATEGORY_LABELS[c],
-      category: c,
-      data: [] as { x: number; y: number }[],
+      data: [],
       borderColor: theme.category[c],
       backgroundColor: withAlpha(theme.category[c], 0.55),
       borderWidth: 1,
@@ -183,6 +214,24 @@ export class TimelineView {
       fill: 'stack' as const,
       tension: 0,
     }));
+    const columnOf = present.map(([, col]) => col);
+    for (const { stream, i, col } of showStreams ? streamCols : []) {
+      const color = theme.streams[i % theme.streams.length]!;
+      datasets.push({
+        label: `reserved: ${stream.name}`,
+        data: [],
+        borderColor: color,
+        backgroundColor: color,
+        borderWidth: 2,
+        pointRadius: 0,
+        pointHoverRadius: 0,
+        fill: false,
+        stack: `stream ${stream.id}`, // a stack of its own: a line at its value, not on the areas
+        order: -1, // drawn over the areas
+        tension: 0,
+      });
+      columnOf.push(col);
+    }
 
     const chart = new Chart<'line', { x: number; y: number }[]>(canvas, {
       type: 'line',
@@ -208,7 +257,8 @@ export class TimelineView {
           y: bytesAxis(theme, { stacked: true }),
         },
         plugins: {
-          legend: { position: 'bottom', onClick: () => undefined },
+          // Stream lines are named in the legend below the chart, with their values.
+          legend: { position: 'bottom', onClick: () => undefined, labels: { filter: (item) => (item.datasetIndex ?? 0) < present.length } },
           tooltip: {
             mode: 'index',
             intersect: false,
@@ -230,7 +280,9 @@ export class TimelineView {
               label: (item: TooltipItem<'line'>) => ` ${item.dataset.label}: ${formatBytes(item.parsed.y ?? 0)}`,
               footer: (items: TooltipItem<'line'>[]) => {
                 const row = rowAt(items[0]?.dataIndex ?? -1);
-                return row ? `total ${formatBytes(row[cols.total]!)}` : '';
+                if (!row) return '';
+                const reserved = showStreams && reservedCol >= 0 ? ` · reserved ${formatBytes(row[reservedCol]!)}` : '';
+                return `total ${formatBytes(row[cols.total]!)}${reserved}`;
               },
             },
           },
@@ -246,7 +298,7 @@ export class TimelineView {
       const width = Math.max(200, chart.chartArea ? chart.chartArea.right - chart.chartArea.left : box.clientWidth);
       rows = downsample(s.timeline.points, cols, Math.round(width * 1.5), lo, hi);
       chart.data.datasets.forEach((d, k) => {
-        const col = present[k]![1];
+        const col = columnOf[k]!;
         d.data = rows.map((r) => ({ x: r[cols.seq]!, y: r[col] ?? 0 }));
       });
       const xs = chart.options.scales!['x']!;

@@ -77,6 +77,9 @@ class CachingAllocatorModel:
         self._empty_ids: set[int] = set()  # zero-byte requests: PyTorch returns nullptr
         self.stats = DeviceStats(self._max_split if self._max_split < SIZE_MAX else -1)
         self.reserved_bytes = 0  # total_allocated_memory: cudaMalloc'ed or mapped bytes
+        # The same per stream: each segment belongs to the stream that made it (its pool's
+        # key), so these sum to reserved_bytes. A stream whose segments were released stays, 0.
+        self.reserved_by_stream: dict[int, int] = {}
         self.expandable_segments: list[ExpandableSegment] = []
         self._next_address = _BASE_ADDRESS
         self.history: list[dict] | None = [] if record_history else None
@@ -291,7 +294,7 @@ class CachingAllocatorModel:
             return None  # cudaMalloc: cudaErrorMemoryAllocation
         pool_type = pool.stat_type
         block = Block(alloc_size, self._reserve_addresses(alloc_size, ROUND_LARGE), stream, pool)
-        self.reserved_bytes += alloc_size
+        self._reserve(stream, alloc_size)
         self.stats.increase(SEGMENT, pool_type, 1)
         self.stats.increase(RESERVED_BYTES, pool_type, alloc_size)
         if alloc_size >= self._max_split:
@@ -306,7 +309,7 @@ class CachingAllocatorModel:
         pool_type = block.pool.stat_type
         self.stats.num_device_free += 1
         self._trace("segment_free", block.addr, block.size, block.stream)
-        self.reserved_bytes -= block.size
+        self._reserve(block.stream, -block.size)
         self.stats.decrease(SEGMENT, pool_type, 1)
         self.stats.decrease(RESERVED_BYTES, pool_type, block.size)
         if block.size >= self._max_split:
@@ -349,6 +352,11 @@ class CachingAllocatorModel:
                        self.capacity, free, message)
 
     # -- bookkeeping -----------------------------------------------------------------------
+    def _reserve(self, stream: int, nbytes: int) -> None:
+        """`nbytes` more (or, negative, fewer) bytes from the driver for `stream`'s pool."""
+        self.reserved_bytes += nbytes
+        self.reserved_by_stream[stream] = self.reserved_by_stream.get(stream, 0) + nbytes
+
     def _reserve_addresses(self, size: int, alignment: int) -> int:
         address = -(-self._next_address // alignment) * alignment
         self._next_address = address + size
@@ -371,13 +379,13 @@ class CachingAllocatorModel:
 
     def pages_mapped(self, block: Block, nbytes: int) -> None:
         """`nbytes` of pages mapped at `block` (after it merged with its neighbours)."""
-        self.reserved_bytes += nbytes
+        self._reserve(block.stream, nbytes)
         self.stats.increase(RESERVED_BYTES, block.pool.stat_type, nbytes)
         self.stats.num_device_alloc += 1
         self._trace("segment_map", block.addr, nbytes, block.stream)
 
     def pages_unmapped(self, block: Block, start: int, nbytes: int) -> None:
-        self.reserved_bytes -= nbytes
+        self._reserve(block.stream, -nbytes)
         self.stats.decrease(RESERVED_BYTES, block.pool.stat_type, nbytes)
         self.stats.num_device_free += 1
         self._trace("segment_unmap", start, nbytes, block.stream)

@@ -7,6 +7,7 @@ import json
 import os
 from pathlib import Path
 
+from ..distributed.object_p2p import ENV_FOLDER
 from ..errors import MemlensError
 from ..worker_protocol import cli_snapshot_path, rank_argv
 
@@ -28,6 +29,9 @@ def trace_all_ranks(args, spec, job, target, device, command, console, err) -> i
     if mode == "auto":
         mode = "rich" if err.is_terminal else "lines"
     with tempfile.TemporaryDirectory(prefix="memlens-job-") as tmp:
+        # Objects one rank sends another are recorded here, for the rank that receives them.
+        objects = Path(tmp, "objects")
+        objects.mkdir()
         # A recorded job (memlens fit hands one in) is handed on to every rank's worker.
         recorded = Path(args.recorded_job) if args.recorded_job else None
         if args.from_script:  # record the shell script once, not once per rank
@@ -36,7 +40,7 @@ def trace_all_ranks(args, spec, job, target, device, command, console, err) -> i
         index, status = run_all(
             spec, lambda rank, path: worker_argv(args, spec, rank, path, recorded), jobs,
             Outputs(snapshot), mode, err if args.json else console, command, device,
-            group=args.ranks == "all")
+            group=args.ranks == "all", env={ENV_FOLDER: str(objects)})
     if args.json:
         failed = next((r for r in index["ranks"] if r["status"] != "ok"), None)
         if failed is not None:  # one error, as a single trace prints it, for programs
@@ -58,6 +62,8 @@ def worker_argv(args, spec, rank: int, snapshot: Path | None,
         what = ["--launch", args.launch]
     elif recorded_job is not None:
         what = ["--recorded-job", str(recorded_job)]
+    elif args.from_script:
+        what = ["--from-script", args.from_script, "--", *_script_args(args.script)]
     else:
         script = list(args.script)
         what = script if script[:1] == ["--"] else ["--", *script]
@@ -68,3 +74,14 @@ def worker_argv(args, spec, rank: int, snapshot: Path | None,
                       ("--dynamic-sizes", args.dynamic_sizes),
                       ("--sdpa-backend", args.sdpa_backend)), what)
     return ["--debug", *argv] if args.debug else argv
+
+
+def _script_args(script: list[str]) -> list[str]:
+    return script[1:] if script[:1] == ["--"] else list(script)
+
+
+def peer_argv(args, spec, rank: int) -> list[str]:
+    """`memlens run` arguments that trace another rank of the job this process traces one rank
+    of (the sender of objects it receives: distributed/object_p2p.py)."""
+    recorded = Path(args.recorded_job) if args.recorded_job else None
+    return worker_argv(args, spec, rank, None, recorded)

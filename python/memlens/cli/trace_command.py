@@ -32,6 +32,11 @@ def trace(args, console, err) -> int:
 
     from ..targets.session import prepare_process, trace_target
 
+    if spec is not None:  # a rank that receives objects may trace their sender
+        from ..distributed import object_p2p
+        from .all_ranks import peer_argv
+
+        object_p2p.configure(lambda rank: peer_argv(args, spec, rank))
     prepare_process(device, spec.local_world_size if spec else 1)
 
     progress_mode = args.progress

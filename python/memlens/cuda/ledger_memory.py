@@ -39,6 +39,9 @@ class LedgerMemory:
     def stream_marker(self, device_index: int) -> int:
         return self.ledger.stream_marker(f"cuda:{device_index}")
 
+    def stream_named(self, stream: int, name: str, place: str | None) -> None:
+        self.ledger.stream_named(stream, name, place)
+
     def stream_waited(self, device_index: int, waiter: int, stream: int,
                       marker: int | None) -> None:
         self.ledger.stream_waited(f"cuda:{device_index}", waiter, stream, marker)

@@ -14,6 +14,11 @@ Nothing else reaches the device: queries answer done, elapsed times 0.
 
 from __future__ import annotations
 
+import linecache
+import os
+import re
+import sys
+from types import FrameType
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
@@ -24,6 +29,22 @@ if TYPE_CHECKING:
     from .device_state import SimulatedDevices
 
 _CUDA = 1  # c10::DeviceType::CUDA; stream id 0 is each device's default stream
+_MEMLENS = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+# `self.all_gather_stream = ...`, `side: torch.cuda.Stream = ...`: the name assigned to
+_ASSIGNED = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\.)?([A-Za-z_]\w*)\s*(?::[^=]+)?=(?!=)")
+
+
+def _assigned_name(frame: FrameType | None) -> tuple[str, str | None]:
+    """What the stream being made is called where it is made: the variable or attribute its
+    line assigns (FSDP2's `all_gather_copy_in_stream`, a script's `side_stream`), and that
+    line's place; ("", None) when no frame outside memlens is found."""
+    while frame is not None and frame.f_code.co_filename.startswith(_MEMLENS):
+        frame = frame.f_back
+    if frame is None:
+        return "", None
+    file, line = frame.f_code.co_filename, frame.f_lineno
+    match = _ASSIGNED.match(linecache.getline(file, line))
+    return (match.group(1) if match else ""), f"{file}:{line}"
 
 
 class FakeStream(torch.Stream):
@@ -38,7 +59,9 @@ class FakeStream(torch.Stream):
                 device_type=kwargs.get("device_type", _CUDA),
             )
         devices = STREAMS.devices()
-        return super().__new__(cls, stream_id=devices.new_stream(),
+        stream_id = devices.new_stream()
+        STREAMS.named(stream_id, *_assigned_name(sys._getframe(1)))
+        return super().__new__(cls, stream_id=stream_id,
                                device_index=devices.check(device), device_type=_CUDA)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -155,6 +178,7 @@ class StreamListener(Protocol):
     """Who is told of the waits between streams (the ledger, through cuda/ledger_memory.py)."""
 
     def stream_marker(self, device_index: int) -> int: ...
+    def stream_named(self, stream: int, name: str, place: str | None) -> None: ...
     def stream_waited(self, device_index: int, waiter: int, stream: int,
                       marker: int | None) -> None: ...
 
@@ -179,6 +203,11 @@ class StreamTable:
     def marker(self, device_index: int) -> int:
         listener = self._listener
         return listener.stream_marker(device_index) if listener is not None else 0
+
+    def named(self, stream: int, name: str, place: str | None) -> None:
+        """A new stream and what the snapshot calls it ("": `stream N`)."""
+        if self._listener is not None:
+            self._listener.stream_named(stream, name or f"stream {stream}", place)
 
     def waited(self, device_index: int, waiter: int, stream: int, marker: int | None) -> None:
         """`waiter` (a stream id or HOST) waits for `stream` (or ALL_STREAMS) up to `marker`

@@ -48,10 +48,11 @@ class Outputs:
 
 
 def run_all(spec: RankSpec, worker_argv, jobs: int, outputs: Outputs, progress_mode: str,
-            console, command: list[str], device, group: bool = True
-            ) -> tuple[dict[str, Any], int]:
+            console, command: list[str], device, group: bool = True,
+            env: dict[str, str] | None = None) -> tuple[dict[str, Any], int]:
     """Trace the job's distinct ranks (every rank with `group=False`). `worker_argv(rank,
-    snapshot_path)` gives a worker's arguments; `device` is the target's DeviceSpec. Returns
+    snapshot_path)` gives a worker's arguments, `env` variables it gets besides this process's;
+    `device` is the target's DeviceSpec. Returns
     the index document and the exit status."""
     if outputs.directory:
         outputs.directory.mkdir(parents=True, exist_ok=True)
@@ -60,7 +61,7 @@ def run_all(spec: RankSpec, worker_argv, jobs: int, outputs: Outputs, progress_m
             items = [(r, worker_argv(r, outputs.rank_snapshot(r)), outputs.rank_log(r))
                      for r in ranks]
             return run_pool(items, workers, progress.update,
-                            lambda res: progress.done(res.rank, res.ok, _done_text(res)))
+                            lambda res: progress.done(res.rank, res.ok, _done_text(res)), env)
 
         if not group:
             first, *rest = launch(list(range(spec.world_size)), jobs)

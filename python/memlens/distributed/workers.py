@@ -43,7 +43,7 @@ class RankResult:
 
 
 def run_worker(argv: list[str], rank: int, on_progress: Callable[[int, str], None],
-               log_path: Path | None = None) -> RankResult:
+               log_path: Path | None = None, env: dict[str, str] | None = None) -> RankResult:
     """Run one worker to its end (the process's, not its pipes': a child the script left
     running may hold them) and end whatever it started. `on_progress(rank, phase)` is called
     from a reader thread. Run in the thread that waits for it (the worker dies with the thread
@@ -65,8 +65,8 @@ def run_worker(argv: list[str], rank: int, on_progress: Callable[[int, str], Non
                 pass
 
     # One thread per worker, as torchrun does for several processes per node.
-    env = worker_env(defaults={"OMP_NUM_THREADS": "1"})
-    process = WorkerProcess([sys.executable, "-m", "memlens", *argv], None, env,
+    process = WorkerProcess([sys.executable, "-m", "memlens", *argv], None,
+                            worker_env(extra=env, defaults={"OMP_NUM_THREADS": "1"}),
                             on_stderr_line=stderr_line)
     try:
         process.start()
@@ -84,8 +84,10 @@ def run_worker(argv: list[str], rank: int, on_progress: Callable[[int, str], Non
 
 def run_pool(jobs: list[tuple[int, list[str], Path | None]], workers: int,
              on_progress: Callable[[int, str], None],
-             on_done: Callable[[RankResult], None]) -> list[RankResult]:
-    """Run (rank, argv, log path) jobs, at most `workers` at a time; results in job order."""
+             on_done: Callable[[RankResult], None], env: dict[str, str] | None = None
+             ) -> list[RankResult]:
+    """Run (rank, argv, log path) jobs, at most `workers` at a time (with `env` besides this
+    process's environment); results in job order."""
     results: dict[int, RankResult] = {}
     lock = threading.Lock()
     queue = list(jobs)
@@ -97,7 +99,7 @@ def run_pool(jobs: list[tuple[int, list[str], Path | None]], workers: int,
                     return
                 rank, argv, log_path = queue.pop(0)
             on_progress(rank, "starting")
-            res = run_worker(argv, rank, on_progress, log_path)
+            res = run_worker(argv, rank, on_progress, log_path, env)
             with lock:
                 results[rank] = res
             on_done(res)

@@ -20,6 +20,7 @@ from ..errors import DataDependentError, Location
 from .dynamic_sizes import bounded_result, has_bound
 from .healthy_values import HEALTHY_OPS, HEALTHY_VALUE, note_healthy_value
 from .host_compute import runs_on_host
+from .phases import SETUP
 
 aten = torch.ops.aten
 _local_scalar_dense = aten._local_scalar_dense.default
@@ -330,7 +331,10 @@ class Accountant(TorchDispatchMode):
         backward = _current_node() is not None
         if tracer.phases.in_step or backward or tracer.modules.stack:
             category = C.TEMPORARY
-        elif tracer.phases.state == 1:  # inside an iteration, outside modules (e.g. the loss)
+        elif tracer.phases.state != SETUP:
+            # Inside an iteration, outside modules (the loss, a hand-written update's `lr * grad`,
+            # logging after the step): temporaries. What is still alive when the next forward
+            # begins (the next batch) becomes an input then (PhaseTracker).
             category = C.TEMPORARY
         else:
             category = C.INPUT

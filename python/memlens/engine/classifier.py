@@ -67,16 +67,27 @@ class Classifier:
 
     # -- helpers ---------------------------------------------------------------------------
     def mark(self, t: torch.Tensor | None, category: int, module: int | None = None,
-             only_from: tuple[int, ...] | None = None) -> None:
+             only_from: tuple[int, ...] | None = None, sub: int = C.SUB_NONE) -> None:
+        """A parameter held in an FP8 dtype (an FSDP all-gather of FP8 weights, unsharded), or
+        already marked an FP8 weight or scale, stays in the FP8 subcategory whoever marks it."""
         if not isinstance(t, torch.Tensor):
             return
         for st in _storages_of(t):
             rid = self.ledger.storage_rid(st)
             if rid is None or rid in self._pinned:
                 continue
-            if only_from is not None and self.ledger.records[rid].category not in only_from:
+            rec = self.ledger.records[rid]
+            if only_from is not None and rec.category not in only_from:
                 continue
-            self.ledger.recategorize(rid, category, module)
+            fp8 = category == C.PARAMETER and (rec.dtype.startswith("float8")
+                                               or rec.sub == C.SUB_FP8)
+            self.ledger.recategorize(rid, category, module, C.SUB_FP8 if fp8 else sub)
+
+    def mark_fp8(self, t: torch.Tensor | None, module: int | None = None) -> None:
+        """`t` (its storages: a subclass's inner data and scale) is an FP8 copy of a weight or
+        a weight's scale: a parameter, in the "fp8 weights/scales" subcategory, for good (a
+        copy saved for backward stays one; FSDP's marks of its unsharded parameters agree)."""
+        self.mark(t, C.PARAMETER, module, sub=C.SUB_FP8)
 
     def pin(self, t: torch.Tensor, category: int, module: int | None = None) -> None:
         """`t`'s storage is `category` for good: a buffer shared by many parameters (a

@@ -25,7 +25,7 @@ class Record:
     """One allocation: a storage (or a modelled kernel workspace) from alloc to free."""
 
     __slots__ = ("nbytes", "size", "device", "dtype", "shape", "category", "module", "phase",
-                 "op", "stack", "alloc_seq", "free_seq", "stream", "backward")
+                 "op", "stack", "alloc_seq", "free_seq", "stream", "backward", "sub")
 
     def __init__(self, nbytes, size, device, dtype, shape, category, module, phase, op, stack,
                  alloc_seq, stream=0, backward=False):
@@ -43,6 +43,7 @@ class Record:
         self.free_seq = -1  # -1 while alive
         self.stream = stream
         self.backward = backward  # allocated while autograd ran a backward node
+        self.sub = 0  # subcategory (categories.SUB_*), 0: none
 
 
 class Ledger:
@@ -54,9 +55,13 @@ class Ledger:
         self._allocator_for = allocator_for
         self.allocators: dict[str, Any] = {}
         self.ooms: list[tuple[int, Any]] = []  # (record id, OomInfo) of refused allocations
-        # device -> [(seq, reserved, allocated, segments)]: the model's state after each event
-        # that changed its reserved bytes (a new segment, or a cache release before an OOM).
-        self.reserved: dict[str, list[tuple[int, int, int, int]]] = {}
+        # device -> [(seq, reserved, allocated, segments, {stream: reserved})]: the model's
+        # state after each event that changed its reserved bytes (a new segment, or a cache
+        # release before an OOM), in all and per stream.
+        self.reserved: dict[str, list[tuple[int, int, int, int, dict[int, int]]]] = {}
+        # stream id -> (name, "file:line" or None): where the script or a library made it
+        # (cuda/streams.py names it after what it was assigned to).
+        self.stream_names: dict[int, tuple[str, str | None]] = {}
         self._refused: set[int] = set()
         self.records: list[Record] = []
         self.events: list[int] = []  # rid for an alloc, ~rid for a free
@@ -111,7 +116,7 @@ class Ledger:
         self.events.append(rid)
         if model is not None:
             changes = self.reserved.get(device)
-            if model.reserved_bytes != (changes[-1][1] if changes else 0):
+            if model.reserved_by_stream != (changes[-1][4] if changes else {}):
                 self._note_reserved(device, model)
         cur = self.current.get(device, 0) + size
         self.current[device] = cur
@@ -140,6 +145,10 @@ class Ledger:
             return
         model.record_stream(rid, stream)
         self.stream_events.append((self.seq, rec.device, "record_stream", rid, stream))
+
+    def stream_named(self, stream: int, name: str, place: str | None) -> None:
+        """A stream was made (`torch.cuda.Stream()`): what to call it in the snapshot."""
+        self.stream_names[stream] = (name, place)
 
     def stream_marker(self, device: str) -> int:
         """The allocator model's clock on `device`: what an event recorded now covers."""
@@ -185,7 +194,7 @@ class Ledger:
     def _note_reserved(self, device: str, model) -> None:
         self.reserved.setdefault(device, []).append(
             (len(self.events) - 1, model.reserved_bytes, model.allocated_bytes,
-             model.segment_count()))
+             model.segment_count(), dict(model.reserved_by_stream)))
 
     def share(self, rid: int, parts: list[tuple[int, int]]) -> None:
         """Split one allocation between modules, `[(module, requested bytes)]`, for the module
@@ -207,9 +216,11 @@ class Ledger:
         if rec.size > given:
             yield rec.module, rec.size - given
 
-    def recategorize(self, rid: int, category: int, module: int | None = None) -> None:
+    def recategorize(self, rid: int, category: int, module: int | None = None,
+                     sub: int = 0) -> None:
         rec = self.records[rid]
         rec.category = category
+        rec.sub = sub
         if module is not None and module >= 0:
             rec.module = module
 

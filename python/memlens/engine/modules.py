@@ -139,11 +139,17 @@ class ModuleTracker:
         return -1
 
     def adopt_parameters(self, root: nn.Module) -> None:
-        """Remember which module directly owns each parameter (first owner wins when shared)."""
+        """Remember which module directly owns each parameter (first owner wins when shared).
+        An owner no longer in the model hands its parameters on: a module swap
+        (`convert_to_float8_training` puts a Float8Linear in each Linear's place, with the
+        Linear's weight) makes the new module their owner."""
+        in_model = {self.index_of(mod) for mod in root.modules()}
         for mod in root.modules():
             idx = self.index_of(mod)
             for p in mod._parameters.values():
-                if p is not None:
+                if p is not None and self.param_owner.get(id(p), idx) not in in_model:
+                    self.param_owner[id(p)] = idx
+                elif p is not None:
                     self.param_owner.setdefault(id(p), idx)
 
     def _record_names(self, root: int, module: nn.Module) -> None:

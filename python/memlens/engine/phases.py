@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .. import categories as C
 from ..errors import StopTracing
 
 SETUP, FORWARD_BACKWARD, OPTIMIZER, UPDATE = 0, 1, 2, 3
@@ -149,10 +150,23 @@ class PhaseTracker:
 
     def _next_iteration(self, module) -> None:
         self._name_finished_iteration()
+        self._keep_as_inputs(self.phases[-1].start_seq)
         if self.iteration + 1 >= self.iterations:
             raise self._stop()
         self.iteration += 1
         self._begin_iteration(module)
+
+    def _keep_as_inputs(self, since_seq: int) -> None:
+        """Allocations made outside modules after the last step or backward that are still
+        alive as the next forward begins are that iteration's inputs (its batch); the rest of
+        what was made there were temporaries."""
+        ledger = self.ledger
+        for rid in ledger.events[since_seq:]:
+            if rid < 0:
+                continue
+            rec = ledger.records[rid]
+            if rec.free_seq < 0 and rec.module < 0 and rec.category == C.TEMPORARY:
+                ledger.recategorize(rid, C.INPUT)
 
     def _name_finished_iteration(self) -> None:
         """An evaluation iteration (no optimizer, no backward) was a forward only: say so in

@@ -18,8 +18,10 @@ CONFIG_KEYS = {*BUILTIN_AXES, "device", "axis", "arg", "env", "monotone", "sort"
                "iterations"}
 
 
-def load_config(path: Path | None) -> tuple[dict[str, Any], str | None]:
-    """The fit table of the given file, else of the nearest memlens.toml / pyproject.toml."""
+def load_config(path: Path | None, start: Path | None = None
+                ) -> tuple[dict[str, Any], str | None]:
+    """The fit table of the given file, else of the memlens.toml / pyproject.toml nearest to
+    `start` (default: the working directory)."""
     from ..targets.recipe import find_recipe_file, tomllib
 
     if path is not None:
@@ -31,7 +33,7 @@ def load_config(path: Path | None) -> tuple[dict[str, Any], str | None]:
             data = data.get("tool", {}).get("memlens", {})
         found = (path, data)
     else:
-        found = find_recipe_file(Path.cwd())
+        found = find_recipe_file(start or Path.cwd())
     if found is None:
         return {}, None
     source, data = found

@@ -65,7 +65,9 @@ def add_parser(sub) -> None:
     o.add_argument("--json", action="store_true", help="print the search as one JSON object")
     o.add_argument("--html", default=None, help="the page of peaks (default RUN_DIR/fit.html)")
     o.add_argument("--no-snapshots", action="store_true", help="keep results, not snapshots")
-    o.add_argument("--progress", choices=("auto", "rich", "lines", "none"), default="auto")
+    o.add_argument("--progress", choices=("auto", "rich", "lines", "json", "none"),
+                   default="auto", help="json: a JSON record on stderr per finished point (for "
+                   "the language server)")
     fit.add_argument("--launch", default=None, metavar="FILE:NAME")
     fit.add_argument("--from-script", default=None, metavar="FILE[:LINE]")
     fit.add_argument("script", nargs=argparse.REMAINDER, help="-- script.py [ARGS...]")

@@ -5,6 +5,8 @@ worker once, and assembles what is printed, written and returned."""
 from __future__ import annotations
 
 import datetime as _dt
+import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -132,7 +134,9 @@ class Fit:
 
 
 class _ProgressView:
-    """A live line of the search on a terminal, or a line per finished point."""
+    """A live line of the search on a terminal, a line per finished point, or (json) a progress
+    record per finished point on stderr, as worker_protocol.py reads them: how many points are
+    settled of how many, and what the point found (bytes as integers)."""
 
     def __init__(self, fit: Fit, console, mode: str):
         self.fit, self.console, self.mode = fit, console, mode
@@ -143,6 +147,7 @@ class _ProgressView:
         if self.mode == "rich":
             self._status = self.console.status("searching", spinner="dots")
             self._status.__enter__()
+        self._record(None, None)
         return self
 
     def __exit__(self, *exc):
@@ -153,7 +158,9 @@ class _ProgressView:
         axes = self.fit.space.axes
         if kind == "start":
             self.started[point] = time.time()
-        elif kind in ("done", "retry") and self.mode in ("rich", "lines"):
+        elif kind == "done":
+            self._record(point, result)
+        if kind in ("done", "retry") and self.mode in ("rich", "lines"):
             took = time.time() - self.started.get(point, time.time())
             self.console.print(escape(f"{point.key(axes)}: {_line(kind, result)} ({took:.0f} s)"),
                                highlight=False)
@@ -163,6 +170,24 @@ class _ProgressView:
             running = ", ".join(p.key(axes) for p in s.running)
             self._status.update(escape(f"{settled}/{len(self.fit.space.points)} settled; tracing "
                                        f"{running or '-'}"))
+
+    def _record(self, point: Point | None, result: dict[str, Any] | None) -> None:
+        """`{"event": "progress", "phase": "fit", "settled": n, "points": N, ...}`; the first,
+        before any trace, has no point."""
+        if self.mode != "json":
+            return
+        s = self.fit.search
+        record: dict[str, Any] = {"event": "progress", "phase": "fit",
+                                  "settled": len(s.outcomes),
+                                  "points": len(self.fit.space.points)}
+        if point is not None and result is not None:
+            record["point"] = point.key(self.fit.space.axes)
+            record["verdict"] = s.verdict_of(result)
+            for key in ("peak_bytes", "headroom_bytes", "worst_rank"):
+                if result.get(key) is not None:
+                    record[key] = result[key]
+        sys.stderr.write(json.dumps(record) + "\n")
+        sys.stderr.flush()
 
 
 def _line(kind: str, result: dict[str, Any]) -> str:

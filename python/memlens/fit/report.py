@@ -24,7 +24,8 @@ def rows(search: Search, world_of) -> list[dict[str, Any]]:
         o = search.outcomes.get(p)
         row: dict[str, Any] = {"key": p.key(axes),
                                "point": {a.name: v for a, v in zip(axes, p.values)},
-                               "gpus": world_of(p)}
+                               "gpus": world_of(p),
+                               "folder": p.folder(axes)}  # under RUN_DIR/points/
         if o is None:
             out.append({**row, "verdict": None, "source": "not traced",
                         "reason": "not traced: the search was interrupted"})

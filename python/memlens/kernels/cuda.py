@@ -209,11 +209,31 @@ def _flash_forward(sm_count: int, args, kwargs, out) -> list[int]:
     return [splits * b * h * s_q * 4, splits * b * h * s_q * head_rounded * 4]
 
 
+SCALED_MM_REFUSED = ("torch._scaled_mm is only supported on CUDA devices with compute capability "
+                     ">= 9.0 or 8.9, or ROCm MI300+")
+
+
+def _scaled_mm(capability: tuple[int, int], args, kwargs, out) -> list[int]:
+    """FP8 GEMM (ScaledBlas.cpp, _scaled_mm_out_cuda). The GPU must have FP8 tensor cores: below
+    compute capability 8.9 the kernel refuses with this message (the Meta kernel checks no
+    device). Otherwise it takes nothing but its output (the Meta kernel's M x N of out_dtype)
+    and the cuBLAS workspace: tensorwise scaling, and rowwise on cuBLAS >= 12.9 (the CUDA 13.0
+    build memlens simulates), are cuBLASLt calls on the shared workspace. Not modelled: with an
+    older cuBLAS (CUDA 12.8 builds), rowwise runs CUTLASS,
+    which pads scale_a to a multiple of 256 rows (M x 4 bytes, freed in the op) when M is not
+    one, and asks a zero-byte workspace of its persistent kernel."""
+    if capability < (8, 9):
+        raise RuntimeError(SCALED_MM_REFUSED)
+    return []
+
+
 CUDA_RULES = {aten._scaled_dot_product_flash_attention_backward.default: _flash_backward}
 
 
 def cuda_rules(spec) -> dict:
-    """CUDA_RULES with the rules that depend on the device (its SM count)."""
+    """CUDA_RULES with the rules that depend on the device (its SM count, its capability)."""
     sm_count = spec.sm_count if spec is not None else 132
+    capability = (spec.major, spec.minor) if spec is not None else (9, 0)
     return {**CUDA_RULES, aten._scaled_dot_product_flash_attention.default:
-            functools.partial(_flash_forward, sm_count)}
+            functools.partial(_flash_forward, sm_count),
+            aten._scaled_mm.default: functools.partial(_scaled_mm, capability)}

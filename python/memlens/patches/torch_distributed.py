@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import torch_distributed_bringup, torch_distributed_users
+from . import torch_distributed_bringup, torch_distributed_users, torch_object_p2p
 from .patcher import Patcher, check_tested
 
 
@@ -74,6 +74,7 @@ def apply(patcher: Patcher, spec, layout, is_gradient: Callable[[torch.Tensor], 
     _collective_results(patcher)
     if works is not None:
         _work_waits(patcher, works)
+    torch_object_p2p.apply(patcher, spec)  # objects another rank sends
     torch_distributed_users.apply(patcher, layout, is_gradient)
 
 
@@ -244,8 +245,7 @@ def _object_collectives(patcher: Patcher, spec) -> None:
 # -- collective results ----------------------------------------------------------------------
 def _collective_results(patcher: Patcher) -> None:
     """An async all-reduce's future holds its tensor, as NCCL's does (DDP's compression hooks
-    chain `get_future().then(...)`; the fake group's future holds nothing). Object
-    point-to-point cannot be answered: the objects come from another rank."""
+    chain `get_future().then(...)`; the fake group's future holds nothing)."""
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 
@@ -256,17 +256,8 @@ def _collective_results(patcher: Patcher) -> None:
         work = original(tensor, op, group, async_op)
         return _done_work([tensor], work) if async_op and work is not None else work
 
-    def no_objects(*args, **kwargs):
-        from ..errors import MemlensError
-
-        raise MemlensError("send_object_list/recv_object_list: a simulated rank cannot receive "
-                           "what another rank sends (for pipeline stages, pass input_args and "
-                           "output_args to PipelineStage instead of inferring shapes)")
-
     for owner in (c10d, dist):
         patcher.setattr(owner, "all_reduce", all_reduce)
-        for name in ("send_object_list", "recv_object_list"):
-            patcher.setattr(owner, name, no_objects)
 
 
 _DONE_WORK = None

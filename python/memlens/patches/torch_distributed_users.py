@@ -166,8 +166,8 @@ def _pipelining(patcher: Patcher, layout, L) -> None:
     Before the first step the stages vote, over point-to-point messages, whether all of them
     know their input and output shapes (static) or must infer them at run time, and each reads
     the product of the votes back out of a tensor. Every rank runs the same script, so each
-    simulated stage takes its own vote as the outcome. (Inferring shapes would need the other
-    ranks' outputs: object point-to-point refuses with a message saying so.)"""
+    simulated stage takes its own vote as the outcome. (Inferring shapes needs the other ranks'
+    outputs: torch_object_p2p.py gets them.)"""
     from torch.distributed.pipelining import schedules
     from torch.distributed.pipelining._utils import InferenceMode
     from torch.distributed.pipelining.stage import PipelineStage, _PipelineStageBase

@@ -12,6 +12,8 @@ of which module gets which patch. The patches live by what they are about:
 - megatron_stand_ins.py: Transformer Engine or apex absent: their kernels stood in for by
   ones with the same memory (norms, fused weight-gradient accumulation, TE layer specs and
   attention, fused RoPE; docs/megatron.md has the list);
+- megatron_fp8_linear.py, megatron_fp8_params.py: `--fp8-format` without Transformer Engine:
+  GEMMs and FP8 parameters holding what TE's hold (the recipes' tensors: megatron_fp8.py);
 - megatron_moe.py: mixture of experts: the tokens per expert fixed by memlens' routing policy
   (megatron_routing.py), so shapes do not depend on router values a trace does not have;
 - megatron_training.py: Megatron-LM's `megatron.training` (when present), set up for a trace
@@ -60,14 +62,18 @@ class MegatronPlugin:
         # Transformer Engine was asked for but is not installed: attention as TE holds it.
         self.flash_attention = False
         self.fused_adam: type | None = None  # FusedAdam's stand-in, once Megatron asks
+        self.fp8_recipe = None  # inside Megatron's FP8 context (TE absent): its recipe
+        self.fp8_dummy_wgrads: dict = {}  # TE's get_dummy_wgrad cache: (shape, dtype) -> tensor
 
     def patches(self) -> list[tuple[str, object]]:
         """(module name, what to patch in it once it is imported), in order; a module may be
         patched by several parts."""
-        from . import megatron_core, megatron_moe, megatron_stand_ins, megatron_training
+        from . import (megatron_core, megatron_fp8_linear, megatron_fp8_params, megatron_moe,
+                       megatron_stand_ins, megatron_training)
 
         return [(name, functools.partial(patch, self))
-                for part in (megatron_core, megatron_stand_ins, megatron_moe, megatron_training)
+                for part in (megatron_core, megatron_stand_ins, megatron_fp8_linear,
+                             megatron_fp8_params, megatron_moe, megatron_training)
                 for name, patch in part.PATCHES.items()]
 
     def replace(self, module: ModuleType, name: str, new) -> None:

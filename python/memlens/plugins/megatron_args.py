@@ -125,14 +125,12 @@ def _tokenizer(args: Any) -> list[str]:
 def _implementation(args: Any) -> list[str]:
     if find_spec("transformer_engine") is not None:
         return []
-    low_precision = [f"--{name}-format {getattr(args, name)}" for name in ("fp8", "fp4")
-                     if getattr(args, name, None)]
-    if low_precision:
-        # FP8/FP4 tensors (weights, saved activations, transposes, scaling history) are
-        # Transformer Engine's; a trace in bf16 instead would answer another configuration.
-        raise MemlensError(f"{' and '.join(low_precision)} needs Transformer Engine, which is "
-                           "not installed here: memlens cannot trace FP8/FP4 training without "
-                           "it (install transformer_engine, or trace without the flag)")
+    if getattr(args, "fp4", None):
+        # FP4 tensors are Transformer Engine's; a trace in bf16 instead would answer another
+        # configuration. FP8 has stand-ins (megatron_fp8_linear.py).
+        raise MemlensError(f"--fp4-format {args.fp4} needs Transformer Engine, which is not "
+                           "installed here: memlens cannot trace FP4 training without it "
+                           "(install transformer_engine, or trace without the flag)")
     if getattr(args, "transformer_impl", "local") != "transformer_engine":
         return []
     args.transformer_impl = "local"  # the plugin notes it, with how attention is held

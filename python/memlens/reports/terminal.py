@@ -47,6 +47,7 @@ def summary_json(snap: dict[str, Any], snapshot_path: str | None) -> dict[str, A
         "interrupted": meta.get("interrupted", False),
         "categories_at_peak": summary["categories_at_peak"],
         "category_peaks": summary["category_peaks"],
+        **({"subcategories": summary["subcategories"]} if "subcategories" in summary else {}),
         "phases": [{k: p[k] for k in ("name", "device", "current_before_bytes",
                                        "current_after_bytes", "peak_bytes",
                                        "reserved_peak_bytes") if k in p}
@@ -144,6 +145,12 @@ def print_report(snap: dict[str, Any], console: Console, snapshot_path: str | No
         if at or own:
             cats.add_row(C.LABELS[i], format_bytes(at), f"{100 * at / peak:.1f}%" if peak else "-",
                          format_bytes(own))
+        for sub in summary.get("subcategories", ()):  # "of which", under its category
+            if sub["category"] == name:
+                at = sub["at_peak_bytes"]
+                cats.add_row(f"  of which {escape(sub['label'])}", format_bytes(at),
+                             f"{100 * at / peak:.1f}%" if peak else "-",
+                             format_bytes(sub["peak_bytes"]))
     console.print(cats)
 
     groups = module_groups(snap["modules"])

@@ -245,6 +245,9 @@ def footer(digest: dict[str, Any], budget: int, now: _dt.datetime | None = None,
     text = (f"Peak **{format_bytes(summary['peakBytes'])}** {limit}{phase} · rank {meta['rank']} "
             f"of {meta['worldSize']} · {device} · {md_text(meta['targetKind'])} "
             f"{md_code(meta['targetName'])} · traced {age_text(meta['created'], now)}")
+    for sub in summary.get("subcategories", ()):  # FP8 weights/scales of the parameters
+        text += (f"\n\nOf which {md_text(sub['label'])}: {format_bytes(sub['atPeakBytes'])} at "
+                 f"the peak, at most {format_bytes(sub['peakBytes'])}")
     if stale:
         text = ("⚠ *Stale*: the file changed since this trace; the numbers moved with their "
                 "lines. Trace again to update.\n\n" + text)

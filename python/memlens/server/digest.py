@@ -101,7 +101,11 @@ def digest(doc: dict[str, Any], path: str) -> dict[str, Any]:
             "precision": meta.get("precision"),
         },
         "summary": {"peakBytes": int(summary["peak_bytes"]), "peakPhase": summary["peak_phase"],
-                    "categoriesAtPeak": _cats(summary["categories_at_peak"])},
+                    "categoriesAtPeak": _cats(summary["categories_at_peak"]),
+                    "subcategories": [{"label": str(sub["label"]),
+                                       "atPeakBytes": int(sub["at_peak_bytes"]),
+                                       "peakBytes": int(sub["peak_bytes"])}
+                                      for sub in summary.get("subcategories", ())]},
         "modules": modules,
         "lines": lines,
         "files": sorted(files),

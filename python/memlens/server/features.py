@@ -125,10 +125,12 @@ def register(ls: MemlensServer) -> MemlensServer:
     @_guard
     def progress_cancel(ls: MemlensServer, params: lsp.WorkDoneProgressCancelParams):
         ls.commands.on_progress_cancel(params.token)
+        ls.fits.on_progress_cancel(params.token)
 
     @ls.feature(lsp.SHUTDOWN)
     def shutdown(ls: MemlensServer, *args):
         ls.runner.stop_all("cancelled")
+        ls.fits.stop_all("cancelled")
 
     # -- reading the annotations -----------------------------------------------------------
     @ls.feature(lsp.TEXT_DOCUMENT_HOVER)
@@ -182,12 +184,28 @@ def register(ls: MemlensServer) -> MemlensServer:
     def server_info(ls: MemlensServer, params):
         return ls.server_info()
 
+    @ls.feature(P.REQ_FIT_SPACE)
+    async def fit_space(ls: MemlensServer, params):
+        try:
+            return await ls.fits.space(_dict(params))
+        except MemlensError as e:
+            raise JsonRpcInvalidParams(message=e.message) from None
+
     # -- commands ----------------------------------------------------------------------------
     @ls.command(P.CMD_TRACE)
     async def trace(ls: MemlensServer, *args):
         params = _dict(args[0] if args else None)
         try:
             return await ls.commands.trace(params, ls.protocol.msg_id)
+        except MemlensError as e:
+            ls.log(str(e), lsp.MessageType.Warning)
+            raise JsonRpcInvalidParams(message=e.message) from None
+
+    @ls.command(P.CMD_FIT)
+    async def fit(ls: MemlensServer, *args):
+        params = _dict(args[0] if args else None)
+        try:
+            return await ls.fits.fit(params, ls.protocol.msg_id)
         except MemlensError as e:
             ls.log(str(e), lsp.MessageType.Warning)
             raise JsonRpcInvalidParams(message=e.message) from None

@@ -35,6 +35,36 @@ def snapshot_info(e: SnapshotEntry, target: TargetInfo | None, budget: int) -> P
             "rank": m["rank"], "worldSize": m["worldSize"]}
 
 
+def fit_report(doc: dict) -> P.FitReport:
+    """`memlens fit --json`'s document as the editor gets it: camelCase, a row's values in the
+    axes' order, its snapshot as a full path; the frontier in the CLI's order."""
+    names = [a["name"] for a in doc["space"]]
+    points = os.path.join(doc["run_dir"], "points")
+
+    def row(r: dict) -> P.FitRow:
+        snapshot = r.get("snapshot")
+        return {"key": r["key"], "values": [r["point"][n] for n in names], "gpus": r["gpus"],
+                "verdict": r["verdict"], "source": r["source"], "reason": r["reason"],
+                "by": r.get("by"), "worstRank": r.get("worst_rank"),
+                "peakBytes": r.get("peak_bytes"),
+                "reservedPeakBytes": r.get("reserved_peak_bytes"),
+                "headroomBytes": r.get("headroom_bytes"), "ranksTraced": r.get("ranks_traced"),
+                "snapshot": os.path.join(points, r["folder"], snapshot) if snapshot else None}
+
+    c = doc["counts"]
+    return {"target": doc["target"], "device": doc["device"],
+            "deviceTotalBytes": doc["device_total_bytes"], "sort": doc["sort"],
+            "axes": [{"name": a["name"], "values": list(a["values"]), "target": a["target"],
+                      "direction": a["direction"]} for a in doc["space"]],
+            "counts": {"points": c["points"], "traced": c["traced"], "resumed": c["resumed"],
+                       "pruned": c["pruned"], "implied": c["implied"],
+                       "notTraced": c["not traced"], "fits": c["fits"], "oom": c["oom"],
+                       "errors": c["errors"]},
+            "interrupted": doc["interrupted"], "frontier": [row(r) for r in doc["frontier"]],
+            "excluded": [row(r) for r in doc["excluded"]], "runDir": doc["run_dir"],
+            "html": doc["html"]}
+
+
 def target(t: TargetInfo, tracing: bool, newest: P.SnapshotInfo | None) -> P.Target:
     out: P.Target = {
         "id": t.id, "kind": t.kind, "name": t.name, "uri": uris.from_fs_path(t.path) or "",

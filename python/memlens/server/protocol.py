@@ -21,12 +21,14 @@ from typing import Any, Literal, TypedDict, Union
 CMD_TRACE = "memlens.trace"  # TraceParams -> TraceResult (when the trace ends)
 CMD_CANCEL_TRACE = "memlens.cancelTrace"  # CancelTraceParams -> CancelTraceResult
 CMD_OPEN_REPORT = "memlens.openReport"  # OpenReportParams -> OpenReportResult
+CMD_FIT = "memlens.fit"  # FitParams -> FitResult (when the search ends)
 
 # -- requests, client -> server ---------------------------------------------------------------
 REQ_TARGETS = "memlens/targets"  # TargetsParams -> TargetsResult
 REQ_DOCUMENT_ANNOTATIONS = "memlens/documentAnnotations"  # DocumentParams -> AnnotationsParams
 REQ_SNAPSHOTS = "memlens/snapshots"  # EmptyParams -> SnapshotsResult
 REQ_SERVER_INFO = "memlens/serverInfo"  # EmptyParams -> ServerInfo
+REQ_FIT_SPACE = "memlens/fitSpace"  # FitSpaceParams -> FitSpaceResult
 
 # -- notifications, server -> client ----------------------------------------------------------
 NOTIFY_ANNOTATIONS = "memlens/annotations"  # AnnotationsParams
@@ -40,6 +42,8 @@ DIAGNOSTIC_SOURCE = "memlens"
 TargetKind = Literal["model", "script", "launch", "torchrun"]
 TraceStatus = Literal["ok", "failed", "cancelled", "timeout", "replaced"]
 AnnotationKind = Literal["class", "construct", "line"]
+FitVerdict = Literal["fits", "oom", "error"]
+FitSort = Literal["gpus", "micro-batch", "recompute", "peak"]
 
 
 class Position(TypedDict):
@@ -187,7 +191,7 @@ class ServerInfo(TypedDict):
     version: str
     python: str
     torchImported: bool  # must stay false: torch lives in the worker
-    tracing: list[RunningTrace]
+    tracing: list[RunningTrace]  # the workers running: traces and searches (memlens.fit)
 
 
 class TraceStartedParams(TypedDict):
@@ -195,6 +199,87 @@ class TraceStartedParams(TypedDict):
     target: Target
     pid: int
     command: list[str]
+
+
+class FitParams(TypedDict, total=False):
+    targetId: str  # a Target.id (a script, launch configuration or torchrun line), or:
+    target: Target  # a target given in full, as for memlens.trace
+    space: list[str]  # `memlens fit` options of the space, e.g. ["--micro-batch", "1,2,4",
+    # "--axis", "micro-batch=--batch-size"]; they win over [tool.memlens.fit], axis by axis
+    device: str  # default: the `memlens.device` setting
+    iterations: int
+    sort: FitSort  # the frontier's order; default: the config's, else "peak"
+    jobs: int  # traces at a time; default 1 (the editor's machine is the user's)
+
+
+class FitSpaceParams(TypedDict, total=False):
+    targetId: str  # the space as seen from this target's working directory
+    target: Target
+
+
+class FitSpaceResult(TypedDict):
+    source: Union[str, None]  # "…/pyproject.toml [tool.memlens.fit]"; None: no such table
+    keys: list[str]  # the table's keys (its axes and options), sorted
+
+
+class FitAxis(TypedDict):
+    name: str
+    values: list[str]  # in memory order where the axis has one
+    target: str  # where the value goes: "--batch-size", "env SEQ", "world size"
+    direction: str  # up | down | none: how memory moves as the value grows
+
+
+class FitRow(TypedDict):
+    key: str  # "gpus=2,micro-batch=4"
+    values: list[str]  # one per axis, in FitReport.axes' order
+    gpus: int
+    verdict: Union[FitVerdict, None]  # None: not traced (the search was interrupted)
+    source: str  # traced | resumed | pruned | implied | not traced
+    reason: str  # why it fits or not, one line
+    by: Union[str, None]  # the point that settled it without a trace
+    worstRank: Union[int, None]  # the rank of least headroom
+    peakBytes: Union[int, None]  # allocated peak on the worst rank
+    reservedPeakBytes: Union[int, None]  # the caching allocator's reserved peak there
+    headroomBytes: Union[int, None]  # the card less reserved and outside-allocator memory
+    ranksTraced: Union[int, None]
+    snapshot: Union[str, None]  # the point's snapshot (path), when traced
+
+
+class FitCounts(TypedDict):
+    points: int
+    traced: int
+    resumed: int
+    pruned: int
+    implied: int
+    notTraced: int
+    fits: int
+    oom: int
+    errors: int
+
+
+class FitReport(TypedDict):
+    target: str
+    device: str
+    deviceTotalBytes: int
+    sort: FitSort
+    axes: list[FitAxis]
+    counts: FitCounts
+    interrupted: bool
+    frontier: list[FitRow]  # the points that fit, sorted by `sort` as `memlens fit` sorts them
+    excluded: list[FitRow]  # the others, in the space's order, each with its reason
+    runDir: str  # the run folder (fit.json, every point's snapshot): the same search resumes
+    html: str  # the run folder's page of peaks
+
+
+class _FitResultRequired(TypedDict):
+    targetId: str
+    status: TraceStatus
+    durationS: float
+
+
+class FitResult(_FitResultRequired, total=False):
+    fit: FitReport
+    error: TraceError
 
 
 class Settings(TypedDict, total=False):
@@ -223,6 +308,8 @@ METHODS: dict[str, dict[str, Any]] = {
                                "result": "AnnotationsParams"},
     REQ_SNAPSHOTS: {"kind": "request", "params": "EmptyParams", "result": "SnapshotsResult"},
     REQ_SERVER_INFO: {"kind": "request", "params": "EmptyParams", "result": "ServerInfo"},
+    CMD_FIT: {"kind": "command", "params": "FitParams", "result": "FitResult"},
+    REQ_FIT_SPACE: {"kind": "request", "params": "FitSpaceParams", "result": "FitSpaceResult"},
     NOTIFY_ANNOTATIONS: {"kind": "notification", "params": "AnnotationsParams"},
     NOTIFY_TRACE_STARTED: {"kind": "notification", "params": "TraceStartedParams"},
     NOTIFY_TRACE_FINISHED: {"kind": "notification", "params": "TraceResult"},
@@ -233,9 +320,10 @@ TYPES = (Position, Range, SnapshotInfo, Target, TraceParams, TraceError, TraceRe
          CancelTraceParams, CancelTraceResult, OpenReportParams, OpenReportResult,
          TargetsParams, TargetsResult, DocumentParams, EmptyParams, Annotation,
          AnnotationsParams, SnapshotsResult, RunningTrace, ServerInfo, TraceStartedParams,
-         Settings)
+         FitParams, FitSpaceParams, FitSpaceResult, FitAxis, FitRow, FitCounts, FitReport,
+         FitResult, Settings)
 ALIASES = {"TargetKind": TargetKind, "TraceStatus": TraceStatus,
-           "AnnotationKind": AnnotationKind}
+           "AnnotationKind": AnnotationKind, "FitVerdict": FitVerdict, "FitSort": FitSort}
 
 
 def _ts(tp: Any) -> str:

@@ -25,6 +25,7 @@ from .commands import LspTraceHooks, TraceCommands
 from .diagnostics import DiagnosticStore
 from .digest import normalize_path
 from .documents import DocState, now_utc
+from .fitting import FitCommands
 from .index import SnapshotEntry, SnapshotIndex
 from .settings import Settings, parse_settings
 from .targets import RecipeCache, TargetInfo, document_targets, scan_workspace
@@ -36,13 +37,14 @@ SCAN_MAX_AGE = 10.0
 
 
 class MemlensProtocol(LanguageServerProtocol):
-    """pygls' protocol, plus: `$/cancelRequest` also ends the trace the request started (pygls
-    only cancels the request's future; the worker must be stopped too)."""
+    """pygls' protocol, plus: `$/cancelRequest` also ends the trace (or search) the request
+    started (pygls only cancels the request's future; the worker must be stopped too)."""
 
     def _handle_cancel_notification(self, msg_id):
         super()._handle_cancel_notification(msg_id)
         if isinstance(self._server, MemlensServer):
             self._server.commands.on_cancel_request(msg_id)
+            self._server.fits.on_cancel_request(msg_id)
 
 
 def _plain_converter():
@@ -75,6 +77,7 @@ class MemlensServer(LanguageServer):
         self.runner = TraceRunner(hooks, lambda: self.settings)
         self.commands = TraceCommands(self.runner, self.index, lambda: self.settings, self.client,
                                       self.diagnostics, self.traced, self)
+        self.fits = FitCommands(self.client, lambda: self.settings, self.commands.request_from)
         self._tasks: set[asyncio.Task] = set()
         self._pending_publish: dict[str, asyncio.TimerHandle] = {}
         self._pending_targets: dict[str, asyncio.TimerHandle] = {}
@@ -332,5 +335,6 @@ class MemlensServer(LanguageServer):
     def server_info(self) -> P.ServerInfo:
         return payloads.server_info(
             os.getpid(), __version__, sys.executable, "torch" in sys.modules,
-            [(r.request.target.id, r.worker.pid) for r in self.runner.running.values()
+            [(r.request.target.id, r.worker.pid)
+             for r in [*self.runner.running.values(), *self.fits.running.values()]
              if r.worker is not None and r.worker.pid is not None])

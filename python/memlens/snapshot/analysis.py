@@ -51,7 +51,9 @@ class DeviceStats:
     steady_peaks: list[int] = field(default_factory=lambda: [0] * N_CAT)
     steady_peak_seq: list[int] = field(default_factory=lambda: [-1] * N_CAT)
     phases: list[PhaseStats] = field(default_factory=list)
-    timeline: list[list[int]] = field(default_factory=list)  # [seq, total, *per category]
+    # [seq, total, *per category] and, with an allocator model, [reserved, *per stream]
+    timeline: list[list[int]] = field(default_factory=list)
+    reserved_streams: list[int] = field(default_factory=list)  # stream ids, timeline order
     current_after: list[int] = field(default_factory=list)  # bytes on this device after each event
     # The caching allocator model (CUDA devices only): reserved memory at its peak, and the
     # model's allocated bytes and segments at that moment.
@@ -77,6 +79,10 @@ def replay(ledger: Ledger, device: str, phase_starts: list[tuple[str, int]], end
     changes = ledger.reserved.get(device, [])
     stats.has_allocator = device in ledger.allocators and ledger.allocators[device] is not None
     change_i, reserved = 0, 0
+    # Streams whose pools ever held a segment, each a timeline column after "reserved".
+    streams = sorted({s for change in changes for s in change[4]})
+    stats.reserved_streams = streams
+    reserved_row = [0] * (len(streams) + 1) if stats.has_allocator else []
     res_before, res_peak, res_peak_seq = 0, 0, -1
     cats_before, cats_at_peak = [0] * N_CAT, [0] * N_CAT
     stride = max(1, n_events // TIMELINE_POINTS)
@@ -115,8 +121,9 @@ def replay(ledger: Ledger, device: str, phase_starts: list[tuple[str, int]], end
                 cur -= rec.size
                 cat_cur[rec.category] -= rec.size
         while change_i < len(changes) and changes[change_i][0] <= seq:
-            _, reserved, allocated, segments = changes[change_i]
+            _, reserved, allocated, segments, by_stream = changes[change_i]
             change_i += 1
+            reserved_row = [reserved, *(by_stream.get(s, 0) for s in streams)]
             if reserved > stats.reserved_peak:
                 stats.reserved_peak, stats.reserved_peak_seq = reserved, seq
                 stats.allocated_at_reserved_peak = allocated
@@ -132,7 +139,7 @@ def replay(ledger: Ledger, device: str, phase_starts: list[tuple[str, int]], end
                 stats.steady_peaks[c], stats.steady_peak_seq[c] = cat_cur[c], seq
         # Timeline: in each bucket of `stride` events keep the point with the most bytes, so
         # the drawn curve never hides the peak.
-        point = [seq, cur, *cat_cur]
+        point = [seq, cur, *cat_cur, *reserved_row]
         if best is None or cur >= best[1]:
             best = point
         if seq % stride == stride - 1 or seq == n_events - 1:

@@ -29,6 +29,27 @@ def _cat_dict(values: list[int]) -> dict[str, int]:
     return {name: int(values[i]) for i, name in enumerate(C.NAMES)}
 
 
+def _subcategories(ledger, device: str, live) -> list[dict[str, Any]]:
+    """Each subcategory that held bytes on `device`: its bytes at the peak and its own peak
+    (one walk over the events of its records only)."""
+    records = ledger.records
+    used = sorted({r.sub for r in records if r.sub and r.device == device})
+    out = []
+    for sub in used:
+        current = peak = 0
+        for ev in ledger.events:
+            rec = records[ev if ev >= 0 else ~ev]
+            if rec.sub != sub or rec.device != device:
+                continue
+            current += rec.size if ev >= 0 else -rec.size
+            peak = max(peak, current)
+        out.append({"name": C.SUB_NAMES[sub], "label": C.SUB_LABELS[sub],
+                    "category": C.NAMES[C.SUB_PARENT[sub]],
+                    "at_peak_bytes": sum(records[r].size for r in live if records[r].sub == sub),
+                    "peak_bytes": peak})
+    return out
+
+
 class _Modules:
     """Fully qualified names for the traced modules. The first top-level module with parameters
     is the model: its names carry no prefix, and "" is the model itself. Other top-level modules
@@ -189,7 +210,11 @@ def build_snapshot(tracer, meta: dict[str, Any],
             "id": rid, "bytes": rec.size, "requested_bytes": rec.nbytes,
             "shape": list(rec.shape), "dtype": rec.dtype,
             "category": C.NAMES[rec.category], "module": module_ref(rec.module),
-            "phase": rec.phase, "op": ledger.ops[rec.op], "stack": rec.stack})
+            "phase": rec.phase, "op": ledger.ops[rec.op], "stack": rec.stack,
+            **({"subcategory": C.SUB_NAMES[rec.sub]} if rec.sub else {})})
+
+    subs = _subcategories(ledger, target, live)
+    sub_index = {C.SUB_NAMES.index(sub["name"]): i for i, sub in enumerate(subs)}
 
     # -- allocations (the full event stream, for allocator replay and memory_viz) ----------
     allocations = None
@@ -208,6 +233,8 @@ def build_snapshot(tracer, meta: dict[str, Any],
             "alloc_seq": [r.alloc_seq for r in records],
             "free_seq": [r.free_seq for r in records],
             "backward": [int(r.backward) for r in records],
+            # index into summary.subcategories, -1 for none (only when there are some)
+            **({"subcategory": [sub_index.get(r.sub, -1) for r in records]} if sub_index else {}),
             "stream_events": [_stream_event(e, dev_index) for e in ledger.stream_events],
             "stream_names": {str(k): v for k, v in sorted(ledger.stream_names.items())},
         }
@@ -267,6 +294,7 @@ def build_snapshot(tracer, meta: dict[str, Any],
             "category_peaks": _cat_dict(t.category_peaks),
             "final_bytes": t.final, "total_allocated_bytes": t.total_allocated,
             "allocation_count": t.allocations,
+            **({"subcategories": subs} if subs else {}),
             "devices": {d: {"peak_bytes": s.peak, "final_bytes": s.final, **per_device.get(d, {})}
                         for d, s in stats.items()},
             "placeholders": [_placeholder(stacks, p) for p in tracer.accountant.placeholders],
@@ -279,10 +307,27 @@ def build_snapshot(tracer, meta: dict[str, Any],
         "ops": list(ledger.ops),
         "frames": [{"file": f, "line": ln, "name": n} for f, ln, n in stacks.frames],
         "stacks": [list(s) for s in stacks.stacks],
-        "timeline": {"columns": ["seq", "total", *C.NAMES], "points": t.timeline,
-                     "events": len(ledger.events)},
+        "timeline": _timeline(t, ledger),
         "allocations": allocations,
     }
+
+
+def _timeline(t: DeviceStats, ledger: Ledger) -> dict[str, Any]:
+    """Live bytes over the trace; with an allocator model also its reserved bytes, in all and
+    per stream (`streams` names each stream's column), at the same points."""
+    columns = ["seq", "total", *C.NAMES]
+    out: dict[str, Any] = {"columns": columns, "points": t.timeline,
+                           "events": len(ledger.events)}
+    if t.has_allocator:
+        columns.append("reserved")
+        out["streams"] = []
+        for stream in t.reserved_streams:
+            name, place = ledger.stream_names.get(stream, (
+                "default stream" if stream == 0 else f"stream {stream}", None))
+            columns.append(f"reserved:{stream}")
+            out["streams"].append({"id": stream, "name": name, "place": place,
+                                   "column": f"reserved:{stream}"})
+    return out
 
 
 def _stream_event(event: tuple, dev_index: dict[str, int]) -> dict[str, Any]:

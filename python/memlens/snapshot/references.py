@@ -34,6 +34,10 @@ def _top(doc: dict[str, Any]) -> str | None:
     for i, row in enumerate(doc["timeline"]["points"]):
         if len(row) != columns:
             return f"timeline/points/{i}: {len(row)} values, expected {columns}"
+    names = set(doc["timeline"]["columns"])
+    for i, stream in enumerate(doc["timeline"].get("streams", ())):
+        if stream["column"] not in names:
+            return f"timeline/streams/{i}: column not in timeline/columns"
     oom = doc["summary"].get("oom")
     if oom and oom.get("stack", 0) >= len(doc["stacks"]):
         return "summary/oom/stack: index out of range"
@@ -56,7 +60,7 @@ def _allocations(doc: dict[str, Any]) -> str | None:
     if not alloc:
         return None
     n = len(alloc["bytes"])
-    for key in (*COLUMNS, "backward"):
+    for key in (*COLUMNS, "backward", "subcategory"):
         if key in alloc and len(alloc[key]) != n:
             return f"allocations/{key}: {len(alloc[key])} entries, expected {n}"
     n_modules, n_ops, n_stacks = len(doc["modules"]), len(doc["ops"]), len(doc["stacks"])

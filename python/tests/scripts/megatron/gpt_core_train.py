@@ -5,6 +5,7 @@
         [--attention-backend unfused] [--rope] [--cp 2]
         [--grad-accum-fusion] [--overlap-grad-reduce] [--overlap-param-gather]
         [--moe-router-load-balancing-type sinkhorn] [--moe-dispatcher allgather]
+        [--fp8-format hybrid --fp8-recipe delayed --fp8-amax-history-len 1024 --fp8-param]
 
 Written the way a megatron.core user writes it: nccl process group, parallel_state,
 GPTModel with the local (no Transformer Engine) layer spec, bf16 through Float16Module,
@@ -62,6 +63,12 @@ p.add_argument("--query-groups", type=int, default=None, help="grouped-query att
 p.add_argument("--attention-backend", choices=("flash", "fused", "unfused", "local", "auto"),
                default="auto")
 p.add_argument("--rope", action="store_true", help="rotary positions instead of learned ones")
+p.add_argument("--fp8-format", choices=("hybrid", "e4m3"), default=None)
+p.add_argument("--fp8-recipe", choices=("delayed", "tensorwise", "mxfp8", "blockwise"),
+               default="delayed")
+p.add_argument("--fp8-amax-history-len", type=int, default=1)
+p.add_argument("--fp8-param", action="store_true", help="FP8 parameters (Megatron-LM's "
+               "--fp8-param-gather), with the distributed optimizer")
 args = p.parse_args()
 
 local_rank = int(os.environ["LOCAL_RANK"])
@@ -98,6 +105,8 @@ config = TransformerConfig(
     recompute_granularity=None if args.recompute == "none" else args.recompute,
     recompute_method="uniform" if args.recompute == "full" else None,
     recompute_num_layers=1 if args.recompute == "full" else None,
+    fp8=args.fp8_format, fp8_recipe=args.fp8_recipe,
+    fp8_amax_history_len=args.fp8_amax_history_len, fp8_param=args.fp8_param,
     **moe)
 
 spec = get_gpt_layer_local_spec if args.spec == "local" else \
