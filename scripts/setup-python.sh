@@ -17,7 +17,10 @@ fi
 "$PYTHON" -c 'import sys; assert sys.version_info >= (3, 11), "memlens needs Python 3.11 or newer"'
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
-"$VENV/bin/python" -m pip install --quiet "$torch_req" -r <(grep -v '^torch==' "$req")
+# Another torch (TORCH=...) brings the Triton its wheel pins: the requirements' one is left out.
+skip='^torch=='
+[ -z "${TORCH:-}" ] || skip='^torch==\|^triton=='
+"$VENV/bin/python" -m pip install --quiet "$torch_req" -r <(grep -v "$skip" "$req")
 # setuptools' notes about editable installs are noise here; show them only if the install fails.
 "$VENV/bin/python" -m pip install --quiet --no-deps -e python 2>"$VENV/editable-install.log" \
   || { cat "$VENV/editable-install.log"; exit 1; }

@@ -9,9 +9,13 @@ to a memlens backend:
   for real on fake tensors; its kernels are no-ops (they only write into buffers the wrapper
   allocated: patches/torch_compile.py stubs their compilation), so every buffer of the compiled
   program is booked, in its order, and nothing else.
-- on a CUDA target (Inductor's GPU code needs Triton and a GPU), AOTAutograd with the same
-  decompositions, joint-graph passes and partitioner; the partitioned ATen graphs run op by op
-  (fx code frees each value after its last use). The saved set is modelled, fusion is not.
+- on a CUDA target, Inductor too, with its GPU code: Triton kernels fused by its scheduler and
+  the wrapper's `empty_strided_cuda` buffers, reused and freed as the wrapper says. Kernels are
+  never built (patches/torch_inductor_cuda.py: no GPU is needed, Triton only has to be
+  installed); extern kernels (mm, attention) run as fake ops.
+- on a CUDA target without Triton, AOTAutograd with the same decompositions, joint-graph passes
+  and partitioner; the partitioned ATen graphs run op by op (fx code frees each value after its
+  last use). The saved set is modelled, fusion is not, and a note says so.
 
 Compilation itself runs outside the tracer's dispatch modes (the accountant asks Dynamo to
 ignore compile internals; AOTAutograd's lazy backward compile is wrapped here), and the
@@ -88,8 +92,12 @@ def _control_flow() -> tuple[type, ...]:
 class CompiledPrograms:
     """The backends of one trace and the regions they compiled (snapshot meta.compiled_regions)."""
 
-    def __init__(self, device_type: str, add_note):
+    def __init__(self, device_type: str, add_note, gpu_missing: str = ""):
+        """`gpu_missing`: on a CUDA target, why Inductor's GPU code cannot be made ("" if it
+        can)."""
         self.device_type = device_type
+        self.gpu_missing = gpu_missing
+        self.gpu_inductor = device_type == "cuda" and not gpu_missing
         self.add_note = add_note
         self.regions: list[Region] = []
         self._compiling: list[Region] = []  # the region whose graph is being partitioned
@@ -128,7 +136,7 @@ class CompiledPrograms:
             saved = region.saved_bytes, region.eager_saved_bytes
             try:
                 with _disable_current_modes():
-                    if self.device_type == "cpu":
+                    if self.device_type == "cpu" or self.gpu_inductor:
                         return self._inductor(gm, example_inputs)
                     if region.how != "partitioner":
                         region.how = "partitioner"
@@ -136,7 +144,7 @@ class CompiledPrograms:
                             f"{region.place}: {region.call}: compiled for a {self.device_type} "
                             "target by AOTAutograd with Inductor's partitioner: what is saved "
                             "for backward is modelled, Inductor's fusion and buffer reuse are "
-                            "not (each ATen op's result is booked)")
+                            f"not (each ATen op's result is booked), as {self.gpu_missing}")
                     return self._partitioned(gm, example_inputs)
             except Exception as e:  # a part no model covers: this graph runs eagerly
                 if isinstance(e, _control_flow()):  # Dynamo restarts its analysis: no failure

@@ -77,7 +77,11 @@ class StackTable:
         frame_ids, is_user = self._frame_ids, self._is_user
         while f is not None and len(ids) < _MAX_DEPTH:
             code = f.f_code
-            user = is_user.get(code)
+            try:
+                user = is_user.get(code)
+            except TypeError:  # code Dynamo generated, with a dict among its constants: not user
+                f = f.f_back
+                continue
             if user is None:
                 user = self.is_user_code(code)
             if user:

@@ -27,8 +27,8 @@ from ..errors import StopTracing
 from .ledger import Ledger
 from .modules import ModuleTracker
 from ..patches import Patcher
-from ..patches import (torch_checkpoint, torch_compile, torch_core, torch_data, torch_loops,
-                       torch_values)
+from ..patches import (torch_checkpoint, torch_compile, torch_core, torch_data,
+                       torch_inductor_cuda, torch_loops, torch_values)
 from .healthy_values import mark_finite_check
 from .phases import PhaseTracker
 from ..plugins import PluginHost
@@ -84,7 +84,10 @@ class Tracer:
         self.interrupted = False  # Ctrl-C ended the trace (see interrupt.py)
         self.notes: list[str] = []  # what plugins changed about the run (snapshot meta.notes)
         self.plugins = PluginHost(self)
-        self.compiled = CompiledPrograms(device.type, self.add_note)  # torch.compile regions
+        # torch.compile regions; on a CUDA target Inductor's GPU code needs Triton installed
+        self.compiled = CompiledPrograms(device.type, self.add_note,
+                                         torch_inductor_cuda.triton_missing()
+                                         if device.type == "cuda" else "")
 
     # -- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> "Tracer":
@@ -131,6 +134,9 @@ class Tracer:
 
                 torch_cuda_semantics.apply(self._patcher, self)
                 torch_cuda_device.apply(self._patcher)
+                if self.compiled.gpu_inductor:
+                    torch_inductor_cuda.apply(self._patcher, self.accountant.made_fake,
+                                              (self.device.major, self.device.minor))
                 # Before FakeTensorMode: entering it asks torch.cuda.is_available().
                 self._cuda = simulate_cuda(self.device, LedgerMemory(self.ledger),
                                            device_count=self.device_count, device=self.device_index)

@@ -94,6 +94,7 @@ TESTED_VERSIONS: dict[str, tuple[str, str, str]] = {
     "torch_loops": ("torch", "2.9.0", "2.16.0"),
     "torch_compile": ("torch", "2.9.0", "2.16.0"),
     "torch_checkpoint": ("torch", "2.13.0", "2.16.0"),
+    "torch_inductor_cuda": ("torch", "2.13.0", "2.14.0"),
     "torch_distributed": ("torch", "2.9.0", "2.16.0"),
     "torch_cuda_device": ("torch", "2.13.0", "2.16.0"),
     "torch_cuda_semantics": ("torch", "2.13.0", "2.15.0"),

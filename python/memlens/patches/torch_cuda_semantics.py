@@ -66,7 +66,10 @@ def apply(patcher: Patcher, tracer) -> None:
         return sdpa.run(backend, query, key, value, attn_mask, dropout_p, is_causal, scale,
                         enable_gqa, math)
 
-    patcher.setattr(F, "scaled_dot_product_attention", scaled_dot_product_attention)
+    # Dynamo cannot trace the choice (it reads torch._C's SDPA flags): in a compiled region the
+    # call is opaque to Dynamo and AOTAutograd traces it, so the graph holds the chosen kernel.
+    patcher.setattr(F, "scaled_dot_product_attention",
+                    torch._dynamo.nonstrict_trace(scaled_dot_product_attention))
     if torch.version.cuda is None:
         patcher.setattr(torch.version, "cuda", CUDA_VERSION)
         patcher.setattr(torch.backends.cuda, "is_built", lambda: True)
