@@ -46,7 +46,7 @@ def triton_missing() -> str:
     try:
         import triton  # noqa: F401
     except ImportError as e:
-        return f"Triton is not installed ({e}); install triton==3.9.0"
+        return f"Triton is not installed ({e}); install triton==3.8.0"
     return ""
 
 
@@ -66,7 +66,7 @@ def apply(patcher: Patcher, made_fake, capability: tuple[int, int]) -> None:
     from triton.backends.compiler import GPUTarget
     from triton.compiler.compiler import make_backend
 
-    check_version("triton", triton.__version__, ("3.9.0", "3.10.0"))
+    check_version("triton", triton.__version__, ("3.8.0", "3.10.0"))
     for name in _DELEGATED:
         patcher.setattr(CudaInterface, name, _delegate(name))
     patcher.setattr(CudaInterface, "exchange_device", _delegate("_exchange_device"))
