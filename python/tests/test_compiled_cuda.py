@@ -167,3 +167,17 @@ def test_a_compiled_function_warmed_up_before_the_model_is_not_taken_for_it(meml
     states = data["categories_at_peak"]
     assert states["parameter"] == states["gradient"] == 4 * params == 33_574_912
     assert states["optimizer_state"] == 8 * params
+
+
+def test_sdpa_with_none_arguments_compiles_fullgraph(memlens):
+    """`scale=None` passed through to SDPA in a fullgraph region (Dynamo refused None as an
+    argument of memlens' opaque SDPA: torchtitan's compiled blocks stopped there). cuDNN's
+    backward keeps q, k, v (views of the qkv output, 2 x 128 x 768 bf16 = 384 KiB), the output
+    (2 x 128 x 256 bf16 = 128 KiB), its statistics (2 x 4 heads x 128 fp32 = 4 KiB) and the
+    dropout RNG's philox seed and offset (two int64 scalars)."""
+    out = memlens("run", "--json", "--no-snapshot", "--device", "h100-80gb", "--",
+                  str(TESTS / "scripts" / "compiled_sdpa_kwargs.py"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    region, = json.loads(out.stdout)["compiled_regions"]
+    assert (region["compiled_as"], region["graphs"], region["graph_breaks"]) == ("inductor", 1, 0)
+    assert region["saved_bytes"] == 2 * 128 * 768 * 2 + 2 * 128 * 256 * 2 + 2 * 4 * 128 * 4 + 16

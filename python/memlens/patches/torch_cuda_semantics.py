@@ -68,8 +68,19 @@ def apply(patcher: Patcher, tracer) -> None:
 
     # Dynamo cannot trace the choice (it reads torch._C's SDPA flags): in a compiled region the
     # call is opaque to Dynamo and AOTAutograd traces it, so the graph holds the chosen kernel.
-    patcher.setattr(F, "scaled_dot_product_attention",
-                    torch._dynamo.nonstrict_trace(scaled_dot_product_attention))
+    opaque = torch._dynamo.nonstrict_trace(scaled_dot_product_attention)
+
+    @functools.wraps(math)
+    def dispatch(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                 enable_gqa=False):
+        # A nonstrict_trace'd function takes no None (`scale=None`, as torchtitan passes it):
+        # what is None is left to the defaults.
+        given = {name: v for name, v in (("attn_mask", attn_mask), ("scale", scale))
+                 if v is not None}
+        return opaque(query, key, value, dropout_p=dropout_p, is_causal=is_causal,
+                      enable_gqa=enable_gqa, **given)
+
+    patcher.setattr(F, "scaled_dot_product_attention", dispatch)
     if torch.version.cuda is None:
         patcher.setattr(torch.version, "cuda", CUDA_VERSION)
         patcher.setattr(torch.backends.cuda, "is_built", lambda: True)
