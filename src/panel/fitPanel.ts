@@ -5,7 +5,7 @@
 import * as vscode from 'vscode';
 import { isWebviewMessage } from '../../common/messages';
 import type { FitReport } from '../protocol';
-import { makeNonce, panelHtml } from './html';
+import { loadPanelPage } from './page';
 
 export const FIT_VIEW_TYPE = 'memlens.fitPanel';
 
@@ -40,13 +40,7 @@ export class FitPanel implements vscode.Disposable {
   ) {
     FitPanel.open.set(targetId, this);
     const webview = panel.webview;
-    webview.html = panelHtml({
-      scriptUri: webview.asWebviewUri(vscode.Uri.joinPath(dist, 'webview.js')).toString(),
-      styleUri: webview.asWebviewUri(vscode.Uri.joinPath(dist, 'webview.css')).toString(),
-      cspSource: webview.cspSource,
-      nonce: makeNonce(),
-      title: title(report),
-    });
+    loadPanelPage(webview, dist, title(report));
     this.disposables.push(
       webview.onDidReceiveMessage((m: unknown) => void this.receive(m)),
       panel.onDidDispose(() => this.dispose()),

@@ -5,7 +5,7 @@
 import * as path from 'node:path';
 import * as vscode from 'vscode';
 import { isWebviewMessage, type HostMessage, type SavedWebviewState, type WebviewMessage } from '../../common/messages';
-import { makeNonce, panelHtml } from './html';
+import { loadPanelPage } from './page';
 import { fileTitle, panelTitle } from './title';
 import { oneLine } from '../../common/oneLine';
 import { sourceCandidates } from '../sourcePath';
@@ -53,13 +53,7 @@ export class MemoryPanel implements vscode.Disposable {
     MemoryPanel.open.set(snapshot.toString(), this);
     const dist = vscode.Uri.joinPath(context.extensionUri, 'dist');
     const webview = panel.webview;
-    webview.html = panelHtml({
-      scriptUri: webview.asWebviewUri(vscode.Uri.joinPath(dist, 'webview.js')).toString(),
-      styleUri: webview.asWebviewUri(vscode.Uri.joinPath(dist, 'webview.css')).toString(),
-      cspSource: webview.cspSource,
-      nonce: makeNonce(),
-      title: fileTitle(snapshot.fsPath),
-    });
+    loadPanelPage(webview, dist, fileTitle(snapshot.fsPath));
     this.disposables.push(
       webview.onDidReceiveMessage((m: unknown) => void this.receive(m)),
       panel.onDidDispose(() => this.dispose()),

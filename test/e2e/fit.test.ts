@@ -3,25 +3,20 @@
 // the palette, Enter to search the table's space, the progress notification, then the What fits
 // panel: micro-batch 4 fits, 8 does not, with the server's bytes formatted.
 import { strict as assert } from 'node:assert';
-import { copyFileSync, existsSync, writeFileSync } from 'node:fs';
+import { copyFileSync, writeFileSync } from 'node:fs';
 import * as path from 'node:path';
 import { after, before, test } from 'node:test';
-import { repoRoot } from './paths';
+import { extensionPython, repoRoot } from './paths';
 import { Session } from './session';
 import { timeouts } from './timeouts';
 
 const EXTENSION = 'memlens.torch-memory-lens';
 let session: Session;
 
-function python(): string {
-  const venv = path.join(repoRoot, '.venv/bin/python');
-  return process.env.MEMLENS_PYTHON ?? (existsSync(venv) ? venv : 'python3');
-}
-
 before(async () => {
   session = await Session.start({
     name: 'fit',
-    settings: { 'memlens.python': python(), 'memlens.device': 'h100-94gb' },
+    settings: { 'memlens.python': extensionPython(), 'memlens.device': 'h100-94gb' },
     prepare: (ws) => {
       copyFileSync(path.join(repoRoot, 'python/tests/scripts/fit_gpt.py'), path.join(ws, 'fit_gpt.py'));
       writeFileSync(

@@ -2,30 +2,25 @@
 // for its snapshot, switch tabs, click a stack frame and check the editor jumps to that line.
 import { strict as assert } from 'node:assert';
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync } from 'node:fs';
+import { copyFileSync, mkdirSync } from 'node:fs';
 import * as path from 'node:path';
 import { after, before, test } from 'node:test';
 import type { Frame } from 'playwright-core';
-import { repoRoot } from './paths';
+import { extensionPython, repoRoot } from './paths';
 import { Session } from './session';
 import { timeouts } from './timeouts';
 
 const EXTENSION = 'memlens.torch-memory-lens';
 let session: Session;
 
-function python(): string {
-  const venv = path.join(repoRoot, '.venv/bin/python');
-  return process.env.MEMLENS_PYTHON ?? (existsSync(venv) ? venv : 'python3');
-}
-
 before(async () => {
-  session = await Session.start({ name: 'panel', settings: { 'memlens.python': python(), 'memlens.device': 'cpu' } });
+  session = await Session.start({ name: 'panel', settings: { 'memlens.python': extensionPython(), 'memlens.device': 'cpu' } });
   // The traced example lives in the workspace, so the snapshot's frames point at its files.
   const gpt = path.join(session.workspace, 'gpt');
   mkdirSync(gpt, { recursive: true });
   for (const f of ['model.py', 'train.py']) copyFileSync(path.join(repoRoot, 'examples/gpt', f), path.join(gpt, f));
   execFileSync(
-    python(),
+    extensionPython(),
     ['-m', 'memlens', 'run', '--device', 'cpu', '--progress', 'none', '--snapshot', '.memlens/gpt/run.json', '--', 'gpt/train.py', '--batch-size', '2', '--n-layer', '2', '--block-size', '128'],
     { cwd: session.workspace, env: { ...process.env, PYTHONPATH: path.join(repoRoot, 'python') }, stdio: 'ignore' },
   );

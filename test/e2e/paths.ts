@@ -34,3 +34,10 @@ export function repoPython(): string {
   }
   return python;
 }
+
+/** The interpreter the tests set `memlens.python` to: MEMLENS_PYTHON, else the repository's
+ * venv, else python3 on PATH. */
+export function extensionPython(): string {
+  const venv = path.join(repoRoot, '.venv/bin/python');
+  return process.env.MEMLENS_PYTHON ?? (existsSync(venv) ? venv : 'python3');
+}
