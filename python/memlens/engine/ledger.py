@@ -60,7 +60,8 @@ class Ledger:
         # release before an OOM), in all and per stream.
         self.reserved: dict[str, list[tuple[int, int, int, int, dict[int, int]]]] = {}
         # stream id -> (name, "file:line" or None): where the script or a library made it
-        # (cuda/streams.py names it after what it was assigned to).
+        # (cuda/streams.py names it after what it was assigned to; kernels/nccl_work.py names
+        # ProcessGroupNCCL's streams after their group).
         self.stream_names: dict[int, tuple[str, str | None]] = {}
         self._refused: set[int] = set()
         self.records: list[Record] = []
@@ -83,7 +84,6 @@ class Ledger:
         # event `seq`: (seq, device, "record_stream", rid, stream) and
         # (seq, device, "wait", waiter, stream, marker).
         self.stream_events: list[tuple] = []
-        self.stream_names: dict[int, str] = {}  # stream id -> what runs on it (NCCL's streams)
 
     # -- interning -------------------------------------------------------------------------
     def op_id(self, name: str) -> int:

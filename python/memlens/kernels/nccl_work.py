@@ -94,7 +94,7 @@ class NcclWorks:
         if sid is None:
             sid = self._streams[key] = STREAMS.devices().new_stream()
             name = f"nccl:{_group_name(group)}" + (f" p2p {pair}" if pair else "")
-            self.ledger.stream_names[sid] = name
+            self.ledger.stream_named(sid, name, None)
         return sid
 
     # -- ops -------------------------------------------------------------------------------

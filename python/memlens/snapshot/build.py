@@ -236,7 +236,7 @@ def build_snapshot(tracer, meta: dict[str, Any],
             # index into summary.subcategories, -1 for none (only when there are some)
             **({"subcategory": [sub_index.get(r.sub, -1) for r in records]} if sub_index else {}),
             "stream_events": [_stream_event(e, dev_index) for e in ledger.stream_events],
-            "stream_names": {str(k): v for k, v in sorted(ledger.stream_names.items())},
+            "stream_names": {str(k): name for k, (name, _) in sorted(ledger.stream_names.items())},
         }
 
     phases_out = []
