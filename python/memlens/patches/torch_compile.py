@@ -6,7 +6,9 @@ What the compiled program needs to run on fake tensors, patched for the trace on
 - the wrapper's buffers (`empty_strided_cpu`) are fake tensors the accountant books, and its
   views (`reinterpret_tensor`) go through the dispatcher;
 - no compile caches: a cached artifact would carry real kernels;
-- the min-cut partitioner is observed, so the report can say what it saved.
+- the min-cut partitioner is observed, so the report can say what it saved;
+- AOTAutograd's tracer (make_fx) computes no constant onto the device (there is none), as
+  FakeTensorMode does not when it avoids device init.
 
 A compiled module is returned as is, with its call compiled (as `Module.compile()` does): its
 names stay those of the model, without `_orig_mod.`. A backend other than Inductor is not
@@ -50,6 +52,49 @@ def _dynamo_kwargs(kwargs: dict) -> dict:
     return {k: kwargs[k] for k in ("fullgraph", "dynamic") if k in kwargs}
 
 
+def _moves_to_device(func, args, kwargs) -> bool:
+    """`_to_copy(device=cuda)` or `prims.device_put(t, cuda)`: FakeTensorMode's test of an op
+    that would initialise the device (fake_tensor.py, `avoiding_device_init`), less moves to the
+    host."""
+    if func is torch.ops.aten._to_copy.default:
+        device = kwargs.get("device")
+    elif func is torch.ops.prims.device_put.default:
+        device = args[1] if len(args) > 1 else kwargs.get("device")
+    else:
+        return False
+    return device is not None and torch.device(device).type != "cpu"
+
+
+def _no_constant_on_device(patcher: Patcher) -> None:
+    """make_fx propagates small constants (a `torch.tensor([])` in the graph, up to one element)
+    by computing them for real, to answer a later `.item()`. Moved onto the device, that makes a
+    real CUDA tensor, and the simulated GPU holds only fake ones (Hugging Face's DynamicLayer
+    starts its cache as `torch.tensor([], device=cuda)`). FakeTensorMode skips this propagation
+    when no device is available; make_fx is made to skip it too, for that op only: its result
+    is traced, not a constant."""
+    import torch.fx.experimental.proxy_tensor as proxy_tensor
+
+    proxy_call = proxy_tensor.proxy_call
+    fetch = proxy_tensor._fetch_proxies_and_all_constant_flag
+    moving: list[bool] = [False]  # the op of the innermost proxy_call moves onto the device
+
+    @functools.wraps(proxy_call)
+    def traced_call(proxy_mode, func, pre_dispatch, args, kwargs):
+        moving.append(_moves_to_device(func, args, kwargs))
+        try:
+            return proxy_call(proxy_mode, func, pre_dispatch, args, kwargs)
+        finally:
+            moving.pop()
+
+    @functools.wraps(fetch)
+    def fetch_proxies(flat_args_kwargs, tracer):
+        proxies, flat_proxies, all_constant = fetch(flat_args_kwargs, tracer)
+        return proxies, flat_proxies, all_constant and not moving[-1]
+
+    patcher.setattr(proxy_tensor, "proxy_call", traced_call)
+    patcher.setattr(proxy_tensor, "_fetch_proxies_and_all_constant_flag", fetch_proxies)
+
+
 def apply(patcher: Patcher, programs, add_note, made_fake, module_called, traced) -> None:
     """`programs`: engine.compiled.CompiledPrograms. `made_fake`: a context in which the
     accountant makes every new tensor fake. `module_called(module, call)`: runs `call()` as a
@@ -88,6 +133,7 @@ def apply(patcher: Patcher, programs, add_note, made_fake, module_called, traced
         return fw, bw
 
     patcher.setattr(compile_fx, "min_cut_rematerialization_partition", observed_min_cut)
+    _no_constant_on_device(patcher)
 
     # Dynamo runs an optimizer's `_init_group` for real while it compiles a step (to avoid
     # tracing it): the state it makes (Adam's moments) is the script's, made in the trace.
