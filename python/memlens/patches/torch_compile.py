@@ -8,7 +8,12 @@ What the compiled program needs to run on fake tensors, patched for the trace on
 - no compile caches: a cached artifact would carry real kernels;
 - the min-cut partitioner is observed, so the report can say what it saved;
 - AOTAutograd's tracer (make_fx) computes no constant onto the device (there is none), as
-  FakeTensorMode does not when it avoids device init.
+  FakeTensorMode does not when it avoids device init;
+- a random op recomputed in backward (a checkpointed region's attention) replays the RNG state
+  the forward saved (a host tensor), not CUDA graph-safe generators: those are CUDA
+  `torch.Generator`s, which a CPU build cannot make; no device memory differs. The compiled
+  program's calls of those RNG operators (`run_and_save_rng_state`, `run_with_rng_state`) run
+  their ops inside the accountant.
 
 A compiled module is returned as is, with its call compiled (as `Module.compile()` does): its
 names stay those of the model, without `_orig_mod.`. A backend other than Inductor is not
@@ -95,11 +100,39 @@ def _no_constant_on_device(patcher: Patcher) -> None:
     patcher.setattr(proxy_tensor, "_fetch_proxies_and_all_constant_flag", fetch_proxies)
 
 
-def apply(patcher: Patcher, programs, add_note, made_fake, module_called, traced) -> None:
+def _rng_operators_in(patcher: Patcher, accountant: type) -> None:
+    """The higher-order operators that save and replay the RNG state around a random op are
+    called by the compiled program (Inductor's fallback kernels) with the accountant's mode
+    active: each runs torch's own per-device implementation (`BackendSelect`: the RNG state
+    get and set, the op) inside the accountant, which books the op's outputs."""
+    from torch._C import DispatchKey
+    from torch._prims import rng_prims
+
+    for hop in (rng_prims.run_and_save_rng_state, rng_prims.run_with_rng_state):
+        if accountant in hop.python_key_table:
+            continue
+        by_device = hop.py_kernels[DispatchKey.BackendSelect]
+
+        def in_accountant(mode, *args, by_device=by_device, **kwargs):
+            with mode:
+                return by_device(*args, **kwargs)
+
+        hop.py_impl(accountant)(in_accountant)
+
+        def undo(hop=hop) -> None:
+            hop.python_key_table.pop(accountant, None)
+            hop._dispatch_cache.clear()
+
+        patcher.defer(undo)
+
+
+def apply(patcher: Patcher, programs, add_note, made_fake, module_called, traced,
+          accountant: type) -> None:
     """`programs`: engine.compiled.CompiledPrograms. `made_fake`: a context in which the
     accountant makes every new tensor fake. `module_called(module, call)`: runs `call()` as a
     call of `module` for the tracker of modules (a compiled call runs no hooks of its own).
-    `traced`: a context that puts the tracer's modes back while Dynamo compiles."""
+    `traced`: a context that puts the tracer's modes back while Dynamo compiles. `accountant`:
+    the type of the accountant's dispatch mode."""
     check_tested("torch_compile", torch.__version__)
     import torch._functorch.config as functorch_config
     import torch._inductor.compile_fx as compile_fx
@@ -110,6 +143,7 @@ def apply(patcher: Patcher, programs, add_note, made_fake, module_called, traced
     patcher.setattr(inductor_config, "fx_graph_cache", False)
     patcher.setattr(inductor_config, "fx_graph_remote_cache", False)
     patcher.setattr(functorch_config, "enable_autograd_cache", False)
+    patcher.setattr(functorch_config, "graphsafe_rng_functionalization", False)
     patcher.setattr(AsyncCompile, "cpp_pybinding", lambda self, argtypes, source: _no_kernel)
     patcher.setattr(AsyncCompile, "cpp", lambda self, source: _no_kernel)
 
@@ -134,6 +168,7 @@ def apply(patcher: Patcher, programs, add_note, made_fake, module_called, traced
 
     patcher.setattr(compile_fx, "min_cut_rematerialization_partition", observed_min_cut)
     _no_constant_on_device(patcher)
+    _rng_operators_in(patcher, accountant)
 
     # Dynamo runs an optimizer's `_init_group` for real while it compiles a step (to avoid
     # tracing it): the state it makes (Adam's moments) is the script's, made in the trace.
