@@ -72,6 +72,18 @@ export function cudaStreamsSnapshot(): string {
   return file;
 }
 
+/** A simulated-GPU trace of python/tests/scripts/compiled_sdpa_kwargs.py: one attention block
+ * compiled with fullgraph=True, run as Inductor's program (see test_compiled_cuda.py). */
+export function compiledSnapshot(): string {
+  const script = 'python/tests/scripts/compiled_sdpa_kwargs.py';
+  const file = path.join(cache, `compiled-${engineHash(script)}.json`);
+  if (!existsSync(file)) {
+    mkdirSync(cache, { recursive: true });
+    memlens(['run', '--device', 'h100-80gb', '--progress', 'none', '--snapshot', file, '--', script]);
+  }
+  return file;
+}
+
 /** What the language server answers memlens.fit with (its FitReport), for a real search of
  * python/tests/scripts/fit_gpt.py on 2 GPUs with full recompute, micro-batch 2, 4 and 8, on an
  * h100-94gb: 4 is traced and fits (so 2 fits without a trace), 8 is traced and does not. The

@@ -120,7 +120,7 @@ export function renderHeader(root: HTMLElement, ctx: Context): void {
     filters.appendChild(chip);
   }
 
-  replace(root, title, peakRow, el('div', { class: 'facts muted' }, facts.join(' · ')), legend, ...notes, nextToAllocator(s.summary), filters);
+  replace(root, title, peakRow, el('div', { class: 'facts muted' }, facts.join(' · ')), legend, ...notes, nextToAllocator(s.summary), compiledRegions(meta), filters);
 }
 
 /** "Next to the allocator's memory": the snapshot's line items as the terminal report lists
@@ -155,3 +155,24 @@ function iterationsFact(meta: Meta): string {
   const text = `${traced} iteration${traced === 1 ? '' : 's'}`;
   return why.length ? `${text} (${why.join('; ')})` : text;
 }
+
+/** "Compiled regions": each torch.compile call whose code ran, as the trace ran it (Inductor's
+ * program, the partitioner's graphs, or eagerly and why), its graphs and breaks, and what it
+ * saves for backward against what eager autograd would save (meta.compiled_regions). */
+function compiledRegions(meta: Meta): HTMLElement | null {
+  const regions = meta.compiled_regions ?? [];
+  if (!regions.length) return null;
+  const rows = regions.map((r) =>
+    el(
+      'div',
+      { class: 'compiled-region', title: r.place, 'data-compiled-as': r.compiled_as, 'data-saved': r.saved_bytes, 'data-eager-saved': r.eager_saved_bytes },
+      el('span', null, r.call),
+      el('span', { class: 'muted' }, `as ${r.compiled_as}`),
+      el('span', { class: 'muted' }, `${r.graphs} graph${r.graphs === 1 ? '' : 's'}, ${r.graph_breaks} break${r.graph_breaks === 1 ? '' : 's'}`),
+      el('span', { class: 'num' }, `saved ${formatBytes(r.saved_bytes)} (eager ${formatBytes(r.eager_saved_bytes)})`),
+      r.eager_because ? el('span', { class: 'muted' }, `eager because ${r.eager_because}`) : null,
+    ),
+  );
+  return el('div', { class: 'compiled', id: 'compiled-regions' }, el('div', { class: 'label' }, 'Compiled regions'), ...rows);
+}
+
