@@ -181,3 +181,69 @@ def test_sdpa_with_none_arguments_compiles_fullgraph(memlens):
     region, = json.loads(out.stdout)["compiled_regions"]
     assert (region["compiled_as"], region["graphs"], region["graph_breaks"]) == ("inductor", 1, 0)
     assert region["saved_bytes"] == 2 * 128 * 768 * 2 + 2 * 128 * 256 * 2 + 2 * 4 * 128 * 4 + 16
+
+
+def test_a_compiled_hugging_face_llama_is_inductors_program(memlens):
+    """A whole `LlamaForCausalLM` compiled: its DynamicCache starts as `torch.tensor([],
+    device="cuda")`, a constant AOTAutograd's tracer used to compute for real on the device (and
+    the graph then ran eagerly). Its parameters: embeddings and lm_head 2 x 1024 x 256, per
+    layer q and o 2 x 256 x 256, k and v 2 x 256 x 128 (2 KV heads of 64), the MLP 3 x 256 x 688
+    and two norms of 256, the final norm 256: 1,975,552 bf16 values, 2 B each. Inductor saves
+    less for backward than eager autograd would and its peak is below the eager trace's."""
+    script = str(TESTS / "scripts" / "hf" / "compiled_llama.py")
+
+    def run(*args: str) -> dict:
+        out = memlens("run", "--json", "--no-snapshot", "--device", "h100-80gb", "--", script,
+                      *args)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout)
+
+    data, eager = run(), run("--eager")
+    region, = data["compiled_regions"]
+    assert (region["compiled_as"], region["graphs"], region["graph_breaks"]) == ("inductor", 1, 0)
+    assert not [n for n in data["notes"] if "traced eagerly" in n]
+    assert 0 < region["saved_bytes"] < region["eager_saved_bytes"]
+    params = 2 * 1024 * 256 + 2 * (2 * 256 * 256 + 2 * 256 * 128 + 3 * 256 * 688 + 2 * 256) + 256
+    assert data["categories_at_peak"]["parameter"] == \
+        eager["categories_at_peak"]["parameter"] == 2 * params == 3_951_104
+    assert fwbw_peak(data) < fwbw_peak(eager)
+
+
+def test_a_selectively_checkpointed_block_compiled_per_block_is_inductors_program(memlens):
+    """Each block in `checkpoint_wrapper` with a policy that saves matmul outputs and recomputes
+    the rest, compiled per block with fullgraph=True (torchtitan's order). Attention is recomputed
+    in backward and is random (dropout's RNG): its RNG state is saved and replayed (the CUDA
+    graph-safe generators memlens cannot make used to send the graph to eager). Saved per block
+    (2 x 128 tokens, bf16): the matmul outputs backward needs, qkv (768 wide, 384 KiB), proj (256
+    wide, 128 KiB; x + proj is recomputed for fc1's backward) and fc1 (1024 wide, 512 KiB), not
+    fc2's (the residual add needs none); and the 16 B CUDA RNG state (seed and offset, host)."""
+    out = memlens("run", "--json", "--no-snapshot", "--device", "h100-80gb", "--",
+                  str(TESTS / "scripts" / "compiled_sac_block.py"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    data = json.loads(out.stdout)
+    region, = data["compiled_regions"]
+    assert (region["compiled_as"], region["graphs"], region["graph_breaks"]) == ("inductor", 2, 0)
+    tokens = 2 * 128
+    per_block = tokens * (768 + 256 + 1024) * 2 + 16
+    assert region["saved_bytes"] == 2 * per_block == 2_097_184
+    assert not [n for n in data["notes"] if "traced eagerly" in n]
+
+
+def test_fsdp2_blocks_compiled_per_block_are_inductors_programs(memlens):
+    """FSDP2 on 2 simulated ranks, each residual MLP block compiled (fullgraph=True) before
+    `fully_shard`, as torchtitan orders them: every block's graph is Inductor's. Saved per block
+    (Inductor's partitioner, as run on the same block in this file's helper: 8 x 64 = 512 tokens,
+    fp32): fc1's output and GELU's output, 512 x 1024 x 4 B = 2 MiB each (the block's input
+    is not counted: it is the region's). Rank 0 holds half of the 4 x 2 x 256 x 1024 fp32
+    weights: 4 MiB, and AdamW's two moments of them: 8 MiB."""
+    out = memlens("run", "--json", "--no-snapshot", "--device", "h100-80gb", "--world-size", "2",
+                  "--", str(TESTS / "scripts" / "distributed" / "fsdp2_compiled.py"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    data = json.loads(out.stdout)
+    region, = data["compiled_regions"]
+    assert (region["compiled_as"], region["graphs"], region["graph_breaks"]) == ("inductor", 4, 0)
+    assert region["saved_bytes"] == 4 * 2 * 512 * 1024 * 4 == 16_777_216
+    assert not [n for n in data["notes"] if "traced eagerly" in n]
+    weights = 4 * 2 * 256 * 1024 * 4
+    states = data["categories_at_peak"]
+    assert (states["parameter"], states["optimizer_state"]) == (weights // 2, weights)

@@ -107,7 +107,7 @@ class Tracer:
                               self.phases.on_backward_end)
             torch_compile.apply(self._patcher, self.compiled, self.add_note,
                                 self.accountant.made_fake, self._compiled_module_call,
-                                self._modes_entered)
+                                self._modes_entered, type(self.accountant))
             torch_checkpoint.apply(self._patcher, self.classifier.mark_saved)
             if self.rank is not None:
                 from ..patches import torch_distributed

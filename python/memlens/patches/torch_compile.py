@@ -6,7 +6,14 @@ What the compiled program needs to run on fake tensors, patched for the trace on
 - the wrapper's buffers (`empty_strided_cpu`) are fake tensors the accountant books, and its
   views (`reinterpret_tensor`) go through the dispatcher;
 - no compile caches: a cached artifact would carry real kernels;
-- the min-cut partitioner is observed, so the report can say what it saved.
+- the min-cut partitioner is observed, so the report can say what it saved;
+- AOTAutograd's tracer (make_fx) computes no constant onto the device (there is none), as
+  FakeTensorMode does not when it avoids device init;
+- a random op recomputed in backward (a checkpointed region's attention) replays the RNG state
+  the forward saved (a host tensor), not CUDA graph-safe generators: those are CUDA
+  `torch.Generator`s, which a CPU build cannot make; no device memory differs. The compiled
+  program's calls of those RNG operators (`run_and_save_rng_state`, `run_with_rng_state`) run
+  their ops inside the accountant.
 
 A compiled module is returned as is, with its call compiled (as `Module.compile()` does): its
 names stay those of the model, without `_orig_mod.`. A backend other than Inductor is not
@@ -50,11 +57,82 @@ def _dynamo_kwargs(kwargs: dict) -> dict:
     return {k: kwargs[k] for k in ("fullgraph", "dynamic") if k in kwargs}
 
 
-def apply(patcher: Patcher, programs, add_note, made_fake, module_called, traced) -> None:
+def _moves_to_device(func, args, kwargs) -> bool:
+    """`_to_copy(device=cuda)` or `prims.device_put(t, cuda)`: FakeTensorMode's test of an op
+    that would initialise the device (fake_tensor.py, `avoiding_device_init`), less moves to the
+    host."""
+    if func is torch.ops.aten._to_copy.default:
+        device = kwargs.get("device")
+    elif func is torch.ops.prims.device_put.default:
+        device = args[1] if len(args) > 1 else kwargs.get("device")
+    else:
+        return False
+    return device is not None and torch.device(device).type != "cpu"
+
+
+def _no_constant_on_device(patcher: Patcher) -> None:
+    """make_fx propagates small constants (a `torch.tensor([])` in the graph, up to one element)
+    by computing them for real, to answer a later `.item()`. Moved onto the device, that makes a
+    real CUDA tensor, and the simulated GPU holds only fake ones (Hugging Face's DynamicLayer
+    starts its cache as `torch.tensor([], device=cuda)`). FakeTensorMode skips this propagation
+    when no device is available; make_fx is made to skip it too, for that op only: its result
+    is traced, not a constant."""
+    import torch.fx.experimental.proxy_tensor as proxy_tensor
+
+    proxy_call = proxy_tensor.proxy_call
+    fetch = proxy_tensor._fetch_proxies_and_all_constant_flag
+    moving: list[bool] = [False]  # the op of the innermost proxy_call moves onto the device
+
+    @functools.wraps(proxy_call)
+    def traced_call(proxy_mode, func, pre_dispatch, args, kwargs):
+        moving.append(_moves_to_device(func, args, kwargs))
+        try:
+            return proxy_call(proxy_mode, func, pre_dispatch, args, kwargs)
+        finally:
+            moving.pop()
+
+    @functools.wraps(fetch)
+    def fetch_proxies(flat_args_kwargs, tracer):
+        proxies, flat_proxies, all_constant = fetch(flat_args_kwargs, tracer)
+        return proxies, flat_proxies, all_constant and not moving[-1]
+
+    patcher.setattr(proxy_tensor, "proxy_call", traced_call)
+    patcher.setattr(proxy_tensor, "_fetch_proxies_and_all_constant_flag", fetch_proxies)
+
+
+def _rng_operators_in(patcher: Patcher, accountant: type) -> None:
+    """The higher-order operators that save and replay the RNG state around a random op are
+    called by the compiled program (Inductor's fallback kernels) with the accountant's mode
+    active: each runs torch's own per-device implementation (`BackendSelect`: the RNG state
+    get and set, the op) inside the accountant, which books the op's outputs."""
+    from torch._C import DispatchKey
+    from torch._prims import rng_prims
+
+    for hop in (rng_prims.run_and_save_rng_state, rng_prims.run_with_rng_state):
+        if accountant in hop.python_key_table:
+            continue
+        by_device = hop.py_kernels[DispatchKey.BackendSelect]
+
+        def in_accountant(mode, *args, by_device=by_device, **kwargs):
+            with mode:
+                return by_device(*args, **kwargs)
+
+        hop.py_impl(accountant)(in_accountant)
+
+        def undo(hop=hop) -> None:
+            hop.python_key_table.pop(accountant, None)
+            hop._dispatch_cache.clear()
+
+        patcher.defer(undo)
+
+
+def apply(patcher: Patcher, programs, add_note, made_fake, module_called, traced,
+          accountant: type) -> None:
     """`programs`: engine.compiled.CompiledPrograms. `made_fake`: a context in which the
     accountant makes every new tensor fake. `module_called(module, call)`: runs `call()` as a
     call of `module` for the tracker of modules (a compiled call runs no hooks of its own).
-    `traced`: a context that puts the tracer's modes back while Dynamo compiles."""
+    `traced`: a context that puts the tracer's modes back while Dynamo compiles. `accountant`:
+    the type of the accountant's dispatch mode."""
     check_tested("torch_compile", torch.__version__)
     import torch._functorch.config as functorch_config
     import torch._inductor.compile_fx as compile_fx
@@ -65,6 +143,7 @@ def apply(patcher: Patcher, programs, add_note, made_fake, module_called, traced
     patcher.setattr(inductor_config, "fx_graph_cache", False)
     patcher.setattr(inductor_config, "fx_graph_remote_cache", False)
     patcher.setattr(functorch_config, "enable_autograd_cache", False)
+    patcher.setattr(functorch_config, "graphsafe_rng_functionalization", False)
     patcher.setattr(AsyncCompile, "cpp_pybinding", lambda self, argtypes, source: _no_kernel)
     patcher.setattr(AsyncCompile, "cpp", lambda self, source: _no_kernel)
 
@@ -88,6 +167,8 @@ def apply(patcher: Patcher, programs, add_note, made_fake, module_called, traced
         return fw, bw
 
     patcher.setattr(compile_fx, "min_cut_rematerialization_partition", observed_min_cut)
+    _no_constant_on_device(patcher)
+    _rng_operators_in(patcher, accountant)
 
     # Dynamo runs an optimizer's `_init_group` for real while it compiles a step (to avoid
     # tracing it): the state it makes (Adam's moments) is the script's, made in the trace.
