@@ -51,7 +51,9 @@ test('Find What Fits searches the [fit] table and shows the frontier in a panel'
     await session.capture('01-space');
     await wb.page.keyboard.press('Enter');
   });
-  await session.step('progress', (wb) => wb.waitForNotification(/settled/));
+  // the first point settles after a whole trace (worker start and torch import included):
+  // longer than one UI wait on a loaded machine
+  await session.step('progress', (wb) => waitLong(() => wb.waitForNotification(/settled/), timeouts.trace));
   await session.capture('02-progress');
   // two traces of ~10 s each, longer on a loaded machine: wait past one UI wait
   const panel = await session.step('panel', (wb) => waitLong(() => wb.waitForWebview('What fits: fit_gpt', EXTENSION), timeouts.trace * 2));
