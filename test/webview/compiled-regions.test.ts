@@ -7,18 +7,12 @@ import * as path from 'node:path';
 import { after, test } from 'node:test';
 import { formatBytes } from '../../common/format';
 import type { Snapshot } from '../../common/snapshot';
-import { closeBrowser, compiledSnapshot, cspViolations, gptSnapshot, makeReport, openReport, readSnapshot, reportWith, root, type Opened } from './support';
+import { assertClean, closeBrowser, compiledSnapshot, gptSnapshot, makeReport, openReport, readSnapshot, reportWith, root, type Opened } from './support';
 
 const out = path.join(root, 'out/test-webview');
 const T = { timeout: 240_000 };
 
 after(() => closeBrowser());
-
-async function clean(o: Opened): Promise<void> {
-  assert.deepEqual(o.log.errors, [], 'page errors');
-  assert.deepEqual(o.log.console, [], 'console errors and warnings');
-  assert.deepEqual(await cspViolations(o.page), [], 'CSP violations');
-}
 
 const rows = (o: Opened) =>
   o.page.$$eval('#compiled-regions .compiled-region', (items) =>
@@ -50,7 +44,7 @@ test('a compiled block: its call, Inductor, one graph, and the bytes it saves ag
     '1 graph, 0 breaks',
     `saved ${formatBytes(saved)} (eager ${formatBytes(region.eager_saved_bytes)})`,
   ]);
-  await clean(o);
+  await assertClean(o);
   await o.context.close();
 });
 
@@ -66,10 +60,10 @@ test('a region that ran eagerly says why; a trace with no compiled region lists 
   await o.page.waitForSelector('#compiled-regions');
   const [row] = await rows(o);
   assert.deepEqual(row!.text.slice(1), ['as eager', '2 graphs, 1 break', `saved ${formatBytes(0)} (eager ${formatBytes(0)})`, 'eager because IndexError: tuple index out of range']);
-  await clean(o);
+  await assertClean(o);
   await o.context.close();
   const cpu = await openReport(makeReport(gptSnapshot(8), path.join(out, 'gpt-b8.html')));
   assert.equal(await cpu.page.$('#compiled-regions'), null);
-  await clean(cpu);
+  await assertClean(cpu);
   await cpu.context.close();
 });

@@ -7,7 +7,7 @@ import * as path from 'node:path';
 import { after, before, test } from 'node:test';
 import { formatBytes } from '../../common/format';
 import type { FitReport } from '../../src/protocol';
-import { closeBrowser, cspViolations, embedJson, fitReportPayload, gptSnapshot, makeReport, openReport, reportWith, root, screenshot, type Opened } from './support';
+import { assertClean, closeBrowser, embedJson, fitReportPayload, gptSnapshot, makeReport, openReport, reportWith, root, screenshot, type Opened } from './support';
 
 const out = path.join(root, 'out/test-webview');
 const T = { timeout: 600_000 };
@@ -26,12 +26,6 @@ function fitPage(name: string, payload: unknown): string {
   const file = path.join(out, `${name}.html`);
   writeFileSync(file, reportWith(page, { 'memlens-data': embedJson({ fit: payload }) }));
   return file;
-}
-
-async function clean(o: Opened): Promise<void> {
-  assert.deepEqual(o.log.errors, [], 'page errors');
-  assert.deepEqual(o.log.console, [], 'console errors and warnings');
-  assert.deepEqual(await cspViolations(o.page), [], 'CSP violations');
 }
 
 type Cell = { text: string; bytes: string | null };
@@ -105,7 +99,7 @@ for (const scheme of ['dark', 'light'] as const) {
     );
     assert.match(fit.excluded[0]!.reason, new RegExp(`^OOM by ${formatBytes(-fit.excluded[0]!.headroomBytes!).replace('.', '\\.')} on rank 0`));
     await screenshot(o.page, `${scheme}-fit-excluded`);
-    await clean(o);
+    await assertClean(o);
     await o.context.close();
   });
 }

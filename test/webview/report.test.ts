@@ -10,8 +10,8 @@ import { formatBytes } from '../../common/format';
 import { CATEGORIES, type Snapshot } from '../../common/snapshot';
 import { compareSnapshots } from '../../webview/data/compare';
 import {
+  assertClean,
   closeBrowser,
-  cspViolations,
   cudaStreamsSnapshot,
   embedJson,
   gptSnapshot,
@@ -48,9 +48,7 @@ before(() => {
 after(() => closeBrowser());
 
 async function clean(o: Opened): Promise<void> {
-  assert.deepEqual(o.log.errors, [], 'page errors');
-  assert.deepEqual(o.log.console, [], 'console errors and warnings');
-  assert.deepEqual(await cspViolations(o.page), [], 'CSP violations');
+  await assertClean(o);
   assert.deepEqual(o.log.dialogs, [], 'dialogs');
 }
 

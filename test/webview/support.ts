@@ -1,6 +1,7 @@
 // What the browser tests of the standalone report share: real snapshots from the engine
 // (cached), reports made with `memlens show --html`, and Chromium pages that record every error,
 // console message and CSP violation.
+import { strict as assert } from 'node:assert';
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
@@ -218,3 +219,11 @@ export function reportWith(page: string, data: { snapshot: Snapshot; source?: st
   // The JSON blocks run from the first one up to the bundle's plain <script>.
   return page.replace(/<script type="application\/json" id="memlens-data">[\s\S]*?(?=<script>)/, () => html);
 }
+
+/** The page ran cleanly: no page errors, no console errors or warnings, no CSP violations. */
+export async function assertClean(o: Opened): Promise<void> {
+  assert.deepEqual(o.log.errors, [], 'page errors');
+  assert.deepEqual(o.log.console, [], 'console errors and warnings');
+  assert.deepEqual(await cspViolations(o.page), [], 'CSP violations');
+}
+

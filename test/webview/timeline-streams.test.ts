@@ -7,19 +7,13 @@ import * as path from 'node:path';
 import { after, test } from 'node:test';
 import { formatBytes } from '../../common/format';
 import type { Snapshot } from '../../common/snapshot';
-import { closeBrowser, cspViolations, cudaStreamsSnapshot, gptSnapshot, makeReport, openReport, readSnapshot, reportWith, root, screenshot, showTab, type Opened } from './support';
+import { assertClean, closeBrowser, cudaStreamsSnapshot, gptSnapshot, makeReport, openReport, readSnapshot, reportWith, root, screenshot, showTab, type Opened } from './support';
 
 const out = path.join(root, 'out/test-webview');
 const T = { timeout: 240_000 };
 const MiB = 1 << 20;
 
 after(() => closeBrowser());
-
-async function clean(o: Opened): Promise<void> {
-  assert.deepEqual(o.log.errors, [], 'page errors');
-  assert.deepEqual(o.log.console, [], 'console errors and warnings');
-  assert.deepEqual(await cspViolations(o.page), [], 'CSP violations');
-}
 
 const legendItems = (o: Opened) =>
   o.page.$$eval('#timeline-streams-legend .legend-item', (items) =>
@@ -60,7 +54,7 @@ test('two streams: a control shows a reserved line per stream, named and valued 
   // Turned off, the lines and their legend go.
   await o.page.click('#timeline-streams');
   await o.page.waitForSelector('#timeline-streams-legend', { state: 'detached' });
-  await clean(o);
+  await assertClean(o);
   await o.context.close();
 });
 
@@ -78,7 +72,7 @@ test('one stream, or a CPU trace: no per-stream control', T, async () => {
     await o.page.waitForSelector('#timeline-chart');
     await o.page.waitForSelector('#timeline-budget');
     assert.equal(await o.page.$('#timeline-streams'), null, report);
-    await clean(o);
+    await assertClean(o);
     await o.context.close();
   }
 });
