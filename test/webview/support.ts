@@ -61,11 +61,10 @@ export function gptSnapshot(batch: number, layers = 4): string {
   return file;
 }
 
-/** A simulated-GPU trace of python/tests/scripts/cuda_streams.py (streams, two cuBLAS
- * workspaces), for what only a CUDA target shows. */
-export function cudaStreamsSnapshot(): string {
-  const script = 'python/tests/scripts/cuda_streams.py';
-  const file = path.join(cache, `cuda-streams-${engineHash(script)}.json`);
+/** A trace of a test script on the simulated H100 (once per engine version), for what only a
+ * CUDA target shows. */
+function simulatedGpuSnapshot(script: string, name: string): string {
+  const file = path.join(cache, `${name}-${engineHash(script)}.json`);
   if (!existsSync(file)) {
     mkdirSync(cache, { recursive: true });
     memlens(['run', '--device', 'h100-80gb', '--progress', 'none', '--snapshot', file, '--', script]);
@@ -73,16 +72,15 @@ export function cudaStreamsSnapshot(): string {
   return file;
 }
 
-/** A simulated-GPU trace of python/tests/scripts/compiled_sdpa_kwargs.py: one attention block
- * compiled with fullgraph=True, run as Inductor's program (see test_compiled_cuda.py). */
+/** python/tests/scripts/cuda_streams.py: streams, two cuBLAS workspaces. */
+export function cudaStreamsSnapshot(): string {
+  return simulatedGpuSnapshot('python/tests/scripts/cuda_streams.py', 'cuda-streams');
+}
+
+/** python/tests/scripts/compiled_sdpa_kwargs.py: one attention block compiled with
+ * fullgraph=True, run as Inductor's program (see test_compiled_cuda.py). */
 export function compiledSnapshot(): string {
-  const script = 'python/tests/scripts/compiled_sdpa_kwargs.py';
-  const file = path.join(cache, `compiled-${engineHash(script)}.json`);
-  if (!existsSync(file)) {
-    mkdirSync(cache, { recursive: true });
-    memlens(['run', '--device', 'h100-80gb', '--progress', 'none', '--snapshot', file, '--', script]);
-  }
-  return file;
+  return simulatedGpuSnapshot('python/tests/scripts/compiled_sdpa_kwargs.py', 'compiled');
 }
 
 /** What the language server answers memlens.fit with (its FitReport), for a real search of
