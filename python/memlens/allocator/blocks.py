@@ -62,10 +62,12 @@ class Block:
 
 
 class BlockPool:
-    """Free (cached) blocks of one size class: all small or all large, every stream."""
+    """Free (cached) blocks of one size class: all small or all large, every stream; of the
+    default pools or of one CUDA graph's private pool (graph_pools.py)."""
 
-    def __init__(self, is_small: bool) -> None:
+    def __init__(self, is_small: bool, owner: int = 0) -> None:
         self.is_small = is_small
+        self.owner = owner  # 0: the allocator's own pools; else a CUDA graph's private pool
         self.stat_type = SMALL if is_small else LARGE  # which memory_stats() pool it counts in
         self._keys: dict[int, list[int]] = {}  # stream -> sorted size<<64|addr
         self._by_addr: dict[int, Block] = {}

@@ -13,7 +13,10 @@ What it follows, by the C++ function it imitates:
   as get_free_block's search key), and recordStream / insert_events / process_events /
   synchronize_and_free_events defer the return of a block other streams used (see
   stream_events.py for when such a block is taken to be done with).
-What it leaves out: no CUDA graph private pools or MemPools, active == allocated (a block
+- CUDA graphs: begin_allocate_to_pool / end_allocate_to_pool / release_pool route a capture's
+  allocations to the graph's private pool (graph_pools.py); release_cached_blocks frees the
+  default pools only when no capture is under way, and the pools of destroyed graphs.
+What it leaves out: user MemPools (torch.cuda.MemPool, use_mem_pool), active == allocated (a block
 waiting for its events is not counted as active), cudaMalloc never fails for fragmentation of the driver's own address
 space, and addresses come from a bump allocator rather than the driver.
 """
@@ -26,6 +29,7 @@ from . import expandable, release
 from .blocks import Block, BlockPool
 from .config import SIZE_MAX, AllocatorConfig, AllocatorConfigError
 from .expandable import ExpandableSegment
+from .graph_pools import DEFAULT_POOL, GraphPools
 from .oom import ONE_EXABYTE, OomInfo, exabyte_oom, oom_message
 from .sizes import MIN_BLOCK_SIZE, ROUND_LARGE, SMALL_SIZE, allocation_size, round_size
 from .stats import ALLOCATED_BYTES, RESERVED_BYTES, SEGMENT, DeviceStats
@@ -80,6 +84,11 @@ class CachingAllocatorModel:
         # The same per stream: each segment belongs to the stream that made it (its pool's
         # key), so these sum to reserved_bytes. A stream whose segments were released stays, 0.
         self.reserved_by_stream: dict[int, int] = {}
+        # The same per CUDA graph private pool (pool id -> bytes; the default pools are not
+        # listed). A released pool stays, 0.
+        self.reserved_by_pool: dict[int, int] = {}
+        self.graphs = GraphPools()
+        self._deferred: list[tuple[Block, set[int]]] = []  # freed in a capture with stream uses
         self.expandable_segments: list[ExpandableSegment] = []
         self._next_address = _BASE_ADDRESS
         self.history: list[dict] | None = [] if record_history else None
@@ -101,7 +110,7 @@ class CachingAllocatorModel:
         if block_id in self.active or block_id in self._empty_ids:
             raise ValueError(f"block id {block_id} is already allocated")
         self.clock += 1
-        if self.events:
+        if self.events and not self.graphs.captures:  # no event queries while capturing
             self._process_events()
         if nbytes == 0:
             self._empty_ids.add(block_id)
@@ -114,7 +123,9 @@ class CachingAllocatorModel:
             size = round_size(nbytes, self.config)
         else:  # the same rule without the power-of-two lookup (the common, hot case)
             size = max(-(-nbytes // MIN_BLOCK_SIZE) * MIN_BLOCK_SIZE, MIN_BLOCK_SIZE)
-        pool = self.small_pool if size <= SMALL_SIZE else self.large_pool
+        is_small = size <= SMALL_SIZE
+        pool = (self.graphs.captures and self.graphs.pool_for(is_small, stream)) or \
+            (self.small_pool if is_small else self.large_pool)
         block = self._get_free_block(pool, stream, size)
         if block is None:
             alloc_size = allocation_size(size, self.config)  # only needed on a miss
@@ -147,7 +158,11 @@ class CachingAllocatorModel:
             self.stats.oversize_allocations.decrease(1)
         if block.stream_uses:
             uses, block.stream_uses = block.stream_uses, None
-            self.events.insert(block, uses, self.clock)  # insert_events
+            if self.graphs.captures:  # events recorded in a capture wait for its end
+                self._deferred.append((block, uses))
+                block.event_count = len(uses)  # not free (nor mergeable) meanwhile
+            else:
+                self.events.insert(block, uses, self.clock)  # insert_events
         else:
             self._free_block(block)
 
@@ -173,6 +188,32 @@ class CachingAllocatorModel:
         # so a neighbour completing in the same pass must not be taken for a cached one.
         for block in self.events.completed():
             self._free_block(block)
+
+    # -- CUDA graphs -----------------------------------------------------------------------
+    def begin_allocate_to_pool(self, pool_id: int, streams: frozenset[int] | set[int]) -> None:
+        """CUDAGraph::capture_begin: allocations on `streams` come from private pool `pool_id`
+        (created, or shared with the graphs already using it) until end_allocate_to_pool."""
+        self.graphs.begin(pool_id, frozenset(streams))
+        self.reserved_by_pool.setdefault(pool_id, 0)
+
+    def end_allocate_to_pool(self, pool_id: int) -> None:
+        """CUDAGraph::capture_end. With no capture left, the end-of-use events of blocks freed
+        during captures are recorded now (needs_events_deferred_until_no_capture)."""
+        self.graphs.end(pool_id)
+        if not self.graphs.captures and self._deferred:
+            deferred, self._deferred = self._deferred, []
+            for block, uses in deferred:
+                block.event_count = 0
+                self.events.insert(block, uses, self.clock)
+
+    def release_pool(self, pool_id: int) -> None:
+        """CUDAGraph::reset or the graph's destruction: one user fewer; at none, the pool's
+        unused segments go back to the driver at the next release_cached_blocks."""
+        self.graphs.release(pool_id)
+
+    def deferred_blocks(self) -> list[Block]:
+        """Blocks freed during a capture that wait for its end to record their events."""
+        return [block for block, _ in self._deferred]
 
     def empty_cache(self) -> None:
         """torch.cuda.empty_cache(): release_cached_blocks."""
@@ -294,7 +335,9 @@ class CachingAllocatorModel:
             return None  # cudaMalloc: cudaErrorMemoryAllocation
         pool_type = pool.stat_type
         block = Block(alloc_size, self._reserve_addresses(alloc_size, ROUND_LARGE), stream, pool)
-        self._reserve(stream, alloc_size)
+        self._reserve(pool, stream, alloc_size)
+        if pool.owner != DEFAULT_POOL:
+            self.graphs.pools[pool.owner].cuda_malloc_count += 1
         self.stats.increase(SEGMENT, pool_type, 1)
         self.stats.increase(RESERVED_BYTES, pool_type, alloc_size)
         if alloc_size >= self._max_split:
@@ -309,7 +352,9 @@ class CachingAllocatorModel:
         pool_type = block.pool.stat_type
         self.stats.num_device_free += 1
         self._trace("segment_free", block.addr, block.size, block.stream)
-        self._reserve(block.stream, -block.size)
+        self._reserve(block.pool, block.stream, -block.size)
+        if block.pool.owner != DEFAULT_POOL:
+            self.graphs.pools[block.pool.owner].cuda_malloc_count -= 1
         self.stats.decrease(SEGMENT, pool_type, 1)
         self.stats.decrease(RESERVED_BYTES, pool_type, block.size)
         if block.size >= self._max_split:
@@ -321,10 +366,16 @@ class CachingAllocatorModel:
 
     def _release_cached_blocks(self) -> bool:
         """Free every cached segment no block is using; unmap free pages of expandable ones.
-        First synchronize_and_free_events: blocks waiting for other streams come back."""
-        for block in self.events.drain():  # one at a time, as above
-            self._free_block(block)
-        for pool in (self.large_pool, self.small_pool):
+        First synchronize_and_free_events: blocks waiting for other streams come back. While a
+        capture is under way only the pools of destroyed graphs are freed (as in PyTorch)."""
+        pools: list[BlockPool] = []
+        if not self.graphs.captures:
+            for block in self.events.drain():  # one at a time, as above
+                self._free_block(block)
+            pools += [self.large_pool, self.small_pool]
+        for private in list(self.graphs.freeable.values()):
+            pools += [private.small, private.large]
+        for pool in pools:
             to_unmap = []
             for block in list(pool.blocks()):
                 if block.segment is not None:
@@ -336,6 +387,9 @@ class CachingAllocatorModel:
                 if not block.mapped and not block.is_split():
                     block.pool.remove_unmapped(block)  # the whole range is free: drop it
                     self.expandable_segments.remove(block.segment)
+        for pool_id, private in list(self.graphs.freeable.items()):
+            if private.cuda_malloc_count == 0:  # nothing of it left: the pool is gone
+                del self.graphs.freeable[pool_id], self.graphs.pools[pool_id]
         return True
 
     def _garbage_collect(self) -> None:
@@ -352,10 +406,12 @@ class CachingAllocatorModel:
                        self.capacity, free, message)
 
     # -- bookkeeping -----------------------------------------------------------------------
-    def _reserve(self, stream: int, nbytes: int) -> None:
+    def _reserve(self, pool: BlockPool, stream: int, nbytes: int) -> None:
         """`nbytes` more (or, negative, fewer) bytes from the driver for `stream`'s pool."""
         self.reserved_bytes += nbytes
         self.reserved_by_stream[stream] = self.reserved_by_stream.get(stream, 0) + nbytes
+        if pool.owner != DEFAULT_POOL:
+            self.reserved_by_pool[pool.owner] += nbytes
 
     def _reserve_addresses(self, size: int, alignment: int) -> int:
         address = -(-self._next_address // alignment) * alignment
@@ -379,13 +435,13 @@ class CachingAllocatorModel:
 
     def pages_mapped(self, block: Block, nbytes: int) -> None:
         """`nbytes` of pages mapped at `block` (after it merged with its neighbours)."""
-        self._reserve(block.stream, nbytes)
+        self._reserve(block.pool, block.stream, nbytes)
         self.stats.increase(RESERVED_BYTES, block.pool.stat_type, nbytes)
         self.stats.num_device_alloc += 1
         self._trace("segment_map", block.addr, nbytes, block.stream)
 
     def pages_unmapped(self, block: Block, start: int, nbytes: int) -> None:
-        self._reserve(block.stream, -nbytes)
+        self._reserve(block.pool, block.stream, -nbytes)
         self.stats.decrease(RESERVED_BYTES, block.pool.stat_type, nbytes)
         self.stats.num_device_free += 1
         self._trace("segment_unmap", start, nbytes, block.stream)

@@ -3,7 +3,9 @@
 The engine's ledger gives, per device and in order, `(kind, block_id, nbytes, stream)` with kind
 "alloc" or "free", and between them the streams' own events: `("record_stream", block_id, 0,
 stream)` and `("wait", waiter, marker, stream)` (waiter a stream or -1 for the host, marker the
-model's tick the wait covers; see stream_events.py). Only allocs and frees count as events. Replaying them answers what torch.cuda.memory_reserved() would have peaked at,
+model's tick the wait covers; see stream_events.py), and CUDA graph captures: `("pool_begin",
+pool, 0, stream)`, `("pool_end", pool, 0, 0)`, `("pool_release", pool, 0, 0)` (graph_pools.py)
+and `("empty_cache", 0, 0, 0)`. Only allocs and frees count as events. Replaying them answers what torch.cuda.memory_reserved() would have peaked at,
 how much of that was cached but unused (fragmentation), and which event would have run out of
 memory. An allocation that fails is left out of the state (PyTorch would have raised at that
 point); its later free is ignored, so numbers after the first OOM describe the rest of the
@@ -79,6 +81,9 @@ def replay(events: Iterable[tuple[str, int, int, int]],
         if kind == "wait":  # ("wait", waiter, marker, stream)
             model.stream_waited(block_id, stream, nbytes)
             continue
+        if kind in POOL_EVENTS:
+            pool_event(model, kind, block_id, stream)
+            continue
         index += 1
         if kind == "alloc":
             result = malloc(block_id, nbytes, stream)
@@ -122,6 +127,21 @@ def replay(events: Iterable[tuple[str, int, int, int]],
         series_allocated=tuple(allocated_at[i] for i in points),
         final_stats=stats,
     )
+
+
+POOL_EVENTS = frozenset({"pool_begin", "pool_end", "pool_release", "empty_cache"})
+
+
+def pool_event(model: CachingAllocatorModel, kind: str, pool: int, stream: int) -> None:
+    """A capture's start or end, a graph's release, or torch.cuda.empty_cache(), on `model`."""
+    if kind == "pool_begin":
+        model.begin_allocate_to_pool(pool, {stream})
+    elif kind == "pool_end":
+        model.end_allocate_to_pool(pool)
+    elif kind == "pool_release":
+        model.release_pool(pool)
+    else:
+        model.empty_cache()
 
 
 def _downsample(values: array, max_points: int) -> list[int]:

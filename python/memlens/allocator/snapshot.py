@@ -29,8 +29,12 @@ def memory_snapshot(model: CachingAllocatorModel) -> dict:
 def _all_blocks(model: CachingAllocatorModel):
     for pool in (model.small_pool, model.large_pool):
         yield from pool.blocks()
+    for private in model.graphs.pools.values():  # CUDA graphs' pools
+        yield from private.small.blocks()
+        yield from private.large.blocks()
     yield from model.active.values()
     yield from model.events.pending()
+    yield from model.deferred_blocks()
 
 
 def _state(block: Block) -> str:
@@ -57,5 +61,5 @@ def _segment(device: int, head: Block) -> dict:
     return {"device": device, "address": head.addr, "total_size": total,
             "allocated_size": allocated, "active_size": allocated, "requested_size": requested,
             "stream": head.stream, "segment_type": "small" if head.pool.is_small else "large",
-            "segment_pool_id": (0, 0), "is_expandable": head.segment is not None,
+            "segment_pool_id": (head.pool.owner, 0), "is_expandable": head.segment is not None,
             "frames": [], "blocks": blocks}
