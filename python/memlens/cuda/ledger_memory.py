@@ -1,6 +1,7 @@
 """torch.cuda's memory queries answered from the trace: the ledger's allocator model of each
 simulated GPU (its block sizes are the ledger's, so `memory_allocated()` is the estimate). It
-also passes the streams' waits on to the ledger (streams.py's StreamListener)."""
+also passes the streams' waits on to the ledger (streams.py's StreamListener), and CUDA graph
+captures (graphs.py's GraphListener)."""
 
 from __future__ import annotations
 
@@ -45,3 +46,15 @@ class LedgerMemory:
     def stream_waited(self, device_index: int, waiter: int, stream: int,
                       marker: int | None) -> None:
         self.ledger.stream_waited(f"cuda:{device_index}", waiter, stream, marker)
+
+    # -- graphs.GraphListener ----------------------------------------------------------------
+    def graph_pool_event(self, device_index: int, kind: str, pool: int, stream: int) -> None:
+        self.ledger.pool_event(f"cuda:{device_index}", kind, pool, stream)
+
+    def graph_captured(self, pool: int, place: str | None) -> None:
+        info = self.ledger.graph_pools.setdefault(
+            pool, {"name": f"graph pool {pool}", "graphs": [], "replays": 0})
+        info["graphs"].append(place or "?")
+
+    def graph_replayed(self, pool: int) -> None:
+        self.ledger.graph_pools[pool]["replays"] += 1

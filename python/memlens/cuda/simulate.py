@@ -1,7 +1,7 @@
 """``simulate_cuda``: inside it, ``torch.cuda`` and ``torch.accelerator`` answer as the target GPU.
 
-Every patch of torch.cuda / torch.accelerator lives in this module (the other torch patches are
-in memlens/patches/), is version-checked (patches.patcher.TESTED_VERSIONS) and is undone on exit.
+Every patch of torch.cuda / torch.accelerator lives in this module or, for CUDA graphs, in
+graphs.py (the other torch patches are in memlens/patches/), is version-checked (patches.patcher.TESTED_VERSIONS) and is undone on exit.
 Nothing here initialises real CUDA: while simulating, ``torch.cuda._lazy_init`` is a no-op inside
 FakeTensorMode and refuses outside it, and FakeTensorMode keeps avoiding device init (it asks
 ``torch.cuda.is_available()``, which we make True). The shim from build.py must have been
@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import torch
 
 from ..patches.patcher import Patcher, check_tested
-from . import build, streams
+from . import build, graphs, streams
 from .device_state import SimulatedDevices
 from .rng import FakeCudaRNG
 from .spec_types import DeviceSpec
@@ -287,6 +287,8 @@ def simulate_cuda(spec: DeviceSpec, memory_source: MemorySource, *, device_count
         # The ledger's source is also told of waits between streams (when it listens).
         listener = memory_source if hasattr(memory_source, "stream_waited") else None
         streams.STREAMS.bind(dev, listener)
+        graphs.install(patches, cuda_mods,
+                       memory_source if hasattr(memory_source, "graph_pool_event") else None)
         yield
     finally:
         streams.STREAMS.bind(None)

@@ -17,6 +17,8 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+from ..allocator.replay import pool_event
+
 
 _NONE = object()
 
@@ -55,10 +57,13 @@ class Ledger:
         self._allocator_for = allocator_for
         self.allocators: dict[str, Any] = {}
         self.ooms: list[tuple[int, Any]] = []  # (record id, OomInfo) of refused allocations
-        # device -> [(seq, reserved, allocated, segments, {stream: reserved})]: the model's
-        # state after each event that changed its reserved bytes (a new segment, or a cache
-        # release before an OOM), in all and per stream.
-        self.reserved: dict[str, list[tuple[int, int, int, int, dict[int, int]]]] = {}
+        # device -> [(seq, reserved, allocated, segments, {stream: reserved}, {pool: reserved})]:
+        # the model's state after each event that changed its reserved bytes (a new segment,
+        # or a cache release before an OOM), in all, per stream and per CUDA graph pool.
+        self.reserved: dict[str, list[tuple[int, int, int, int, dict[int, int],
+                                            dict[int, int]]]] = {}
+        # CUDA graph pool id -> {"name", "place", "graphs": [capture places]} (cuda/graphs.py)
+        self.graph_pools: dict[int, dict[str, Any]] = {}
         # stream id -> (name, "file:line" or None): where the script or a library made it
         # (cuda/streams.py names it after what it was assigned to; kernels/nccl_work.py names
         # ProcessGroupNCCL's streams after their group).
@@ -82,7 +87,9 @@ class Ledger:
         self.stream_of = None
         # What orders streams, for the allocator model (allocator/stream_events.py), each after
         # event `seq`: (seq, device, "record_stream", rid, stream) and
-        # (seq, device, "wait", waiter, stream, marker).
+        # (seq, device, "wait", waiter, stream, marker); and what changes its pools:
+        # (seq, device, "pool_begin" | "pool_end" | "pool_release", pool, stream) for CUDA
+        # graphs' private pools, (seq, device, "empty_cache", 0, 0).
         self.stream_events: list[tuple] = []
 
     # -- interning -------------------------------------------------------------------------
@@ -116,7 +123,8 @@ class Ledger:
         self.events.append(rid)
         if model is not None:
             changes = self.reserved.get(device)
-            if model.reserved_by_stream != (changes[-1][4] if changes else {}):
+            if model.reserved_by_stream != (changes[-1][4] if changes else {}) or \
+                    model.reserved_by_pool != (changes[-1][5] if changes else {}):
                 self._note_reserved(device, model)
         cur = self.current.get(device, 0) + size
         self.current[device] = cur
@@ -189,12 +197,25 @@ class Ledger:
         model = self.allocators.get(device)
         if model is not None:
             model.empty_cache()
+            self.stream_events.append((self.seq, device, "empty_cache", 0, 0))
             self._note_reserved(device, model)
+
+    # -- CUDA graphs' private pools (cuda/graphs.py) ---------------------------------------
+    def pool_event(self, device: str, kind: str, pool: int, stream: int = 0) -> None:
+        """A capture into `pool` began on `stream` ("pool_begin") or ended ("pool_end"), or a
+        graph using it was destroyed ("pool_release"): the allocator model follows, and
+        replays of the events see it at the same place."""
+        model = self.allocator(device)
+        if model is None:
+            return
+        pool_event(model, kind, pool, stream)
+        self.stream_events.append((self.seq, device, kind, pool, stream))
 
     def _note_reserved(self, device: str, model) -> None:
         self.reserved.setdefault(device, []).append(
             (len(self.events) - 1, model.reserved_bytes, model.allocated_bytes,
-             model.segment_count(), dict(model.reserved_by_stream)))
+             model.segment_count(), dict(model.reserved_by_stream),
+             dict(model.reserved_by_pool)))
 
     def share(self, rid: int, parts: list[tuple[int, int]]) -> None:
         """Split one allocation between modules, `[(module, requested bytes)]`, for the module
@@ -267,6 +288,6 @@ class Ledger:
 
 
 def _replay_stream_event(event: tuple) -> tuple:
-    if event[2] == "record_stream":
-        return ("record_stream", event[3], 0, event[4])
+    if event[2] in ("record_stream", "pool_begin", "pool_end", "pool_release", "empty_cache"):
+        return (event[2], event[3], 0, event[4])
     return ("wait", event[3], event[5], event[4])

@@ -25,6 +25,7 @@ from typing import Any
 from .. import categories as C
 from ..allocator import CachingAllocatorModel, memory_snapshot, parse_alloc_conf
 from ..allocator.config import AllocatorConfigError
+from ..allocator.replay import POOL_EVENTS, pool_event
 from ..errors import MemlensError, SnapshotError
 
 PICKLE_PROTOCOL = 4  # the viewer's unpickler refuses newer protocols
@@ -126,7 +127,9 @@ def _events(alloc: dict[str, Any], device_index: int, horizon: int) -> list[tupl
 
 
 def _stream_event(model: CachingAllocatorModel, event: dict[str, Any], refused: set[int]) -> None:
-    if event["kind"] == "record_stream":
+    if event["kind"] in POOL_EVENTS:
+        pool_event(model, event["kind"], event["pool"], event["stream"])
+    elif event["kind"] == "record_stream":
         if event["allocation"] not in refused:
             model.record_stream(event["allocation"], event["stream"])
     else:

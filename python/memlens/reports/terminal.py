@@ -264,6 +264,7 @@ def print_device_memory(snap: dict[str, Any], console: Console) -> None:
                           _bytes_or_dash(d.get("fragmentation_bytes")),
                           str(d.get("segments_at_reserved_peak", "-")))
     console.print(table)
+    _print_graph_pools(summary, console)
     items = summary.get("outside_allocator") or []
     if items:
         table = Table(title="Next to the allocator's memory", box=box.SIMPLE_HEAVY,
@@ -279,6 +280,27 @@ def print_device_memory(snap: dict[str, Any], console: Console) -> None:
     oom = summary.get("oom")
     if oom:
         console.print(f"  PyTorch would raise: {oom['message']}", style="red", highlight=False)
+
+
+def _print_graph_pools(summary: dict[str, Any], console: Console) -> None:
+    """CUDA graphs' private pools: reserved for as long as a graph using them lives."""
+    rows = [(name, pool) for name, d in summary.get("devices", {}).items()
+            for pool in d.get("graph_pools", ())]
+    if not rows:
+        return
+    table = Table(title="CUDA graph pools (inside reserved; held while a graph using them lives)",
+                  box=box.SIMPLE_HEAVY, title_justify="left")
+    for col in ("device", "pool", "reserved peak", "at the end", "replays", "captured at"):
+        table.add_column(col, justify="right" if col in ("reserved peak", "at the end",
+                                                         "replays") else "left")
+    for device, pool in rows:
+        places = sorted(set(pool["graphs"]), key=pool["graphs"].index)
+        where = ", ".join(_short(p) for p in places)
+        captures = len(pool["graphs"])
+        table.add_row(device, pool["name"], format_bytes(pool["reserved_peak_bytes"]),
+                      format_bytes(pool["reserved_final_bytes"]), str(pool.get("replays", 0)),
+                      where + (f" ({captures} graphs)" if captures > 1 else ""))
+    console.print(table)
 
 
 def _bytes_or_dash(n: int | None) -> str:

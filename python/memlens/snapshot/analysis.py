@@ -51,9 +51,13 @@ class DeviceStats:
     steady_peaks: list[int] = field(default_factory=lambda: [0] * N_CAT)
     steady_peak_seq: list[int] = field(default_factory=lambda: [-1] * N_CAT)
     phases: list[PhaseStats] = field(default_factory=list)
-    # [seq, total, *per category] and, with an allocator model, [reserved, *per stream]
+    # [seq, total, *per category] and, with an allocator model, [reserved, *per stream,
+    # *per CUDA graph pool]
     timeline: list[list[int]] = field(default_factory=list)
     reserved_streams: list[int] = field(default_factory=list)  # stream ids, timeline order
+    reserved_pools: list[int] = field(default_factory=list)  # graph pool ids, timeline order
+    # graph pool id -> [peak reserved, seq of that peak, reserved at the end]
+    pool_reserved: dict[int, list[int]] = field(default_factory=dict)
     current_after: list[int] = field(default_factory=list)  # bytes on this device after each event
     # The caching allocator model (CUDA devices only): reserved memory at its peak, and the
     # model's allocated bytes and segments at that moment.
@@ -82,7 +86,10 @@ def replay(ledger: Ledger, device: str, phase_starts: list[tuple[str, int]], end
     # Streams whose pools ever held a segment, each a timeline column after "reserved".
     streams = sorted({s for change in changes for s in change[4]})
     stats.reserved_streams = streams
-    reserved_row = [0] * (len(streams) + 1) if stats.has_allocator else []
+    pools = sorted({p for change in changes for p in change[5]})  # CUDA graphs' pools
+    stats.reserved_pools = pools
+    stats.pool_reserved = {p: [0, -1, 0] for p in pools}
+    reserved_row = [0] * (len(streams) + len(pools) + 1) if stats.has_allocator else []
     res_before, res_peak, res_peak_seq = 0, 0, -1
     cats_before, cats_at_peak = [0] * N_CAT, [0] * N_CAT
     stride = max(1, n_events // TIMELINE_POINTS)
@@ -121,9 +128,15 @@ def replay(ledger: Ledger, device: str, phase_starts: list[tuple[str, int]], end
                 cur -= rec.size
                 cat_cur[rec.category] -= rec.size
         while change_i < len(changes) and changes[change_i][0] <= seq:
-            _, reserved, allocated, segments, by_stream = changes[change_i]
+            _, reserved, allocated, segments, by_stream, by_pool = changes[change_i]
             change_i += 1
-            reserved_row = [reserved, *(by_stream.get(s, 0) for s in streams)]
+            reserved_row = [reserved, *(by_stream.get(s, 0) for s in streams),
+                            *(by_pool.get(p, 0) for p in pools)]
+            for p, nbytes in by_pool.items():
+                row = stats.pool_reserved[p]
+                row[2] = nbytes
+                if nbytes > row[0]:
+                    row[0], row[1] = nbytes, seq
             if reserved > stats.reserved_peak:
                 stats.reserved_peak, stats.reserved_peak_seq = reserved, seq
                 stats.allocated_at_reserved_peak = allocated

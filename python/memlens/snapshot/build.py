@@ -295,7 +295,9 @@ def build_snapshot(tracer, meta: dict[str, Any],
             "final_bytes": t.final, "total_allocated_bytes": t.total_allocated,
             "allocation_count": t.allocations,
             **({"subcategories": subs} if subs else {}),
-            "devices": {d: {"peak_bytes": s.peak, "final_bytes": s.final, **per_device.get(d, {})}
+            "devices": {d: {"peak_bytes": s.peak, "final_bytes": s.final, **per_device.get(d, {}),
+                            **({"graph_pools": _graph_pools(s, ledger)} if s.reserved_pools
+                               else {})}
                         for d, s in stats.items()},
             "placeholders": [_placeholder(stacks, p) for p in tracer.accountant.placeholders],
             **memory,
@@ -327,15 +329,37 @@ def _timeline(t: DeviceStats, ledger: Ledger) -> dict[str, Any]:
             columns.append(f"reserved:{stream}")
             out["streams"].append({"id": stream, "name": name, "place": place,
                                    "column": f"reserved:{stream}"})
+        for pool in t.reserved_pools:
+            columns.append(f"reserved_pool:{pool}")
+            out.setdefault("pools", []).append({
+                "id": pool, "name": ledger.graph_pools.get(pool, {}).get("name", f"pool {pool}"),
+                "column": f"reserved_pool:{pool}"})
+    return out
+
+
+def _graph_pools(t: DeviceStats, ledger: Ledger) -> list[dict[str, Any]]:
+    """Each CUDA graph private pool of the device: the graphs captured into it and the
+    segments it held (cuda/graphs.py, allocator/graph_pools.py)."""
+    out = []
+    for pool in t.reserved_pools:
+        info = ledger.graph_pools.get(pool, {})
+        peak, peak_seq, final = t.pool_reserved[pool]
+        out.append({"id": pool, "name": info.get("name", f"pool {pool}"),
+                    "graphs": list(info.get("graphs", [])), "replays": info.get("replays", 0),
+                    "reserved_peak_bytes": peak, "reserved_peak_seq": peak_seq,
+                    "reserved_final_bytes": final})
     return out
 
 
 def _stream_event(event: tuple, dev_index: dict[str, int]) -> dict[str, Any]:
-    """A record_stream or a wait between streams, after allocation event `seq`."""
+    """A record_stream, a wait between streams, a CUDA graph pool's capture start or end or
+    release, or an empty_cache, after allocation event `seq`."""
     seq, device, kind = event[:3]
     out = {"seq": seq, "device": dev_index.get(device, -1), "kind": kind}
     if kind == "record_stream":
         out.update(allocation=event[3], stream=event[4])
+    elif kind in ("pool_begin", "pool_end", "pool_release", "empty_cache"):
+        out.update(pool=event[3], stream=event[4])
     else:
         out.update(waiter=event[3], stream=event[4], marker=event[5])
     return out
