@@ -193,6 +193,9 @@ def install(patches: Patcher, cuda_modules: list[Any], listener: GraphListener |
     # What torch/cuda/graphs.py calls by its own global names.
     patches.setattr(torch_graphs, "_graph_pool_handle", graph_pool_handle)
     patches.setattr(torch_graphs, "_cuda_isCurrentStreamCapturing", is_current_stream_capturing)
+    # torch.cuda.graph makes its default capture stream once per process: a simulated one,
+    # dropped with the simulation.
+    patches.setattr(torch_graphs.graph, "default_capture_stream", None)
     if not hasattr(torch._C, "_host_emptyCache"):  # a CPU build; torch.cuda.graph calls it
         patches.setattr(torch._C, "_host_emptyCache", lambda: None)
     patches.setattr(streams.FakeStream, "is_capturing", _stream_is_capturing)
