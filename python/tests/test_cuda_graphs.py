@@ -33,6 +33,7 @@ def traced(tmp_path_factory):
     assert out.returncode == 0, out.stderr[-3000:]
     marks = {line.split()[1]: (int(line.split()[2]), int(line.split()[3]))
              for line in out.stdout.splitlines() if line.startswith("MARK ")}
+    marks["refused"] = [line for line in out.stdout.splitlines() if line.startswith("REFUSED")]
     return marks, json.loads(snap_path.read_text()), out.stdout
 
 
@@ -86,6 +87,19 @@ def test_make_graphed_callables_on_a_module(traced):
     assert marks["graphed_step"] == (233 * MiB, 332 * MiB)
 
 
+def test_capture_by_hand_and_reset(traced):
+    """capture_begin on the default stream is refused, as in CUDAGraph.cpp. On the side stream:
+    x + 1 (2 MiB) in a new pool's 20 MiB segment. reset() and dropping the output make that
+    pool freeable and empty; the empty_cache that follows releases it (-20 MiB) and the
+    default pools' unused segments: the one ones_like needed on the default stream and the
+    make_graphed_callables warm-up stream's (its outputs died with the call): -40 MiB. The
+    pools of the graphs still alive stay."""
+    marks, _, _ = traced
+    assert marks["refused"] == ["REFUSED True"]
+    assert marks["manual_captured"] == (235 * MiB, 352 * MiB)
+    assert marks["manual_reset"] == (233 * MiB, 292 * MiB)
+
+
 def test_the_snapshot_reports_each_pool(traced):
     """Per pool: its reserved peak and end (pool 2 released above; the others' graphs live to
     the end of the script, whose last event comes before they are collected), its replays
@@ -94,11 +108,12 @@ def test_the_snapshot_reports_each_pool(traced):
     _, snap, _ = traced
     pools = snap["summary"]["devices"]["cuda:0"]["graph_pools"]
     lines = {p["id"]: [int(g.rsplit(":", 1)[1]) for g in p["graphs"]] for p in pools}
-    assert lines == {1: [31], 2: [46, 49], 3: [52], 4: [66, 66]}
+    assert lines == {1: [31], 2: [46, 49], 3: [52], 4: [66, 66], 5: [79]}
     assert {p["id"]: (p["reserved_peak_bytes"], p["reserved_final_bytes"], p["replays"])
             for p in pools} == {1: (20 * MiB, 20 * MiB, 3), 2: (20 * MiB, 0, 0),
-                                3: (20 * MiB, 20 * MiB, 0), 4: (84 * MiB, 84 * MiB, 2)}
-    assert snap["summary"]["reserved_peak_bytes"] == 332 * MiB
+                                3: (20 * MiB, 20 * MiB, 0), 4: (84 * MiB, 84 * MiB, 2),
+                                5: (20 * MiB, 0, 1)}
+    assert snap["summary"]["reserved_peak_bytes"] == 352 * MiB
     columns = snap["timeline"]["columns"]
     [pool4] = [p for p in snap["timeline"]["pools"] if p["id"] == 4]
     column = columns.index(pool4["column"])
@@ -113,8 +128,9 @@ def test_the_terminal_report_lists_the_pools(traced):
     # device, "graph", "pool", id, reserved peak, at the end, replays, then the places
     assert [tuple(line.split()[3:9]) for line in lines] == [
         ("1", "20.0", "MiB", "20.0", "MiB", "3"), ("2", "20.0", "MiB", "0", "B", "0"),
-        ("3", "20.0", "MiB", "20.0", "MiB", "0"), ("4", "84.0", "MiB", "84.0", "MiB", "2")]
-    assert ["(2 graphs)" in line for line in lines] == [False, True, False, True]
+        ("3", "20.0", "MiB", "20.0", "MiB", "0"), ("4", "84.0", "MiB", "84.0", "MiB", "2"),
+        ("5", "20.0", "MiB", "0", "B", "1")]
+    assert ["(2 graphs)" in line for line in lines] == [False, True, False, True, False]
 
 
 def _events(snap, kinds):
@@ -136,21 +152,22 @@ def _events(snap, kinds):
 
 
 def test_replaying_the_snapshot_follows_the_pools(traced):
-    """The allocation stream with its pool events replays to the trace's 332 MiB. Without
+    """The allocation stream with its pool events replays to the trace's 352 MiB. Without
     them (empty_cache kept) each capture's blocks are ordinary blocks of its stream: the MLP
     capture's side-stream segment ends with free holes of 2, 4 and 4 MiB (h1 [0,2) freed, y
     takes that hole, gW2 [4,8), grad_a1 [8,10), grad_h1 [10,12), gW1 [12,16) after a1 and
     grad_a1 are freed), so the 3 MiB after it needs no segment (-20 MiB); x * 4 is carved
     from the shared captures' segment (-20 MiB), which x * 4 then keeps (the pool's release
     gave 20 MiB back: +20 MiB), and the graphed module's output and gradient are carved from
-    it too (-20 MiB): 292 MiB at the end, the peak of both."""
+    it too (-20 MiB): 292 MiB after the graphed step, its peak (x + 1 fits the MLP capture's
+    free 2 MiB hole). At the end the pools of graphs 1, 3 and 4 hold 124 MiB of the trace's
+    292 MiB; pool 5 is gone."""
     _, snap, _ = traced
-    assert replay(_events(snap, POOL_KINDS)).peak_reserved == 332 * MiB
+    assert replay(_events(snap, POOL_KINDS)).peak_reserved == 352 * MiB
     assert replay(_events(snap, ("empty_cache",))).peak_reserved == 292 * MiB
     viz = memory_viz_snapshot(snap)
     by_pool = {}
     for seg in viz["segments"]:
         pool = tuple(seg["segment_pool_id"])[0]
         by_pool[pool] = by_pool.get(pool, 0) + seg["total_size"]
-    # the default pools: 332 MiB less the pools of graphs 1, 3 and 4
-    assert by_pool == {0: 332 * MiB - 124 * MiB, 1: 20 * MiB, 3: 20 * MiB, 4: 84 * MiB}
+    assert by_pool == {0: 292 * MiB - 124 * MiB, 1: 20 * MiB, 3: 20 * MiB, 4: 84 * MiB}

@@ -68,3 +68,20 @@ mark("graphed")
 out = graphed(sample)
 out.backward(torch.ones_like(out))
 mark("graphed_step")
+
+# -- 4. capture_begin / capture_end by hand, then reset --------------------------------------
+manual = torch.cuda.CUDAGraph()
+try:
+    manual.capture_begin()  # on the default stream: PyTorch refuses
+except RuntimeError as error:
+    print("REFUSED", "non-default stream" in str(error), flush=True)
+with torch.cuda.stream(side):
+    manual.capture_begin()
+    plus_one = static_x + 1
+    manual.capture_end()
+mark("manual_captured")
+manual.replay()
+manual.reset()
+del plus_one
+torch.cuda.empty_cache()
+mark("manual_reset")
