@@ -143,10 +143,19 @@ def _replay(model: CachingAllocatorModel, alloc: dict[str, Any], device_index: i
     # record_stream and the waits between streams, each after its allocation event
     streams = [e for e in alloc.get("stream_events") or () if e["device"] == device_index]
     k = 0
-    for seq, ev in _events(alloc, device_index, horizon):
+
+    def stream_events_before(seq: int) -> None:
+        nonlocal k
         while k < len(streams) and streams[k]["seq"] < seq:
+            start = len(history)
             _stream_event(model, streams[k], refused)
+            for entry in history[start:]:  # an empty_cache's segment frees: no caller's frames
+                entry.pop("block_id")
+                entry.update(frames=[], time_us=streams[k]["seq"], category=SEGMENT_CATEGORY)
             k += 1
+
+    for seq, ev in _events(alloc, device_index, horizon):
+        stream_events_before(seq)
         i = ev if ev >= 0 else ~ev
         start = len(history)
         if ev >= 0:
@@ -157,6 +166,7 @@ def _replay(model: CachingAllocatorModel, alloc: dict[str, Any], device_index: i
         # Entries this call made (segments, the block, an OOM) share its context.
         for entry in history[start:]:
             _decorate(entry, i, seq, alloc, frames)
+    stream_events_before(horizon)  # those after the last allocation event (an empty_cache)
     return history
 
 
