@@ -131,3 +131,21 @@ def test_a_recorded_block_freed_during_a_capture_waits_for_the_capture_to_end():
     m.release_pool(POOL)
     m.empty_cache()  # both pool segments are free again: released
     assert (m.reserved_bytes, m.reserved_by_pool[POOL]) == (12 * MiB, 0)
+
+
+def test_expandable_segments_keep_a_range_per_pool():
+    # expandable_segments:True maps 20 MiB pages of large ranges, one range per pool and stream:
+    # the capture's 3 MiB maps one page in the pool's range; after the capture 3 MiB more maps
+    # a page in a range of the default pool (the pool's free 17 MiB is not searched).
+    m = CachingAllocatorModel(parse_alloc_conf("expandable_segments:True"), 80 << 30)
+    m.begin_allocate_to_pool(POOL, {S})
+    m.malloc(1, 3 * MiB, S)
+    m.end_allocate_to_pool(POOL)
+    m.malloc(2, 3 * MiB, S)
+    assert (m.reserved_bytes, m.reserved_by_pool[POOL]) == (40 * MiB, 20 * MiB)
+    m.free(1)
+    m.release_pool(POOL)
+    m.empty_cache()  # unmaps the pool's wholly free page; the default range's page holds
+    # block 2, so it stays mapped
+    assert (m.reserved_bytes, m.reserved_by_pool[POOL], POOL in m.graphs.pools) == \
+        (20 * MiB, 0, False)

@@ -387,8 +387,10 @@ class CachingAllocatorModel:
                 if not block.mapped and not block.is_split():
                     block.pool.remove_unmapped(block)  # the whole range is free: drop it
                     self.expandable_segments.remove(block.segment)
-        for pool_id, private in list(self.graphs.freeable.items()):
-            if private.cuda_malloc_count == 0:  # nothing of it left: the pool is gone
+        for pool_id in list(self.graphs.freeable):
+            # Nothing of it left (cudaMalloc_count 0; with expandable segments: nothing mapped):
+            # the pool is gone.
+            if self.reserved_by_pool[pool_id] == 0:
                 del self.graphs.freeable[pool_id], self.graphs.pools[pool_id]
         return True
 
