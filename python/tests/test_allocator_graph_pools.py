@@ -149,3 +149,14 @@ def test_expandable_segments_keep_a_range_per_pool():
     # block 2, so it stays mapped
     assert (m.reserved_bytes, m.reserved_by_pool[POOL], POOL in m.graphs.pools) == \
         (20 * MiB, 0, False)
+
+
+def test_a_stream_that_joins_a_capture_allocates_from_its_pool():
+    m = make()
+    m.begin_allocate_to_pool(POOL, {S})
+    m.join_capture(POOL, T)  # T waited on the capturing stream: it captures into the pool too
+    m.malloc(1, 3 * MiB, T)  # the pool's large pool, keyed by stream T: a 20 MiB segment
+    m.end_allocate_to_pool(POOL)
+    m.malloc(2, 3 * MiB, T)  # after the capture T allocates from the default pool again
+    assert (m.reserved_bytes, m.reserved_by_pool[POOL], m.reserved_by_stream[T]) == \
+        (40 * MiB, 20 * MiB, 40 * MiB)

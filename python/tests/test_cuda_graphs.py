@@ -100,6 +100,13 @@ def test_capture_by_hand_and_reset(traced):
     assert marks["manual_reset"] == (233 * MiB, 292 * MiB)
 
 
+def test_a_stream_that_joins_a_capture_allocates_in_its_pool(traced):
+    """joiner waits on the capturing stream inside the capture: x * 5 on joiner (2 MiB) is
+    captured into the graph's pool, a 20 MiB segment (see pool 6 below)."""
+    marks, _, _ = traced
+    assert marks["joined_capture"] == (235 * MiB, 312 * MiB)
+
+
 def test_the_snapshot_reports_each_pool(traced):
     """Per pool: its reserved peak and end (pool 2 released above; the others' graphs live to
     the end of the script, whose last event comes before they are collected), its replays
@@ -108,11 +115,11 @@ def test_the_snapshot_reports_each_pool(traced):
     _, snap, _ = traced
     pools = snap["summary"]["devices"]["cuda:0"]["graph_pools"]
     lines = {p["id"]: [int(g.rsplit(":", 1)[1]) for g in p["graphs"]] for p in pools}
-    assert lines == {1: [31], 2: [46, 49], 3: [52], 4: [66, 66], 5: [79]}
+    assert lines == {1: [31], 2: [46, 49], 3: [52], 4: [66, 66], 5: [79], 6: [92]}
     assert {p["id"]: (p["reserved_peak_bytes"], p["reserved_final_bytes"], p["replays"])
             for p in pools} == {1: (20 * MiB, 20 * MiB, 3), 2: (20 * MiB, 0, 0),
                                 3: (20 * MiB, 20 * MiB, 0), 4: (84 * MiB, 84 * MiB, 2),
-                                5: (20 * MiB, 0, 1)}
+                                5: (20 * MiB, 0, 1), 6: (20 * MiB, 20 * MiB, 0)}
     assert snap["summary"]["reserved_peak_bytes"] == 352 * MiB
     columns = snap["timeline"]["columns"]
     [pool4] = [p for p in snap["timeline"]["pools"] if p["id"] == 4]
@@ -129,8 +136,8 @@ def test_the_terminal_report_lists_the_pools(traced):
     assert [tuple(line.split()[3:9]) for line in lines] == [
         ("1", "20.0", "MiB", "20.0", "MiB", "3"), ("2", "20.0", "MiB", "0", "B", "0"),
         ("3", "20.0", "MiB", "20.0", "MiB", "0"), ("4", "84.0", "MiB", "84.0", "MiB", "2"),
-        ("5", "20.0", "MiB", "0", "B", "1")]
-    assert ["(2 graphs)" in line for line in lines] == [False, True, False, True, False]
+        ("5", "20.0", "MiB", "0", "B", "1"), ("6", "20.0", "MiB", "20.0", "MiB", "0")]
+    assert ["(2 graphs)" in line for line in lines] == [False, True, False, True, False, False]
 
 
 def _events(snap, kinds):
@@ -160,8 +167,8 @@ def test_replaying_the_snapshot_follows_the_pools(traced):
     from the shared captures' segment (-20 MiB), which x * 4 then keeps (the pool's release
     gave 20 MiB back: +20 MiB), and the graphed module's output and gradient are carved from
     it too (-20 MiB): 292 MiB after the graphed step, its peak (x + 1 fits the MLP capture's
-    free 2 MiB hole). At the end the pools of graphs 1, 3 and 4 hold 124 MiB of the trace's
-    292 MiB; pool 5 is gone."""
+    free 2 MiB hole). At the end: 292 MiB after the empty_cache of section 4, and x * 5's 20 MiB
+    segment; the pools of graphs 1, 3, 4 and 6 hold 144 MiB of those 312 MiB; pool 5 is gone."""
     _, snap, _ = traced
     assert replay(_events(snap, POOL_KINDS)).peak_reserved == 352 * MiB
     assert replay(_events(snap, ("empty_cache",))).peak_reserved == 292 * MiB
@@ -170,4 +177,5 @@ def test_replaying_the_snapshot_follows_the_pools(traced):
     for seg in viz["segments"]:
         pool = tuple(seg["segment_pool_id"])[0]
         by_pool[pool] = by_pool.get(pool, 0) + seg["total_size"]
-    assert by_pool == {0: 292 * MiB - 124 * MiB, 1: 20 * MiB, 3: 20 * MiB, 4: 84 * MiB}
+    assert by_pool == {0: 312 * MiB - 144 * MiB, 1: 20 * MiB, 3: 20 * MiB, 4: 84 * MiB,
+                       6: 20 * MiB}

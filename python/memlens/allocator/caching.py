@@ -196,6 +196,10 @@ class CachingAllocatorModel:
         self.graphs.begin(pool_id, frozenset(streams))
         self.reserved_by_pool.setdefault(pool_id, 0)
 
+    def join_capture(self, pool_id: int, stream: int) -> None:
+        """`stream` waited on a stream capturing into `pool_id`: it captures into it too."""
+        self.graphs.join(pool_id, stream)
+
     def end_allocate_to_pool(self, pool_id: int) -> None:
         """CUDAGraph::capture_end. With no capture left, the end-of-use events of blocks freed
         during captures are recorded now (needs_events_deferred_until_no_capture)."""

@@ -5,7 +5,8 @@ PyTorch 2.13), as the caching allocator model keeps them.
   user to an existing one (create_or_incref_pool; `pool=` shares it), and route the
   allocations of the streams the filter accepts to it (get_pool, captures searched newest
   first) until endAllocateToPool (capture_end). Here the filter is a set of stream ids: the
-  capturing stream.
+  capturing stream, and the streams that joined the capture (a stream that waits on a
+  capturing one inside the capture is capturing too, into the same graph).
 - A pool has its own small and large BlockPools: its segments are cudaMalloc'ed for it, its
   freed blocks go back to it (free_block inserts into block->pool), and no allocation outside
   a capture to it ever searches it, so after the capture its free space serves nobody else.
@@ -51,6 +52,14 @@ class GraphPools:
         if any(pid == pool_id for pid, _ in self.captures):
             raise RuntimeError("beginAllocateToPool: already recording to mempool_id")
         self.captures.append((pool_id, frozenset(streams)))
+
+    def join(self, pool_id: int, stream: int) -> None:
+        """`stream` joined the capture into `pool_id`: its allocations go to the pool too."""
+        for i, (pid, streams) in enumerate(self.captures):
+            if pid == pool_id:
+                self.captures[i] = (pid, streams | {stream})
+                return
+        raise RuntimeError(f"no capture into pool {pool_id} is under way")
 
     def end(self, pool_id: int) -> None:
         for i, (pid, _) in enumerate(self.captures):

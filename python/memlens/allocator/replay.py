@@ -4,7 +4,7 @@ The engine's ledger gives, per device and in order, `(kind, block_id, nbytes, st
 "alloc" or "free", and between them the streams' own events: `("record_stream", block_id, 0,
 stream)` and `("wait", waiter, marker, stream)` (waiter a stream or -1 for the host, marker the
 model's tick the wait covers; see stream_events.py), and CUDA graph captures: `("pool_begin",
-pool, 0, stream)`, `("pool_end", pool, 0, 0)`, `("pool_release", pool, 0, 0)` (graph_pools.py)
+pool, 0, stream)`, `("pool_join", pool, 0, stream)`, `("pool_end", pool, 0, 0)`, `("pool_release", pool, 0, 0)` (graph_pools.py)
 and `("empty_cache", 0, 0, 0)`. Only allocs and frees count as events. Replaying them answers what torch.cuda.memory_reserved() would have peaked at,
 how much of that was cached but unused (fragmentation), and which event would have run out of
 memory. An allocation that fails is left out of the state (PyTorch would have raised at that
@@ -129,13 +129,16 @@ def replay(events: Iterable[tuple[str, int, int, int]],
     )
 
 
-POOL_EVENTS = frozenset({"pool_begin", "pool_end", "pool_release", "empty_cache"})
+POOL_EVENTS = frozenset({"pool_begin", "pool_join", "pool_end", "pool_release",
+                         "empty_cache"})
 
 
 def pool_event(model: CachingAllocatorModel, kind: str, pool: int, stream: int) -> None:
     """A capture's start or end, a graph's release, or torch.cuda.empty_cache(), on `model`."""
     if kind == "pool_begin":
         model.begin_allocate_to_pool(pool, {stream})
+    elif kind == "pool_join":
+        model.join_capture(pool, stream)
     elif kind == "pool_end":
         model.end_allocate_to_pool(pool)
     elif kind == "pool_release":

@@ -17,8 +17,9 @@ unchanged (they are Python over these). What each call means for the trace:
   an iteration); the pool counts its replays for the report.
 - ``reset()`` / the graph's destruction: ``releasePool``; the pool's unused segments go back
   at the next ``empty_cache()`` once every graph sharing it is gone.
-Streams that join a capture (a side stream waiting on the capturing one inside it) are not
-followed: their allocations are booked in their own stream's pool.
+- A stream that waits on a capturing stream inside the capture (``wait_stream``,
+  ``wait_event``) joins the capture, as CUDA's stream capture forks: its allocations come from
+  the pool too, until the capture ends.
 """
 
 from __future__ import annotations
@@ -120,7 +121,8 @@ class FakeCUDAGraph:
     def capture_end(self) -> None:
         if self._stream is None:
             raise RuntimeError("Called CUDAGraph::capture_end without capture_begin")
-        GRAPHS.capturing.pop(self._stream, None)
+        for stream in [s for s, pool in GRAPHS.capturing.items() if pool == self._pool]:
+            del GRAPHS.capturing[stream]  # the capturing stream and those that joined it
         GRAPHS.event(self._device, "pool_end", self._pool)
         self._stream = None
         self._captured = True
@@ -169,6 +171,14 @@ class FakeCUDAGraph:
         raise RuntimeError("memlens: a simulated CUDA graph has no cudaGraphExec_t")
 
 
+def _join_on_wait(device_index: int, waiter: int, stream: int) -> None:
+    """`waiter` waited for `stream`: when `stream` is capturing, `waiter` joins its capture."""
+    pool = GRAPHS.capturing.get(stream)
+    if pool is not None and waiter >= 0 and waiter not in GRAPHS.capturing:
+        GRAPHS.capturing[waiter] = pool
+        GRAPHS.event(device_index, "pool_join", pool, waiter)
+
+
 def graph_pool_handle() -> tuple[int, int]:
     """torch.cuda.graph_pool_handle(): a new pool id, made on its first capture."""
     return (GRAPHS.new_pool_id(), 0)
@@ -199,5 +209,6 @@ def install(patches: Patcher, cuda_modules: list[Any], listener: GraphListener |
     if not hasattr(torch._C, "_host_emptyCache"):  # a CPU build; torch.cuda.graph calls it
         patches.setattr(torch._C, "_host_emptyCache", lambda: None)
     patches.setattr(streams.FakeStream, "is_capturing", _stream_is_capturing)
+    patches.setattr(streams.STREAMS, "on_wait", _join_on_wait)
     GRAPHS.bind(listener)
     patches.defer(lambda: GRAPHS.bind(None))

@@ -189,6 +189,9 @@ class StreamTable:
     def __init__(self) -> None:
         self._devices: SimulatedDevices | None = None
         self._listener: StreamListener | None = None
+        # Told of every wait between streams too: CUDA graph captures (graphs.py), which a
+        # stream joins by waiting on a capturing one.
+        self.on_wait: Any = None
 
     def bind(self, devices: SimulatedDevices | None,
              listener: StreamListener | None = None) -> None:
@@ -214,6 +217,8 @@ class StreamTable:
         (None: everything queued so far)."""
         if self._listener is not None:
             self._listener.stream_waited(device_index, waiter, stream, marker)
+        if self.on_wait is not None:
+            self.on_wait(device_index, waiter, stream)
 
     def synchronize(self, device_index: int) -> None:
         self.waited(device_index, HOST, ALL_STREAMS, None)

@@ -85,3 +85,13 @@ manual.reset()
 del plus_one
 torch.cuda.empty_cache()
 mark("manual_reset")
+
+# -- 5. a stream that joins a capture --------------------------------------------------------
+joiner = torch.cuda.Stream()
+forked = torch.cuda.CUDAGraph()
+with torch.cuda.graph(forked, stream=side):
+    joiner.wait_stream(side)  # forks from the capturing stream: joiner captures too
+    with torch.cuda.stream(joiner):
+        on_joiner = static_x * 5
+    side.wait_stream(joiner)  # and joins back before the capture ends
+mark("joined_capture")
