@@ -179,3 +179,18 @@ def test_replaying_the_snapshot_follows_the_pools(traced):
         by_pool[pool] = by_pool.get(pool, 0) + seg["total_size"]
     assert by_pool == {0: 312 * MiB - 144 * MiB, 1: 20 * MiB, 3: 20 * MiB, 4: 84 * MiB,
                        6: 20 * MiB}
+
+
+def test_a_trace_stopped_in_the_warm_up_says_where_the_graph_is(tmp_path):
+    """With the default 2 iterations the trace stops at the forward after the warm-up's two
+    backward passes, inside the first capture, so no capture completes: a note names the
+    script's first capture line (30: `graph = torch.cuda.CUDAGraph()`) and the way out."""
+    snap_path = tmp_path / "stopped.json"
+    out = run_memlens("run", "--device", "h100-80gb", "--progress", "none", "--snapshot",
+                      str(snap_path), "--", str(SCRIPT), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    meta = json.loads(snap_path.read_text())["meta"]
+    assert meta["stopped_after_iterations"] is True
+    [note] = [n for n in meta["notes"] if "CUDA graph" in n]
+    assert note.startswith(f"{SCRIPT}:30 captures a CUDA graph, but the trace stopped after 2 "
+                           "iteration(s), before a capture completed")

@@ -53,10 +53,13 @@ class GraphTable:
         self._listener: GraphListener | None = None
         self._ids = itertools.count(1)
         self.capturing: dict[int, int] = {}  # capturing stream id -> pool id
+        self.completed = 0  # captures that reached capture_end in this simulation
 
     def bind(self, listener: GraphListener | None) -> None:
         self._listener = listener
         self.capturing.clear()
+        if listener is not None:
+            self.completed = 0
 
     @property
     def bound(self) -> bool:
@@ -124,6 +127,8 @@ class FakeCUDAGraph:
         for stream in [s for s, pool in GRAPHS.capturing.items() if pool == self._pool]:
             del GRAPHS.capturing[stream]  # the capturing stream and those that joined it
         GRAPHS.event(self._device, "pool_end", self._pool)
+        if sys.exc_info()[0] is None:  # not torch.cuda.graph's exit from a stopped trace
+            GRAPHS.completed += 1
         self._stream = None
         self._captured = True
 
@@ -177,6 +182,29 @@ def _join_on_wait(device_index: int, waiter: int, stream: int) -> None:
     if pool is not None and waiter >= 0 and waiter not in GRAPHS.capturing:
         GRAPHS.capturing[waiter] = pool
         GRAPHS.event(device_index, "pool_join", pool, waiter)
+
+
+_CAPTURE_CALLS = ("torch.cuda.graph(", "CUDAGraph(", "make_graphed_callables(", ".capture_begin(")
+
+
+def uncaptured_note(script_path: str | None, iterations: int) -> str | None:
+    """When the trace stopped before any capture of a script that captures CUDA graphs
+    completed (its warm-up iterations used up --iterations), say where it captures and what
+    to do."""
+    if GRAPHS.completed:
+        return None
+    try:
+        with open(script_path or "", encoding="utf-8") as source:
+            lines = source.read().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    for number, line in enumerate(lines, 1):
+        code = line.split("#", 1)[0]
+        if any(call in code for call in _CAPTURE_CALLS):
+            return (f"{script_path}:{number} captures a CUDA graph, but the trace stopped after "
+                    f"{iterations} iteration(s), before a capture completed (warm-up iterations count): "
+                    "trace more iterations (--iterations) to see the graph's memory pool")
+    return None
 
 
 def graph_pool_handle() -> tuple[int, int]:

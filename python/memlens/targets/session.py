@@ -66,6 +66,12 @@ def trace_target(target, device: DeviceSpec, iterations: int, progress_mode: str
         sdpa_note = tracer.sdpa.note()
         if sdpa_note:
             tracer.add_note(sdpa_note)
+        if stopped and device.type == "cuda":
+            from ..cuda.graphs import uncaptured_note
+
+            graphs_note = uncaptured_note(getattr(target, "path", None), tracer.iterations)
+            if graphs_note:
+                tracer.add_note(graphs_note)
         meta = {"command": command or [], "target": target.to_json(), "precision": precision,
                 "stopped_after_iterations": stopped and not tracer.interrupted,
                 "kernels": {"scaled_dot_product_attention": dict(tracer.sdpa_backends)}}
