@@ -57,4 +57,6 @@ class LedgerMemory:
         info["graphs"].append(place or "?")
 
     def graph_replayed(self, pool: int) -> None:
-        self.ledger.graph_pools[pool]["replays"] += 1
+        info = self.ledger.graph_pools.get(pool)  # None: captured before this trace began
+        if info is not None:
+            info["replays"] += 1
