@@ -1,0 +1,71 @@
+"""What ZeRO's optimizers hold, put in the categories of ZeRO's accounting.
+
+DeepSpeed copies the model into flat buffers of its own, so the classifier's hooks (registered
+parameters, `.grad`, `optimizer.state`) do not see all of it. After each ZeRO optimizer is
+built its buffers are pinned to what they are (owned by no layer: a flat buffer spans all):
+- the 16-bit flat buffers the model's parameters become views of: parameters
+  (stage 1/2 `bit16_groups_flat`, stage 3 `fp16_partitioned_groups_flat`);
+- the fp32 master partition the inner optimizer updates: optimizer state, with Adam's moments
+  (stage 1/2 `single_partition_of_fp32_groups`, stage 3 `fp32_partitioned_groups_flat`), on
+  the host with `offload_optimizer`;
+- the gradient buckets gradients are reduced through, and stage 3's flat buffer of gradient
+  partitions: gradients (as DDP's buckets are).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from ... import categories as C
+
+# stage module -> (optimizer class, parameter buffers, master partitions, gradient buffers)
+_BUFFERS = {
+    "stage_1_and_2": ("DeepSpeedZeroOptimizer", "bit16_groups_flat",
+                      "single_partition_of_fp32_groups", ()),
+    "stage3": ("DeepSpeedZeroOptimizer_Stage3", "fp16_partitioned_groups_flat",
+               "fp32_partitioned_groups_flat", ("grad_partitions_flat_buffer",)),
+}
+
+
+def _tensors(value):
+    if value is None:
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _pin_buckets(classifier, optimizer) -> None:
+    for bucket in (getattr(optimizer, "ipg_buckets", None) or {}).values():
+        for t in _tensors(getattr(bucket, "buffer", None)):
+            classifier.pin(t, C.GRADIENT)
+
+
+def patch(plugin, mod, stage: str) -> None:
+    """Wrap the stage's optimizer so that its buffers are classified once it is built."""
+    name, params, masters, grads = _BUFFERS[stage]
+    cls = getattr(mod, name)
+    classifier = plugin.tracer.classifier
+    original_init = cls.__init__
+
+    @functools.wraps(original_init)
+    def __init__(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        for t in _tensors(getattr(self, params, None)):
+            classifier.pin(t, C.PARAMETER)
+        for t in _tensors(getattr(self, masters, None)):
+            classifier.pin(t, C.OPTIMIZER_STATE)
+        for attr in grads:
+            for t in _tensors(getattr(self, attr, None)):
+                classifier.pin(t, C.GRADIENT)
+        _pin_buckets(classifier, self)
+
+    plugin.patcher.setattr(cls, "__init__", __init__)
+    setup = cls.__dict__.get("setup_buckets")
+    if setup is not None:  # stage 1/2 make their bucket buffers anew at each micro-step
+
+        @functools.wraps(setup)
+        def setup_buckets(self, *args, **kwargs):
+            out = setup(self, *args, **kwargs)
+            _pin_buckets(classifier, self)
+            return out
+
+        plugin.patcher.setattr(cls, "setup_buckets", setup_buckets)
