@@ -4,12 +4,15 @@ DeepSpeed copies the model into flat buffers of its own, so the classifier's hoo
 parameters, `.grad`, `optimizer.state`) do not see all of it. After each ZeRO optimizer is
 built its buffers are pinned to what they are (owned by no layer: a flat buffer spans all):
 - the 16-bit flat buffers the model's parameters become views of: parameters
-  (stage 1/2 `bit16_groups_flat`, stage 3 `fp16_partitioned_groups_flat`);
+  (stage 1/2 `bit16_groups_flat`, stage 3 `fp16_partitioned_groups_flat`), and with
+  `offload_optimizer` stage 1/2's host copy of the updated 16-bit partition;
 - the fp32 master partition the inner optimizer updates: optimizer state, with Adam's moments
   (stage 1/2 `single_partition_of_fp32_groups`, stage 3 `fp32_partitioned_groups_flat`), on
   the host with `offload_optimizer`;
-- the gradient buckets gradients are reduced through, and stage 3's flat buffer of gradient
-  partitions: gradients (as DDP's buckets are).
+- the gradient buckets gradients are reduced through, stage 2's buffer of the partition's
+  reduced gradients (`grads_in_partition`, made at the first backward) and stage 3's flat
+  buffer of gradient partitions, and the staging buffers gradients are offloaded through:
+  gradients (as DDP's buckets are).
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ from ... import categories as C
 
 # stage module -> (optimizer class, parameter buffers, master partitions, gradient buffers)
 _BUFFERS = {
-    "stage_1_and_2": ("DeepSpeedZeroOptimizer", "bit16_groups_flat",
-                      "single_partition_of_fp32_groups", ()),
-    "stage3": ("DeepSpeedZeroOptimizer_Stage3", "fp16_partitioned_groups_flat",
+    "stage_1_and_2": ("DeepSpeedZeroOptimizer",
+                      ("bit16_groups_flat", "param_buffer_of_bit16_for_cpu_offload_groups"),
+                      "single_partition_of_fp32_groups",
+                      ("temp_grad_buffer_for_gpu_offload", "temp_grad_buffer_for_cpu_offload")),
+    "stage3": ("DeepSpeedZeroOptimizer_Stage3", ("fp16_partitioned_groups_flat",),
                "fp32_partitioned_groups_flat", ("grad_partitions_flat_buffer",)),
 }
 
@@ -34,6 +39,8 @@ def _tensors(value):
 
 
 def _pin_buckets(classifier, optimizer) -> None:
+    for t in _tensors(vars(optimizer).get("grads_in_partition")):
+        classifier.pin(t, C.GRADIENT)
     for bucket in (getattr(optimizer, "ipg_buckets", None) or {}).values():
         for t in _tensors(getattr(bucket, "buffer", None)):
             classifier.pin(t, C.GRADIENT)
@@ -49,8 +56,9 @@ def patch(plugin, mod, stage: str) -> None:
     @functools.wraps(original_init)
     def __init__(self, *args, **kwargs):
         original_init(self, *args, **kwargs)
-        for t in _tensors(getattr(self, params, None)):
-            classifier.pin(t, C.PARAMETER)
+        for attr in params:
+            for t in _tensors(getattr(self, attr, None)):
+                classifier.pin(t, C.PARAMETER)
         for t in _tensors(getattr(self, masters, None)):
             classifier.pin(t, C.OPTIMIZER_STATE)
         for attr in grads:
@@ -69,3 +77,13 @@ def patch(plugin, mod, stage: str) -> None:
             return out
 
         plugin.patcher.setattr(cls, "setup_buckets", setup_buckets)
+    copy = cls.__dict__.get("copy_grads_in_partition")
+    if copy is not None:  # stage 2's buffer of reduced gradients, made on first use
+
+        @functools.wraps(copy)
+        def copy_grads_in_partition(self, *args, **kwargs):
+            out = copy(self, *args, **kwargs)
+            _pin_buckets(classifier, self)
+            return out
+
+        plugin.patcher.setattr(cls, "copy_grads_in_partition", copy_grads_in_partition)

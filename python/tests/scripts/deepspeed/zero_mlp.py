@@ -1,7 +1,7 @@
 """A small MLP trained with DeepSpeed, in DeepSpeed's documented style:
 `deepspeed --num_gpus 4 zero_mlp.py --stage 2 [--offload-optimizer] [--fp16]`.
 
-The model: 4 blocks Linear(512, 512) + GELU and a head Linear(512, 16) (see build_model).
+The model: 4 blocks Linear(512, 512) + GELU and a head Linear(512, 10) (see build_model).
 """
 
 import argparse
@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-WIDTH, BLOCKS, CLASSES, MICRO_BATCH = 512, 4, 16, 8
+WIDTH, BLOCKS, CLASSES, MICRO_BATCH = 512, 4, 10, 8
+BUCKET = 131_072  # elements: ZeRO's reduce / all-gather / prefetch buckets (defaults are 5e8)
 
 
 def build_model() -> nn.Module:
@@ -22,7 +23,12 @@ def build_model() -> nn.Module:
 
 
 def ds_config(args) -> dict:
-    zero = {"stage": args.stage}
+    zero = {"stage": args.stage, "reduce_bucket_size": BUCKET, "allgather_bucket_size": BUCKET,
+            "overlap_comm": args.overlap_comm}
+    if args.stage == 3:
+        # Every parameter partitioned (none kept whole for being small), prefetch in buckets.
+        zero.update(stage3_param_persistence_threshold=0, stage3_prefetch_bucket_size=BUCKET,
+                    stage3_max_live_parameters=args.max_live_parameters)
     if args.offload_optimizer:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
     if args.offload_param:
@@ -46,6 +52,8 @@ def main():
     p.add_argument("--fp16", action="store_true")
     p.add_argument("--offload-optimizer", action="store_true")
     p.add_argument("--offload-param", action="store_true")
+    p.add_argument("--overlap-comm", action="store_true")
+    p.add_argument("--max-live-parameters", type=int, default=1_000_000_000)
     p.add_argument("--steps", type=int, default=3)
     args = p.parse_args()
 
