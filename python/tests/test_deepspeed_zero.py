@@ -49,22 +49,25 @@ BUCKET = 131_072
 LARGEST = 512 * 512
 STEP = "optimizer_step_iter_1"
 
-RUNS = {  # name: (world size, script arguments)
+LAUNCH = TESTS / "scripts" / "deepspeed" / "launch_zero3.sh"  # deepspeed --num_gpus 4 ...
+RUNS = {  # name: (world size, script arguments); world None: rank 1 of LAUNCH's job
     "z1-w1": (1, ("--stage", "1")), "z1-w4": (4, ("--stage", "1")),
     "z2-w1": (1, ("--stage", "2")), "z2-w4": (4, ("--stage", "2")),
     "z3-w1": (1, ("--stage", "3")), "z3-w4": (4, ("--stage", "3")),
     "z2-w4-fp16": (4, ("--stage", "2", "--fp16")),
     "z2-w4-offload": (4, ("--stage", "2", "--offload-optimizer")),
     "z3-w4-offload": (4, ("--stage", "3", "--offload-optimizer")),
+    "launch-r1": (None, ()),
 }
 
 
 def _trace(tmp, name: str) -> dict:
     world, args = RUNS[name]
     snap = tmp / f"{name}-{uuid.uuid4().hex[:8]}.json"
-    out = run_memlens("run", "--device", DEVICE, "--world-size", str(world), "--rank", "0",
-                      "--json", "--progress", "none", "--snapshot", str(snap), "--",
-                      str(SCRIPT), *args, cwd=tmp)
+    job = ("--rank", "1", "--from-script", str(LAUNCH)) if world is None else \
+        ("--world-size", str(world), "--rank", "0", "--", str(SCRIPT), *args)
+    out = run_memlens("run", "--device", DEVICE, "--json", "--progress", "none", "--snapshot",
+                      str(snap), *job, cwd=tmp)
     assert out.returncode == 0, out.stderr[-4000:]
     return json.loads(snap.read_text())
 
@@ -166,3 +169,15 @@ def test_fused_adam_is_a_stand_in_and_nothing_was_compiled(runs):
     for name in ("z1-w4", "z3-w4"):
         notes = runs[name]["meta"]["notes"]
         assert any("fused_adam" in n and "stand-in" in n for n in notes), notes
+
+
+def test_the_deepspeed_launch_line_gives_the_job_and_the_rank_its_gpu(runs):
+    """`deepspeed --num_gpus 4 zero_mlp.py --stage 3`, rank 1: 4 ranks, the rank's own GPU
+    (DeepSpeed selects cuda:LOCAL_RANK), and rank 1's partitions, which are as large as rank
+    0's (ceil(numel / N) each; the padding sits at the end of the last rank's)."""
+    snap = runs["launch-r1"]
+    assert (snap["meta"]["world_size"], snap["meta"]["rank"]) == (4, 1)
+    assert snap["meta"]["device_key"] == "cuda:1"
+    part = stage3_partition(4)
+    assert _states(snap) == {"parameter": 2 * part, "optimizer_state": 12 * part,
+                             "gradient": 2 * part + 4 * part + 2 * BUCKET}

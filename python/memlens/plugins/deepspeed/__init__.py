@@ -9,8 +9,10 @@ are imported and undone when the trace ends.
 
 from __future__ import annotations
 
+import functools
 from types import ModuleType
 
+from ...errors import MemlensError
 from ...patches.patcher import check_tested
 from ..library_plugin import LibraryPlugin
 from . import op_builders, zero_states
@@ -20,7 +22,31 @@ class Plugin(LibraryPlugin):
     watches = {"deepspeed.ops.op_builder.builder": "op_builder",
                "deepspeed.runtime.zero.utils": "zero_utils",
                "deepspeed.runtime.zero.stage_1_and_2": "zero_stage_1_and_2",
-               "deepspeed.runtime.zero.stage3": "zero_stage3"}
+               "deepspeed.runtime.zero.stage3": "zero_stage3",
+               "deepspeed.comm.comm": "comm"}
+
+    def comm(self, mod: ModuleType) -> None:
+        """`deepspeed.init_distributed()` (which `deepspeed.initialize` calls) runs on the
+        simulated rank's fake process group. Without a simulated rank there is none, and
+        DeepSpeed would look for MPI (mpi4py) to find one: a clear error instead."""
+        version = _version()
+        original = mod.init_distributed
+        tracer = self.tracer
+
+        @functools.wraps(original)
+        def init_distributed(*args, **kwargs):
+            import torch.distributed as dist
+
+            if tracer.rank is None and not (dist.is_available() and dist.is_initialized()):
+                raise MemlensError(
+                    f"DeepSpeed {version}: deepspeed.init_distributed() (also called by "
+                    "deepspeed.initialize) needs a process group, and this trace simulates "
+                    "no distributed job: give memlens --world-size N (--world-size 1 for one "
+                    "GPU) and --rank R, or trace the `deepspeed`/`torchrun` launch line "
+                    "(--from-script)")
+            return original(*args, **kwargs)
+
+        self.patcher.setattr(mod, "init_distributed", init_distributed)
 
     def op_builder(self, mod: ModuleType) -> None:
         version = _version()
