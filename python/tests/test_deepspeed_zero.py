@@ -75,7 +75,7 @@ def _trace(tmp, name: str) -> dict:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("deepspeed")
-    with ThreadPoolExecutor(max_workers=max(2, min(4, os.cpu_count() or 2))) as pool:
+    with ThreadPoolExecutor(max_workers=2) as pool:
         return dict(zip(RUNS, pool.map(lambda name: _trace(tmp, name), RUNS)))
 
 
