@@ -8,6 +8,7 @@ The model states are read when the inner optimizer's second step begins (the pha
 for mixed-precision Adam, Ψ parameters, N ranks, derived here from the model and the config:
 
     ZeRO paper, bytes per rank   parameters   gradients    optimizer state (fp32 copy, m, v)
+    no ZeRO (stage 0)            2Ψ           2Ψ           12Ψ
     stage 1                      2Ψ           2Ψ           12Ψ/N
     stage 2                      2Ψ           2Ψ/N         12Ψ/N
     stage 3                      2Ψ/N         2Ψ/N         12Ψ/N
@@ -51,12 +52,14 @@ STEP = "optimizer_step_iter_1"
 
 LAUNCH = TESTS / "scripts" / "deepspeed" / "launch_zero3.sh"  # deepspeed --num_gpus 4 ...
 RUNS = {  # name: (world size, script arguments); world None: rank 1 of LAUNCH's job
+    "z0-w4": (4, ("--stage", "0")),
     "z1-w1": (1, ("--stage", "1")), "z1-w4": (4, ("--stage", "1")),
     "z2-w1": (1, ("--stage", "2")), "z2-w4": (4, ("--stage", "2")),
     "z3-w1": (1, ("--stage", "3")), "z3-w4": (4, ("--stage", "3")),
     "z2-w4-fp16": (4, ("--stage", "2", "--fp16")),
     "z2-w4-offload": (4, ("--stage", "2", "--offload-optimizer")),
     "z3-w4-offload": (4, ("--stage", "3", "--offload-optimizer")),
+    "z3-w4-offload-all": (4, ("--stage", "3", "--offload-optimizer", "--offload-param")),
     "launch-r1": (None, ()),
 }
 
@@ -132,6 +135,14 @@ def test_model_states_shrink_with_the_world_as_zeros_formulas_say(runs):
     assert abs(z3 / (20 * PSI / 4) - 1) < 1e-4
 
 
+def test_without_zero_every_rank_holds_everything(runs):
+    """Stage 0 (bf16, the engine's FP16_Optimizer wrapper): the whole flat 16-bit model, the
+    whole fp32 master copy with Adam's moments, and its fp32 gradient, on every rank. Ψ is
+    even: no padding."""
+    assert _states(runs["z0-w4"]) == {"parameter": 2 * PSI, "optimizer_state": 12 * PSI,
+                                      "gradient": 4 * PSI}
+
+
 def test_fp16_keeps_the_same_states_as_bf16(runs):
     """fp16 with dynamic loss scaling: 16-bit parameters as with bf16, same partitions."""
     part = stage12_partition(4)
@@ -162,6 +173,16 @@ def test_zero_3_offload_keeps_only_parameters_and_the_bucket_on_the_gpu(runs):
     # stage3.py: with the optimizer offloaded the 16-bit gradient partitions are on the host
     # (pinned), next to the fp32 master partition, its gradient and Adam's moments.
     assert _states(snap, "cpu") == {"parameter": 0, "optimizer_state": 12 * part,
+                                    "gradient": 2 * part + 4 * part}
+
+
+def test_zero_3_offload_param_leaves_only_the_bucket_on_the_gpu(runs):
+    """With `offload_param` too the 16-bit partitions live on the host (gathered onto the GPU
+    layer by layer while they are used)."""
+    part = stage3_partition(4)
+    snap = runs["z3-w4-offload-all"]
+    assert _states(snap) == {"parameter": 0, "optimizer_state": 0, "gradient": 2 * BUCKET}
+    assert _states(snap, "cpu") == {"parameter": 2 * part, "optimizer_state": 12 * part,
                                     "gradient": 2 * part + 4 * part}
 
 

@@ -23,6 +23,8 @@ class Plugin(LibraryPlugin):
                "deepspeed.runtime.zero.utils": "zero_utils",
                "deepspeed.runtime.zero.stage_1_and_2": "zero_stage_1_and_2",
                "deepspeed.runtime.zero.stage3": "zero_stage3",
+               "deepspeed.runtime.bf16_optimizer": "bf16_optimizer",
+               "deepspeed.runtime.fp16.fused_optimizer": "fp16_optimizer",
                "deepspeed.comm.comm": "comm"}
 
     def comm(self, mod: ModuleType) -> None:
@@ -69,6 +71,14 @@ class Plugin(LibraryPlugin):
     def zero_stage3(self, mod: ModuleType) -> None:
         _version()
         zero_states.patch(self, mod, "stage3")
+
+    def bf16_optimizer(self, mod: ModuleType) -> None:
+        _version()
+        zero_states.patch(self, mod, "bf16_optimizer")
+
+    def fp16_optimizer(self, mod: ModuleType) -> None:
+        _version()
+        zero_states.patch(self, mod, "fused_optimizer")
 
     def zero_utils(self, mod: ModuleType) -> None:
         """ZeRO-3 checks at each step that every rank traced the same submodule order: rank 0's

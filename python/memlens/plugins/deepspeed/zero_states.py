@@ -27,6 +27,12 @@ _BUFFERS = {
                       ("bit16_groups_flat", "param_buffer_of_bit16_for_cpu_offload_groups"),
                       "single_partition_of_fp32_groups",
                       ("temp_grad_buffer_for_gpu_offload", "temp_grad_buffer_for_cpu_offload")),
+    # Without ZeRO (stage 0) the engine wraps the optimizer in FP16_Optimizer (fp16, and bf16
+    # with bf16 gradients) or BF16_Optimizer (bf16 with fp32 gradient accumulation, pipelines):
+    # the same flat 16-bit model and fp32 master copy, whole on every rank.
+    "fused_optimizer": ("FP16_Optimizer", ("fp16_groups_flat",), "fp32_groups_flat", ()),
+    "bf16_optimizer": ("BF16_Optimizer", ("bf16_groups_flat",), "fp32_groups_flat_partition",
+                       ("fp32_groups_gradients_flat",)),
     "stage3": ("DeepSpeedZeroOptimizer_Stage3", ("fp16_partitioned_groups_flat",),
                "fp32_partitioned_groups_flat", ("grad_partitions_flat_buffer",)),
 }
