@@ -61,14 +61,17 @@ RUNS = {  # name: (world size, script arguments); world None: rank 1 of LAUNCH's
     "z3-w4-offload": (4, ("--stage", "3", "--offload-optimizer")),
     "z3-w4-offload-all": (4, ("--stage", "3", "--offload-optimizer", "--offload-param")),
     "launch-r1": (None, ()),
+    "trainer-z3-w4": (4, ("out", "--stage", "3")),  # TRAINER, not SCRIPT
 }
+TRAINER = TESTS / "scripts" / "deepspeed" / "trainer_llama_zero.py"
 
 
 def _trace(tmp, name: str) -> dict:
     world, args = RUNS[name]
     snap = tmp / f"{name}-{uuid.uuid4().hex[:8]}.json"
     job = ("--rank", "1", "--from-script", str(LAUNCH)) if world is None else \
-        ("--world-size", str(world), "--rank", "0", "--", str(SCRIPT), *args)
+        ("--world-size", str(world), "--rank", "0", "--",
+         str(TRAINER if name.startswith("trainer") else SCRIPT), *args)
     out = run_memlens("run", "--device", DEVICE, "--json", "--progress", "none", "--snapshot",
                       str(snap), *job, cwd=tmp)
     assert out.returncode == 0, out.stderr[-4000:]
@@ -202,3 +205,18 @@ def test_the_deepspeed_launch_line_gives_the_job_and_the_rank_its_gpu(runs):
     part = stage3_partition(4)
     assert _states(snap) == {"parameter": 2 * part, "optimizer_state": 12 * part,
                              "gradient": 2 * part + 4 * part + 2 * BUCKET}
+
+
+def test_the_hf_trainer_with_a_deepspeed_config_runs_zero_3(runs):
+    """`TrainingArguments(deepspeed=ds_config)` (trainer_llama_zero.py): a Llama of width 128,
+    2 layers, 4 heads of 32 and 2 key/value heads, MLP 256, vocabulary 1,000, untied:
+    embeddings 1000 x 128, per layer q and o 128 x 128, k and v 128 x 64, gate, up and down
+    128 x 256 each, two norms of 128; the final norm; the head 128 x 1000. Every size divides
+    by 4, so a rank's stage-3 partition is Ψ/4; the reduce bucket is 65,536 bf16 elements."""
+    layer = 2 * 128 * 128 + 2 * 128 * 64 + 3 * 128 * 256 + 2 * 128
+    psi = 1000 * 128 + 2 * layer + 128 + 128 * 1000
+    assert psi == 551_552
+    part = psi // 4
+    assert _states(runs["trainer-z3-w4"]) == {"parameter": 2 * part,
+                                              "optimizer_state": 12 * part,
+                                              "gradient": 2 * part + 4 * part + 2 * 65_536}
