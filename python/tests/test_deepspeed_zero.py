@@ -36,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from support.paths import TESTS
-from support.ranks import live_requested, phase_start
+from support.ranks import _rows, live_requested, phase_start
 from support.runs import run_memlens
 
 pytestmark = pytest.mark.slow  # traces in fresh processes
@@ -57,6 +57,8 @@ RUNS = {  # name: (world size, script arguments); world None: rank 1 of LAUNCH's
     "z2-w1": (1, ("--stage", "2")), "z2-w4": (4, ("--stage", "2")),
     "z3-w1": (1, ("--stage", "3")), "z3-w4": (4, ("--stage", "3")),
     "z2-w4-fp16": (4, ("--stage", "2", "--fp16")),
+    "z0-w4-lamb": (4, ("--stage", "0", "--optimizer", "Lamb")),
+    "z2-w4-lion": (4, ("--stage", "2", "--optimizer", "Lion")),
     "z2-w4-offload": (4, ("--stage", "2", "--offload-optimizer")),
     "z3-w4-offload": (4, ("--stage", "3", "--offload-optimizer")),
     "z3-w4-offload-all": (4, ("--stage", "3", "--offload-optimizer", "--offload-param")),
@@ -151,6 +153,29 @@ def test_fp16_keeps_the_same_states_as_bf16(runs):
     part = stage12_partition(4)
     assert _states(runs["z2-w4-fp16"]) == {"parameter": 2 * part * 4,
                                            "optimizer_state": 12 * part, "gradient": 4 * part}
+
+
+def test_lion_keeps_one_moment(runs):
+    """DeepSpeed's FusedLion (stand-in: in place, like its multi-tensor kernel): the fp32
+    master partition and exp_avg, 8 bytes per partitioned parameter instead of Adam's 12."""
+    part = stage12_partition(4)
+    assert _states(runs["z2-w4-lion"]) == {"parameter": 2 * part * 4,
+                                           "optimizer_state": 8 * part, "gradient": 4 * part}
+
+
+def test_lamb_allocates_what_its_kernel_allocates(runs):
+    """FusedLamb without ZeRO (FP16_UnfusedOptimizer: an fp32 copy of each parameter, bf16
+    gradients until the step): 12Ψ of state, 2Ψ of parameters and of gradients. Its kernel
+    (csrc/lamb/fused_lamb_cuda.cpp) allocates per parameter two 512-element fp32 reduction
+    buffers and the 1-element coefficient it returns: 10 parameters, 20 + 10 allocations."""
+    snap = runs["z0-w4-lamb"]
+    assert _states(snap) == {"parameter": 2 * PSI, "optimizer_state": 12 * PSI,
+                             "gradient": 2 * PSI}
+    step = next(p for p in snap["phases"] if p["name"] == STEP)
+    empty = snap["ops"].index("empty")
+    made = [r["requested_bytes"] for r in _rows(snap)
+            if r["op"] == empty and step["start_seq"] <= r["alloc_seq"] < step["end_seq"]]
+    assert sorted(made) == [4] * 10 + [512 * 4] * 20
 
 
 def test_offload_optimizer_moves_the_optimizer_states_to_the_host(runs):

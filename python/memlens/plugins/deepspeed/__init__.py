@@ -25,6 +25,7 @@ class Plugin(LibraryPlugin):
                "deepspeed.runtime.zero.stage3": "zero_stage3",
                "deepspeed.runtime.bf16_optimizer": "bf16_optimizer",
                "deepspeed.runtime.fp16.fused_optimizer": "fp16_optimizer",
+               "deepspeed.runtime.fp16.unfused_optimizer": "fp16_unfused_optimizer",
                "deepspeed.comm.comm": "comm"}
 
     def comm(self, mod: ModuleType) -> None:
@@ -79,6 +80,10 @@ class Plugin(LibraryPlugin):
     def fp16_optimizer(self, mod: ModuleType) -> None:
         _version()
         zero_states.patch(self, mod, "fused_optimizer")
+
+    def fp16_unfused_optimizer(self, mod: ModuleType) -> None:
+        _version()
+        zero_states.patch(self, mod, "unfused_optimizer")
 
     def zero_utils(self, mod: ModuleType) -> None:
         """ZeRO-3 checks at each step that every rank traced the same submodule order: rank 0's

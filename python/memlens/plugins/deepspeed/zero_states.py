@@ -31,6 +31,8 @@ _BUFFERS = {
     # with bf16 gradients) or BF16_Optimizer (bf16 with fp32 gradient accumulation, pipelines):
     # the same flat 16-bit model and fp32 master copy, whole on every rank.
     "fused_optimizer": ("FP16_Optimizer", ("fp16_groups_flat",), "fp32_groups_flat", ()),
+    # ... or FP16_UnfusedOptimizer (LAMB): an fp32 copy of each parameter, in groups.
+    "unfused_optimizer": ("FP16_UnfusedOptimizer", (), "fp32_groups", ()),
     "bf16_optimizer": ("BF16_Optimizer", ("bf16_groups_flat",), "fp32_groups_flat_partition",
                        ("fp32_groups_gradients_flat",)),
     "stage3": ("DeepSpeedZeroOptimizer_Stage3", ("fp16_partitioned_groups_flat",),
@@ -39,9 +41,10 @@ _BUFFERS = {
 
 
 def _tensors(value):
-    if value is None:
-        return []
-    return list(value) if isinstance(value, (list, tuple)) else [value]
+    """The tensors of an attribute: one, a list, or a list of groups."""
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return [] if value is None else [value]
 
 
 def _pin_buckets(classifier, optimizer) -> None:
