@@ -20,7 +20,13 @@ fi
 # Another torch (TORCH=...) brings the Triton its wheel pins: the requirements' one is left out.
 skip='^torch=='
 [ -z "${TORCH:-}" ] || skip='^torch==\|^triton=='
-"$VENV/bin/python" -m pip install --quiet "$torch_req" -r <(grep -v "$skip" "$req")
+# DeepSpeed is an sdist whose setup.py imports torch: it is built after the rest, against the
+# torch installed here (pip's build isolation would download another torch), without its ops
+# (DS_BUILD_OPS=0: they are compiled on first use, and memlens replaces them).
+"$VENV/bin/python" -m pip install --quiet "$torch_req" -r <(grep -v "$skip\|^deepspeed==" "$req")
+ds_req=$(grep '^deepspeed==' "$req" || true)
+[ -z "$ds_req" ] || DS_BUILD_OPS=0 "$VENV/bin/python" -m pip install --quiet \
+  --no-build-isolation "$ds_req"
 # setuptools' notes about editable installs are noise here; show them only if the install fails.
 "$VENV/bin/python" -m pip install --quiet --no-deps -e python 2>"$VENV/editable-install.log" \
   || { cat "$VENV/editable-install.log"; exit 1; }

@@ -107,8 +107,8 @@ def _target(args):
         spec = _rank_spec(args, job)
         if spec is not None and args.ranks is None:
             job.target.env.update(spec.env())  # torchrun's variables win over the launch's
-            if job.local_rank_arg:  # torch.distributed.launch without --use-env
-                job.target.args.insert(0, f"--local-rank={spec.local_rank}")
+            if job.local_rank_arg:  # torch.distributed.launch without --use-env, deepspeed
+                job.target.args.insert(0, f"{job.local_rank_arg}={spec.local_rank}")
         return job.target, None, spec, job
 
     from ..targets.recipe import load_recipe

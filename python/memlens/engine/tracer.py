@@ -130,9 +130,10 @@ class Tracer:
             if self.device.type == "cuda":
                 from ..cuda.ledger_memory import LedgerMemory
                 from ..cuda.simulate import simulate_cuda
-                from ..patches import torch_cuda_device, torch_cuda_semantics
+                from ..patches import cuda_nvtx, torch_cuda_device, torch_cuda_semantics
 
                 torch_cuda_semantics.apply(self._patcher, self)
+                cuda_nvtx.apply(self._patcher)
                 torch_cuda_device.apply(self._patcher)
                 if self.compiled.gpu_inductor:
                     torch_inductor_cuda.apply(self._patcher, self.accountant.made_fake,

@@ -100,12 +100,14 @@ TESTED_VERSIONS: dict[str, tuple[str, str, str]] = {
     "torch_cuda_semantics": ("torch", "2.13.0", "2.15.0"),
     "cuda_simulate": ("torch", "2.13.0", "2.15.0"),
     "cuda_graphs": ("torch", "2.13.0", "2.14.0"),
+    "cuda_nvtx": ("torch", "2.9.0", "2.16.0"),
     "megatron": ("megatron-core", "0.16.0", "0.17.0"),
     "torch_values": ("torch", "2.9.0", "2.16.0"),
     "hf_accelerate": ("accelerate", "1.1.0", "1.16.0"),
     "hf_safetensors": ("safetensors", "0.4.0", "0.9.0"),
     "hf_transformers": ("transformers", "5.0.0", "5.30.0"),
     "torchao_float8": ("torchao", "0.18.0", "0.19.0"),
+    "deepspeed": ("deepspeed", "0.19.0", "0.20.0"),
 }
 
 

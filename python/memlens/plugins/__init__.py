@@ -1,5 +1,5 @@
 """Integrations with libraries that need more than torch's hooks to trace (Megatron-core,
-safetensors, accelerate, the Hugging Face Trainer, torchao's float8 training).
+safetensors, accelerate, the Hugging Face Trainer, torchao's float8 training, DeepSpeed).
 
 Each plugin is a module of this package that is imported only when its library is: the
 tracer installs a `PluginHost`, which watches for each plugin's trigger module and, when the
@@ -19,7 +19,7 @@ from .imports import ImportWatcher
 # trigger module -> plugin module (in this package)
 PLUGINS = {"megatron.core": "megatron", "safetensors": "hf_safetensors",
            "accelerate": "hf_accelerate", "transformers": "hf_transformers",
-           "torchao": "torchao_float8"}
+           "torchao": "torchao_float8", "deepspeed": "deepspeed"}
 
 
 class PluginHost:

@@ -20,8 +20,9 @@ class Job:
     # Why the launch line gives no world size (None when it gives one, or says nothing).
     world_size_problem: str | None = None
     location: Location | None = None  # where the job is defined, for that message
-    # torch.distributed.launch without --use-env passes --local-rank=N to the script.
-    local_rank_arg: bool = False
+    # The option a launcher passes the local rank in ("--local-rank" for
+    # torch.distributed.launch without --use-env, "--local_rank" for deepspeed), or "".
+    local_rank_arg: str = ""
     note: str | None = None  # printed before the trace (which of several launches is traced)
 
     def to_json(self) -> dict:
@@ -48,4 +49,5 @@ def read_job(path: str) -> Job:
     return Job(ScriptTarget(path=t["path"], module=t["module"], args=t["args"], cwd=t["cwd"],
                             env=t["env"]),
                raw["world_size"], raw["nproc_per_node"], raw["world_size_problem"],
-               Location(where[0], where[1]) if where else None, raw["local_rank_arg"])
+               Location(where[0], where[1]) if where else None,
+               "--local-rank" if raw["local_rank_arg"] is True else raw["local_rank_arg"] or "")

@@ -26,7 +26,7 @@ class LaunchedScript:
     nnodes: int | None
     problem: str | None = None  # why the processes per node are unknown
     env: dict[str, str] = field(default_factory=dict)
-    local_rank_arg: bool = False
+    local_rank_arg: str = ""  # the option the launcher passes the local rank in, if any
     distributed: bool = True  # False: `python train.py`, one process and no torchrun variables
 
     @property
@@ -41,6 +41,8 @@ def launched_script(launcher: str, args: list[str]) -> LaunchedScript:
         return LaunchedScript(args[0], None, args[1:], None, None, distributed=False)
     if launcher == "accelerate":
         return _accelerate(args)
+    if launcher == "deepspeed":
+        return _deepspeed(args)
     parsed = parse_torchrun_args(args)
     nproc, problem = parsed["nproc"], None
     if parsed["nproc_text"] is None:
@@ -50,7 +52,44 @@ def launched_script(launcher: str, args: list[str]) -> LaunchedScript:
     use_env = any(a.split("=")[0] in ("--use-env", "--use_env") for a in args)
     return LaunchedScript(parsed["script"], parsed["module"], parsed["args"], nproc,
                           parsed["nnodes"], problem,
-                          local_rank_arg=launcher == "torch.distributed.launch" and not use_env)
+                          local_rank_arg="--local-rank" if launcher == "torch.distributed.launch"
+                          and not use_env else "")
+
+
+# The deepspeed launcher's options that take no value (deepspeed/launcher/runner.py).
+_DEEPSPEED_FLAGS = {"module", "no_python", "no_local_rank", "no_ssh", "no_ssh_check",
+                    "force_multi", "save_pid", "bind_cores_to_rank", "quiet", "q"}
+
+
+def _deepspeed(args: list[str]) -> LaunchedScript:
+    """`deepspeed [--num_gpus N] [--num_nodes M] train.py ...`: it starts N processes per node
+    with torchrun's variables and passes `--local_rank=R` unless --no_local_rank."""
+    options: dict[str, str] = {}
+    i = 0
+    while i < len(args) and args[i].startswith("-"):
+        name, eq, value = args[i].lstrip("-").partition("=")
+        if name not in _DEEPSPEED_FLAGS and not eq:
+            value = args[i + 1] if i + 1 < len(args) else ""
+            i += 1
+        options[name] = value
+        i += 1
+    rest = args[i:]
+    script = rest[0] if rest else None
+    gpus = options.get("num_gpus", options.get("num_accelerators"))
+    nodes = options.get("num_nodes", "1")
+    nproc = nnodes = None
+    problem = None
+    if gpus is None:
+        problem = ("deepspeed without --num_gpus starts one process per GPU of the machine "
+                   "(or of its --hostfile / --include)")
+    elif not gpus.isdigit() or not nodes.isdigit():
+        problem = f"--num_gpus {gpus!r} --num_nodes {nodes!r} are not numbers"
+    else:
+        nproc, nnodes = int(gpus), int(nodes)
+    module = "module" in options
+    return LaunchedScript(None if module else script, script if module else None, rest[1:],
+                          nproc, nnodes, problem,
+                          local_rank_arg="" if "no_local_rank" in options else "--local_rank")
 
 
 def _nproc_problem(text: str) -> str:

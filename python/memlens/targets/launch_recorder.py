@@ -42,8 +42,8 @@ WRAPPER_VALUE_OPTIONS = {
 
 def main(argv: list[str]) -> int:
     name, args = os.path.basename(argv[0]), argv[1:]
-    if name == "torchrun":
-        return record("torchrun", args)
+    if name in ("torchrun", "deepspeed"):
+        return record(name, args)
     if name == "accelerate":
         if args[:1] == ["launch"]:
             return record("accelerate", args[1:])

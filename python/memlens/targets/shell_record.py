@@ -24,7 +24,7 @@ from . import launch_recorder as recorder
 
 TIMEOUT_ENV = "MEMLENS_SCRIPT_TIMEOUT"
 DEFAULT_TIMEOUT_S = 60.0
-SHIMS = ("torchrun", "accelerate", "python", "python3",
+SHIMS = ("torchrun", "accelerate", "deepspeed", "python", "python3",
          f"python{sys.version_info.major}.{sys.version_info.minor}", "srun", "mpirun", "mpiexec")
 # What bash itself changes, not the script, and the recording's own worker mark (process_tree):
 # never part of the rank's environment.
