@@ -105,6 +105,7 @@ TESTED_VERSIONS: dict[str, tuple[str, str, str]] = {
     "hf_safetensors": ("safetensors", "0.4.0", "0.9.0"),
     "hf_transformers": ("transformers", "5.0.0", "5.30.0"),
     "torchao_float8": ("torchao", "0.18.0", "0.19.0"),
+    "bitsandbytes": ("bitsandbytes", "0.50.0", "0.51.0"),
 }
 
 

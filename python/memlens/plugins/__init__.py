@@ -19,7 +19,7 @@ from .imports import ImportWatcher
 # trigger module -> plugin module (in this package)
 PLUGINS = {"megatron.core": "megatron", "safetensors": "hf_safetensors",
            "accelerate": "hf_accelerate", "transformers": "hf_transformers",
-           "torchao": "torchao_float8"}
+           "torchao": "torchao_float8", "bitsandbytes": "bitsandbytes"}
 
 
 class PluginHost:
