@@ -95,3 +95,20 @@ def test_parameters_are_sharded_four_ways_not_replicated_as_ddp_would(fsdp2_rank
     # 3 x Linear(256, 256): each rank holds 256 / 4 = 64 rows of each weight (64 x 256) and
     # bias (64), fp32: 3 x (64 x 256 + 64) x 4 B = 197,376 B (plain DDP: 4 x that, 789,504 B).
     assert model_state_bytes(snap)["parameter"] == 3 * (64 * 256 + 64) * 4 == 197376
+
+
+def test_a_launch_json_configuration_running_accelerates_launcher(tmp_path):
+    from memlens.targets.launchers import from_launch
+
+    vscode = tmp_path / ".vscode"
+    vscode.mkdir()
+    (vscode / "launch.json").write_text(json.dumps({"configurations": [{
+        "name": "Train", "type": "debugpy", "request": "launch",
+        "module": "accelerate.commands.launch", "cwd": str(tmp_path),
+        "args": ["--multi_gpu", "--num_processes", "8", "--num_machines", "2",
+                 "--mixed_precision", "bf16", "train.py", "--lr", "1"]}]}))
+    job = from_launch(f"{vscode / 'launch.json'}:Train")
+    # 8 processes over 2 machines: 4 per machine; the script, not accelerate, is traced.
+    assert (job.target.path, job.target.args, job.world_size, job.nproc_per_node) == (
+        "train.py", ["--lr", "1"], 8, 4)
+    assert job.target.env["ACCELERATE_MIXED_PRECISION"] == "bf16"
