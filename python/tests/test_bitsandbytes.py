@@ -105,3 +105,22 @@ def test_backward_dequantizes_each_weight_to_bf16(traced):
     sizes = [r["requested_bytes"] for r in _rows(traced) if r["op"] == op
              and phase["start_seq"] <= r["alloc_seq"] < phase["end_seq"]]
     assert sorted(sizes) == sorted(2 * n for n in WEIGHTS)
+
+
+def test_forward_dequantizes_each_weight_where_bitsandbytes_would(traced):
+    # gemm_4bit on an H100 (sm90, 132 SMs): every weight here is under 4 MiB, none has
+    # K * 2 < N, and each is under a quarter wave of 64-column blocks, so bitsandbytes' heuristic
+    # keeps its fused kernel only up to M = 32 rows; the forward has M = 2 x 64 = 128 tokens:
+    # the fallback runs. Per weight (in K, out N): the nested absmax dequantized to fp32 and
+    # shifted by the offset (two buffers of N*K/64 floats), the weight dequantized to bf16
+    # (2 N*K bytes), then the output (128 x N bf16).
+    m = 2 * 64
+    expected = []
+    for k, n in PROJECTIONS * LAYERS:
+        expected += [4 * n * k // 64, 4 * n * k // 64, 2 * n * k, 2 * m * n]
+    phase = next(p for p in traced["phases"] if p["name"] == "forward_backward_iter_1"
+                 and p["device"] == traced["meta"]["device_key"])
+    op = traced["ops"].index("bitsandbytes.gemm_4bit")
+    sizes = [r["requested_bytes"] for r in _rows(traced) if r["op"] == op
+             and phase["start_seq"] <= r["alloc_seq"] < phase["end_seq"]]
+    assert sorted(sizes) == sorted(expected)

@@ -17,6 +17,8 @@ any op. What does not run on fake tensors, and what stands in for it here:
 - A 4-bit weight's quantization state (absmax, with double quantization the uint8 absmax, its
   fp32 absmax per 256 and the offset; the 16-value code) is part of the weight: booked as
   parameter bytes of the weight's module, like the packed weight.
+- A 4-bit layer's forward (`gemm_4bit`) on CUDA dequantizes the weight into a temporary
+  where bitsandbytes' heuristic prefers that to its fused kernel (kernels.py).
 - Paged optimizer states (paged.py): `F.get_paged` asks the CUDA driver for managed memory
   through bitsandbytes' C library; `fill` and `prefetch_tensor` call it too.
 """
@@ -29,12 +31,14 @@ from types import ModuleType
 from ... import categories as C
 from ...patches.patcher import check_tested
 from ..library_plugin import LibraryPlugin
+from .kernels import gemm_4bit_rule
 from .fake_params import apply_keeping_fake_params, install_fake_params
 from .paged import install_paged
 
 
 class Plugin(LibraryPlugin):
-    watches = {"bitsandbytes.nn.modules": "modules", "bitsandbytes.functional": "functional"}
+    watches = {"bitsandbytes.nn.modules": "modules", "bitsandbytes.functional": "functional",
+               "bitsandbytes.backends.cuda.ops": "cuda_ops"}
 
     def modules(self, mod: ModuleType) -> None:
         _check_version()
@@ -76,6 +80,13 @@ class Plugin(LibraryPlugin):
     def functional(self, mod: ModuleType) -> None:
         _check_version()
         install_paged(self.patcher, mod, self.tracer.add_note)
+
+    def cuda_ops(self, mod: ModuleType) -> None:
+        import torch
+
+        if self.tracer.device.type == "cuda":
+            self.patcher.defer(self.tracer.workspaces.add_rule(
+                torch.ops.bitsandbytes.gemm_4bit.default, gemm_4bit_rule(mod)))
 
 
 def _quant_state_tensors(state):
