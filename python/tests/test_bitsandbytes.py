@@ -1,7 +1,8 @@
 """QLoRA with bitsandbytes on a simulated GPU (scripts/bitsandbytes/qlora_manual.py): a tiny
 bf16 Llama whose decoder projections are `Linear4bit` (NF4, double quantization) quantized by
 `.cuda()`, LoRA adapters of rank 32, the token embeddings trained too, bitsandbytes'
-PagedAdamW8bit. One trace; every number below is derived from bitsandbytes' sources
+PagedAdamW8bit (one trace, shared), and int8 weights (scripts/bitsandbytes/int8_linear.py).
+Every number below is derived from bitsandbytes' sources
 (functional.quantize_4bit / quantize_blockwise, optim/optimizer.py Optimizer2State.init_state
 and get_state_buffer) and read from the snapshot when the second optimizer step begins.
 """
@@ -124,3 +125,22 @@ def test_forward_dequantizes_each_weight_where_bitsandbytes_would(traced):
     sizes = [r["requested_bytes"] for r in _rows(traced) if r["op"] == op
              and phase["start_seq"] <= r["alloc_seq"] < phase["end_seq"]]
     assert sorted(sizes) == sorted(expected)
+
+
+def test_int8_weights_and_their_row_scales(tmp_path):
+    snap = tmp_path / "snap.json"
+    out = run_memlens("run", "--progress", "none", "--snapshot", str(snap), "--",
+                      str(TESTS / "scripts" / "bitsandbytes" / "int8_linear.py"), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-4000:]
+    traced = json.loads(snap.read_text())
+    # Linear8bitLt(256 -> 512): int8 weight 512 x 256 (1 B each) and its fp32 scale per row
+    # (SCB, 512 x 4 B), fp16 bias 512 x 2 B; the fp16 head Linear(512 -> 8): 8 x 512 x 2 + 8 x 2.
+    head = 8 * 512 * 2 + 8 * 2
+    # Trained: the head, and Linear8bitLt's bias (it requires grad; the int8 weight does not).
+    # AdamW8bit: the head's weight (4,096 elements) in 8 bits, its bias (8) in fp32, and the
+    # two quantization maps.
+    assert model_state_bytes(traced) == {
+        "parameter": 512 * 256 + 512 * 4 + 512 * 2 + head,
+        "gradient": head + 512 * 2,
+        "optimizer_state": adamw8bit_state_bytes(8 * 512) + adamw8bit_state_bytes(8)
+        + 2 * 256 * 4}

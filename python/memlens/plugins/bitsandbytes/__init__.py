@@ -16,7 +16,8 @@ any op. What does not run on fake tensors, and what stands in for it here:
   (attributes, `.cuda()` quantizing), the fake mode sees a fake tensor.
 - A 4-bit weight's quantization state (absmax, with double quantization the uint8 absmax, its
   fp32 absmax per 256 and the offset; the 16-value code) is part of the weight: booked as
-  parameter bytes of the weight's module, like the packed weight.
+  parameter bytes of the weight's module, like the packed weight; so are an 8-bit weight's
+  fp32 row scales (`Int8Params.SCB`).
 - A 4-bit layer's forward (`gemm_4bit`) on CUDA dequantizes the weight into a temporary
   where bitsandbytes' heuristic prefers that to its fused kernel (kernels.py).
 - Paged optimizer states (paged.py): `F.get_paged` asks the CUDA driver for managed memory
@@ -56,6 +57,16 @@ class Plugin(LibraryPlugin):
             for t in _quant_state_tensors(state):
                 classifier.mark(t, C.PARAMETER, index)
 
+        original_int8 = mod.Int8Params._quantize
+
+        @functools.wraps(original_int8)
+        def quantize_int8(param, *args, **kwargs):
+            out = original_int8(param, *args, **kwargs)
+            # The int8 weight is the parameter's data; its fp32 row scales (SCB) belong to it.
+            classifier.mark(getattr(param, "SCB", None), C.PARAMETER)
+            return out
+
+        self.patcher.setattr(mod.Int8Params, "_quantize", quantize_int8)
         for name in ("_quantize", "from_prequantized"):
             original = mod.Params4bit.__dict__[name]
             if isinstance(original, classmethod):
