@@ -106,7 +106,12 @@ def _helper() -> None:
     import logging
 
     logging.disable(logging.WARNING)  # accelerate's "defaults used" warning: not our output
-    import accelerate
+    try:
+        import accelerate
+    except ImportError as e:
+        print(json.dumps({"error": f"accelerate launch needs accelerate, which {sys.executable} "
+                                   f"cannot import ({e}): install it where memlens runs"}))
+        return
     from accelerate.commands import launch as launch_cmd
     from accelerate.utils import launch as launch_env
 
