@@ -19,7 +19,7 @@ args = parser.parse_args()
 
 accelerator = Accelerator()
 model = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
-                      nn.Linear(256, 256)).to(accelerator.device)
+                      nn.Linear(256, 256))  # on the CPU: accelerate moves it
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 model, optimizer = accelerator.prepare(model, optimizer)
 plugin = accelerator.state.fsdp_plugin
