@@ -34,7 +34,10 @@ def trace_all_ranks(args, spec, job, target, device, command, console, err) -> i
         objects.mkdir()
         # A recorded job (memlens fit hands one in) is handed on to every rank's worker.
         recorded = Path(args.recorded_job) if args.recorded_job else None
-        if args.from_script:  # record the shell script once, not once per rank
+        # A shell script, or a launch command on the command line (accelerate reads its
+        # configuration in a helper process), is resolved once, not once per rank.
+        launched = not args.launch and job is not None and job.world_size is not None
+        if recorded is None and (args.from_script or launched):
             recorded = Path(tmp, "job.json")
             write_job(job, recorded)
         index, status = run_all(

@@ -133,7 +133,7 @@ def _target(args):
 def _job(args):
     """The script to run: after `--`, from --launch or from --from-script (what follows `--`
     is then the shell script's arguments)."""
-    from ..targets.launchers import Job, from_launch, from_script
+    from ..targets.launchers import Job, from_command, from_launch, from_script
     from ..targets.script import ScriptTarget
 
     script = list(args.script)
@@ -154,6 +154,9 @@ def _job(args):
     if not script:
         raise MemlensError("nothing to run: give a script after `--`, e.g. "
                            "memlens run -- train.py --lr 3e-4")
+    launched = from_command(script, os.getcwd())
+    if launched is not None:
+        return launched
     if script[0] == "-m":
         if len(script) < 2:
             raise MemlensError("-m needs a module name")

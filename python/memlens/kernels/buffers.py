@@ -29,6 +29,11 @@ class WorkspaceModel:
             self._rules.update(cuda_rules(spec))
             self.cuda = CudaRules(spec)
 
+    def add_rule(self, func, rule):
+        """A library's own kernel (a plugin's rule for its operator); returns the undo."""
+        self._rules[func] = rule
+        return lambda: self._rules.pop(func, None)
+
     def __call__(self, func, args: tuple, kwargs: dict, out) -> Plan | None:
         rule = self._rules.get(func)
         if rule is None:

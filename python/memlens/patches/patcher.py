@@ -108,6 +108,8 @@ TESTED_VERSIONS: dict[str, tuple[str, str, str]] = {
     "hf_transformers": ("transformers", "5.0.0", "5.30.0"),
     "torchao_float8": ("torchao", "0.18.0", "0.19.0"),
     "deepspeed": ("deepspeed", "0.19.0", "0.20.0"),
+    "bitsandbytes": ("bitsandbytes", "0.50.0", "0.51.0"),
+    "triton": ("triton", "3.8.0", "3.10.0"),
 }
 
 

@@ -60,6 +60,32 @@ def _fsdp2(patcher: Patcher, layout, L) -> None:
             layout.use(replicate_group, L.DATA_PARALLEL)
 
     patcher.setattr(FSDPParam, "_init_sharded_param", _init_sharded_param)
+    _fsdp2_moves_fake_states(patcher)
+
+
+def _fsdp2_moves_fake_states(patcher: Patcher) -> None:
+    """fully_shard moves a module's CPU parameters and buffers to the mesh's device with
+    `tensor.data = tensor.to(device)`, which leaves a fake tensor's device (a Python attribute)
+    on the CPU; its next check then refuses the parameter ("Expects the parameter to already be
+    moved to device cuda:N but got cpu"). accelerate's FSDP2 prepares a model built on the CPU
+    that way. Here a fake tensor is moved first, its device with it."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.distributed.fsdp._fully_shard import _fsdp_init
+
+    original = _fsdp_init._move_states_to_device
+
+    @functools.wraps(original)
+    def _move_states_to_device(params, buffers, device):
+        for tensor in (*params, *buffers):
+            if isinstance(tensor, FakeTensor) and tensor.device != device and \
+                    tensor.device.type != "meta":
+                moved = tensor.to(device)
+                with torch.no_grad():
+                    tensor.data = moved
+                tensor.fake_device = moved.fake_device
+        original(params, buffers, device)
+
+    patcher.setattr(_fsdp_init, "_move_states_to_device", _move_states_to_device)
 
 
 def _fsdp1(patcher: Patcher, layout, L) -> None:

@@ -19,7 +19,9 @@ from .imports import ImportWatcher
 # trigger module -> plugin module (in this package)
 PLUGINS = {"megatron.core": "megatron", "safetensors": "hf_safetensors",
            "accelerate": "hf_accelerate", "transformers": "hf_transformers",
-           "torchao": "torchao_float8", "deepspeed": "deepspeed"}
+           "torchao": "torchao_float8", "deepspeed": "deepspeed",
+           "bitsandbytes": "bitsandbytes", "triton": "triton",
+           "transformers.modeling_utils": "hf_loading"}
 
 
 class PluginHost:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..errors import MemlensError
+from ..targets.accelerate_launch import config_world_size
 from ..targets.launch import launch_configs, parse_jsonc, torchrun_commands
 from ..targets.recipe import find_recipe_file, recipe_targets
 from ..worker_protocol import normalize_path, snapshot_folder_name
@@ -178,13 +179,16 @@ def shell_targets(path: str, text: str, folders: list[str]) -> list[TargetInfo]:
         raw = lines[line0] if line0 < len(lines) else ""
         start = len(raw) - len(raw.lstrip())
         what = cmd.module and f"-m {cmd.module}" or cmd.script or ""
-        ws = f", {cmd.world_size} processes" if cmd.world_size else ""
+        world = cmd.world_size
+        if world is None and cmd.config_file and cmd.nproc_text is None:
+            world = config_world_size(os.path.join(folder, cmd.config_file))
+        ws = f", {world} processes" if world else ""
         out.append(TargetInfo(
             id=f"torchrun:{rel}:{cmd.line}", kind="torchrun", name=cmd.name, path=path,
             line=line0, start=start, end=len(raw.rstrip()), folder=folder,
             program=_resolve(cmd.script, folder) if cmd.script else None, module=cmd.module,
-            args=cmd.args, cwd=folder, env=cmd.env, world_size=cmd.world_size,
-            detail=f"torchrun {what}{ws} ({rel}:{cmd.line})"))
+            args=cmd.args, cwd=folder, env=cmd.env, world_size=world,
+            detail=f"{cmd.launcher} {what}{ws} ({rel}:{cmd.line})"))
     return out
 
 

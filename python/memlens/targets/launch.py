@@ -37,6 +37,7 @@ _TORCHRUN_VALUE_OPTIONS = {
     "local_rank", "run_path", "run-path", "virtual_local_rank", "virtual-local-rank",
 }
 _TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+_ACCELERATE_MODULE = "accelerate.commands.launch"
 _ASSIGNMENT = re.compile(r"^(?:export\s+|local\s+|readonly\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
@@ -56,6 +57,8 @@ class TorchrunCommand:
     text: str = ""  # the command as written (continuations joined)
     nproc_text: str | None = None  # --nproc_per_node as written (variables expanded)
     nnodes_text: str | None = None
+    launcher: str = "torchrun"  # or "accelerate" (`accelerate launch ...`)
+    config_file: str | None = None  # accelerate's --config_file as written
 
     @property
     def world_size(self) -> int | None:
@@ -65,7 +68,7 @@ class TorchrunCommand:
 
     @property
     def name(self) -> str:
-        what = self.module or (Path(self.script).name if self.script else "torchrun")
+        what = self.module or (Path(self.script).name if self.script else self.launcher)
         return f"{what} (line {self.line})"
 
 
@@ -138,15 +141,53 @@ def parse_torchrun_args(words: list[str]) -> dict[str, Any]:
     return out
 
 
-def _torchrun_start(words: list[str]) -> int | None:
-    """Index of the first torchrun option in `words`, or None if this is no torchrun command."""
+# accelerate launch's options that take no value (accelerate/commands/launch.py).
+ACCELERATE_FLAGS = frozenset({
+    "quiet", "q", "cpu", "multi_gpu", "tpu", "enable_cpu_affinity", "dynamo_use_fullgraph",
+    "dynamo_use_dynamic", "dynamo_use_regional_compilation", "use_deepspeed", "use_fsdp",
+    "use_parallelism_config", "use_megatron_lm", "same_network", "module", "m", "no_python",
+    "tpu_cluster", "no_tpu_cluster", "tpu_use_sudo", "debug", "downcast_bf16",
+})
+
+
+def parse_accelerate_args(words: list[str]) -> dict[str, Any]:
+    """`accelerate launch` options as written, in parse_torchrun_args's shape: processes per
+    machine from --num_processes (over all machines) and --num_machines; `config_file` when
+    accelerate reads the counts from a file instead (accelerate_launch.py reads it)."""
+    options: dict[str, str] = {}
+    i = 0
+    while i < len(words) and words[i].startswith("-"):
+        name, eq, value = words[i].lstrip("-").replace("-", "_").partition("=")
+        if name not in ACCELERATE_FLAGS and not eq:
+            value = words[i + 1] if i + 1 < len(words) else ""
+            i += 1
+        options[name] = value
+        i += 1
+    rest = words[i:]
+    module = "module" in options or "m" in options
+    total, machines = _int(options.get("num_processes", "")), _int(
+        options.get("num_machines", "1"))
+    nproc = total // machines if total is not None and machines and total % machines == 0 \
+        else None
+    return {"script": None if module or not rest else rest[0],
+            "module": rest[0] if module and rest else None, "args": rest[1:],
+            "nproc": nproc, "nnodes": machines if nproc is not None else None,
+            "nproc_text": options.get("num_processes"), "nnodes_text": options.get("num_machines"),
+            "config_file": options.get("config_file")}
+
+
+def _torchrun_start(words: list[str]) -> tuple[int, str] | None:
+    """(index of the first launcher option in `words`, "torchrun" or "accelerate"), or None if
+    this is no torchrun (or `accelerate launch`) command."""
     for i, w in enumerate(words):
         base = os.path.basename(w)
         if base == "torchrun":
-            return i + 1
+            return i + 1, "torchrun"
+        if base == "accelerate" and words[i + 1:i + 2] == ["launch"]:
+            return i + 2, "accelerate"
         if re.fullmatch(r"python[0-9.]*", base) and words[i + 1:i + 2] == ["-m"] and \
-                words[i + 2:i + 3] and words[i + 2] in _TORCHRUN_MODULES:
-            return i + 3
+                words[i + 2:i + 3] and words[i + 2] in (*_TORCHRUN_MODULES, _ACCELERATE_MODULE):
+            return i + 3, "accelerate" if words[i + 2] == _ACCELERATE_MODULE else "torchrun"
     return None
 
 
@@ -183,27 +224,30 @@ def torchrun_commands(text: str, problems: list[tuple[int, str]] | None = None
                     variables[name] = _expand(value, variables)
             continue
         words = [_expand(w, variables) for w in words]
-        start = _torchrun_start(words)
-        if start is None:
+        found = _torchrun_start(words)
+        if found is None:
             continue
+        start, launcher = found
         env = {}
         for w in words[:start]:
             name, eq, value = w.partition("=")
             if eq and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
                 env[name] = value
-        parsed = parse_torchrun_args(words[start:])
+        parsed = (parse_accelerate_args if launcher == "accelerate" else
+                  parse_torchrun_args)(words[start:])
         if parsed["script"] is None and parsed["module"] is None:
-            problems.append((first, "torchrun is given no training script (or -m module)"))
+            problems.append((first, f"{launcher} is given no training script (or -m module)"))
             continue
         out.append(TorchrunCommand(first, last, parsed["script"], parsed["module"],
                                    parsed["args"], parsed["nproc"], parsed["nnodes"], env,
-                                   stripped, parsed["nproc_text"], parsed["nnodes_text"]))
+                                   stripped, parsed["nproc_text"], parsed["nnodes_text"],
+                                   launcher, parsed.get("config_file")))
     return out
 
 
 def _names_torchrun(line: str) -> bool:
-    return bool(re.search(r"(^|[\s/])torchrun(\s|$)", line)) or any(
-        m in line for m in _TORCHRUN_MODULES)
+    return bool(re.search(r"(^|[\s/])(torchrun|accelerate\s+launch)(\s|$)", line)) or any(
+        m in line for m in (*_TORCHRUN_MODULES, _ACCELERATE_MODULE))
 
 
 # ---------------------------------------------------------------------------------------------

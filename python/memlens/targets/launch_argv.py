@@ -6,16 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .launch import parse_torchrun_args
-
-# accelerate launch's options that take no value (accelerate/commands/launch.py).
-_ACCELERATE_FLAGS = {
-    "quiet", "q", "cpu", "multi_gpu", "tpu", "enable_cpu_affinity", "dynamo_use_fullgraph",
-    "dynamo_use_dynamic", "dynamo_use_regional_compilation", "use_deepspeed", "use_fsdp",
-    "use_parallelism_config", "use_megatron_lm", "same_network", "module", "m", "no_python",
-    "tpu_cluster", "no_tpu_cluster", "tpu_use_sudo", "debug", "downcast_bf16",
-}
-
+from .accelerate_launch import needs_accelerate, resolve as resolve_accelerate
+from .launch import ACCELERATE_FLAGS as _ACCELERATE_FLAGS, parse_torchrun_args
 
 @dataclass
 class LaunchedScript:
@@ -28,6 +20,7 @@ class LaunchedScript:
     env: dict[str, str] = field(default_factory=dict)
     local_rank_arg: str = ""  # the option the launcher passes the local rank in, if any
     distributed: bool = True  # False: `python train.py`, one process and no torchrun variables
+    note: str | None = None  # printed before the trace (what of the launch memlens changes)
 
     @property
     def world_size(self) -> int | None:
@@ -36,11 +29,15 @@ class LaunchedScript:
         return self.nproc_per_node * (self.nnodes or 1)
 
 
-def launched_script(launcher: str, args: list[str]) -> LaunchedScript:
+def launched_script(launcher: str, args: list[str], cwd: str | None = None) -> LaunchedScript:
+    """`cwd`: where the launcher runs (accelerate's --config_file is relative to it)."""
     if launcher == "python":
         return LaunchedScript(args[0], None, args[1:], None, None, distributed=False)
     if launcher == "accelerate":
-        return _accelerate(args)
+        options, rest = _accelerate_options(args)
+        if needs_accelerate(list(options)):
+            return _accelerate_configured(resolve_accelerate(args, cwd))
+        return _accelerate(options, rest)
     if launcher == "deepspeed":
         return _deepspeed(args)
     parsed = parse_torchrun_args(args)
@@ -100,19 +97,22 @@ def _nproc_problem(text: str) -> str:
     return f"--nproc_per_node {text!r} is not a number"
 
 
-def _accelerate(args: list[str]) -> LaunchedScript:
+def _accelerate_options(args: list[str]) -> tuple[dict[str, str], list[str]]:
+    """accelerate launch's options (name -> value) and what follows them (the script...)."""
     options: dict[str, str] = {}
-    module, i = False, 0
+    i = 0
     while i < len(args) and args[i].startswith("-"):
         name, eq, value = args[i].lstrip("-").replace("-", "_").partition("=")
-        if name in ("module", "m"):
-            module = True
-        elif name not in _ACCELERATE_FLAGS and not eq:
+        if name not in _ACCELERATE_FLAGS and not eq:
             value = args[i + 1] if i + 1 < len(args) else ""
             i += 1
         options[name] = value
         i += 1
-    rest = args[i:]
+    return options, args[i:]
+
+
+def _accelerate(options: dict[str, str], rest: list[str]) -> LaunchedScript:
+    module = "module" in options or "m" in options
     script = rest[0] if rest else None
     precision = options.get("mixed_precision", "no").lower()
     env = {"ACCELERATE_MIXED_PRECISION": precision,
@@ -141,3 +141,31 @@ def _accelerate(args: list[str]) -> LaunchedScript:
     return LaunchedScript(None if module else script, script if module else None, rest[1:],
                           None if plain else nproc, None if plain else nnodes, problem, env,
                           distributed=not plain)
+
+
+def _accelerate_configured(resolved: dict) -> LaunchedScript:
+    """The job accelerate resolved from its configuration file and command line
+    (accelerate_launch.py): its launcher's environment goes to the script unchanged."""
+    script, module = resolved["script"], resolved["module"]
+    total, machines = resolved["num_processes"], resolved["num_machines"] or 1
+    notes = []
+    if resolved["mode"] == "simple":  # accelerate's simple launcher: one process
+        nproc = nnodes = None
+    elif not isinstance(total, int) or total % machines:
+        return LaunchedScript(None if module else script, script if module else None,
+                              resolved["args"], None, None,
+                              f"accelerate's num_processes {total!r} does not split over "
+                              f"{machines} machines", resolved["env"])
+    else:
+        nproc, nnodes = total // machines, machines
+        if int(resolved["machine_rank"] or 0) != 0:
+            notes.append(f"the accelerate configuration's machine_rank "
+                         f"{resolved['machine_rank']} is not used: memlens traces the rank "
+                         "--rank names (rank 0 without it), on whichever machine it is")
+        if resolved["mode"] == "deepspeed":
+            notes.append("accelerate's DeepSpeed settings reach the script as accelerate passes "
+                         "them (ACCELERATE_DEEPSPEED_*, ACCELERATE_USE_DEEPSPEED)")
+    return LaunchedScript(None if module else script, script if module else None,
+                          resolved["args"], nproc, nnodes, None, resolved["env"],
+                          distributed=resolved["mode"] != "simple",
+                          note="; ".join(notes) or None)

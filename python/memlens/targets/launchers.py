@@ -19,7 +19,7 @@ from .job import Job
 from .launch_argv import launched_script
 from .shell_record import TIMEOUT_ENV, Launch, ShellRun, record_launches
 
-__all__ = ["Job", "from_launch", "from_script"]
+__all__ = ["Job", "from_command", "from_launch", "from_script"]
 LAUNCHERS = "torchrun, python -m torch.distributed.run/launch, accelerate launch or python train.py"
 STDERR_TAIL_LINES = 20
 
@@ -40,6 +40,13 @@ def from_launch(spec: str) -> Job:
                            "or an input prompt)", where)
     env = read_env_file(cfg.env_file, dict(os.environ), cfg) if cfg.env_file else {}
     env.update(cfg.env)  # VS Code: `env` wins over `envFile`
+    if cfg.module == "accelerate.commands.launch":  # accelerate's launcher, as a module
+        launched = launched_script("accelerate", list(cfg.args), cfg.cwd)
+        target = ScriptTarget(path=launched.script or "", module=launched.module,
+                              args=list(launched.args), cwd=cfg.cwd,
+                              env={**env, **launched.env})
+        return Job(target, launched.world_size, launched.nproc_per_node, launched.problem,
+                   where, note=launched.note)
     target = ScriptTarget(path=cfg.program or "", module=cfg.module, args=list(cfg.args),
                           cwd=cfg.cwd, env=env)
     if not cfg.runs_torchrun:  # one plain process
@@ -51,6 +58,26 @@ def from_launch(spec: str) -> Job:
         problem = _nproc_problem(cfg.nproc_text)
     world = nproc * (cfg.nnodes or 1) if nproc is not None else None
     return Job(target, world, nproc, problem, where)
+
+
+def from_command(words: list[str], cwd: str) -> Job | None:
+    """`memlens run -- accelerate launch [OPTIONS] train.py ARGS` (or `-- torchrun ...`): the
+    job the launcher would start; None when `words` run no launcher."""
+    name = os.path.basename(words[0]) if words else ""
+    if name == "accelerate" and words[1:2] == ["launch"]:
+        launcher, args = "accelerate", words[2:]
+    elif name == "torchrun":
+        launcher, args = "torchrun", words[1:]
+    else:
+        return None
+    launched = launched_script(launcher, args, cwd)
+    if launched.script is None and launched.module is None:
+        raise MemlensError(f"{launcher} is given no training script (or -m module): "
+                           + " ".join(words))
+    target = ScriptTarget(path=launched.script or "", module=launched.module,
+                          args=list(launched.args), cwd=cwd, env=dict(launched.env))
+    return Job(target, launched.world_size, launched.nproc_per_node, launched.problem, None,
+               launched.local_rank_arg, note=launched.note)
 
 
 def from_script(spec: str, script_args: list[str] | None = None) -> Job:
@@ -77,14 +104,14 @@ def from_script(spec: str, script_args: list[str] | None = None) -> Job:
             f"{path} runs {len(pool)} launch commands ({_lines(pool)}); tracing the first, "
             f"choose another with --from-script {path}:LINE")
     job = _job(path, *chosen, written)
-    job.note = note
+    job.note = "; ".join(n for n in (note, job.note) if n) or None
     return job
 
 
 def _job(path: str, line: int | None, launch: Launch, written: list[TorchrunCommand]) -> Job:
     where = Location(path, line) if line is not None else Location(
         launch.source or path, launch.line or 1)
-    launched = launched_script(launch.launcher, launch.args)
+    launched = launched_script(launch.launcher, launch.args, launch.cwd)
     if launched.script is None and launched.module is None:
         raise MemlensError(f"{launch.launcher} is given no training script (or -m module): "
                            f"{launch.command}", where)
@@ -99,7 +126,7 @@ def _job(path: str, line: int | None, launch: Launch, written: list[TorchrunComm
                           args=list(launched.args), cwd=_cwd_for(launched.script, launch.cwd, path),
                           env=env)
     return Job(target, launched.world_size, launched.nproc_per_node, problem, where,
-               launched.local_rank_arg)
+               launched.local_rank_arg, note=launched.note)
 
 
 def _recorded_nproc(launch: Launch) -> str:
