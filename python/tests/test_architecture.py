@@ -28,7 +28,7 @@ LAYERS = [
     # searches over many traces (memlens fit)
     {"fit"},
     # entry points: the CLI, the language server, the Megatron-LM flag
-    {"cli", "__main__", "server", "megatron_lm", "plugins.megatron_lm"},
+    {"cli", "__main__", "server", "megatron_lm"},
 ]
 ROOT_MODULES_AT_MOST = 8  # besides __init__.py and __main__.py
 
@@ -204,3 +204,15 @@ def test_tests_and_benches_import_memlens_modules_that_exist():
             if importlib.util.find_spec(module) is None:
                 found.add(f"{path.relative_to(repo)}: {module}")
     assert sorted(found) == []
+
+
+def test_plugins_are_one_folder_per_library():
+    """plugins/ holds the host (`__init__.py`: PLUGINS, PluginHost; `imports.py`;
+    `library_plugin.py`) and one subpackage per library: a new library is a new folder."""
+    plugins = PACKAGE / "plugins"
+    host = {"__init__.py", "imports.py", "library_plugin.py"}
+    loose = sorted(p.name for p in plugins.glob("*.py") if p.name not in host)
+    assert loose == [], "a plugin module outside its library's folder"
+    libraries = [p for p in plugins.iterdir() if p.is_dir() and p.name != "__pycache__"]
+    assert {"megatron", "hf", "torchao"} <= {p.name for p in libraries}
+    assert all((p / "__init__.py").is_file() for p in libraries)

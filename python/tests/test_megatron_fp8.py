@@ -1,6 +1,6 @@
 """FP8 as Megatron runs it with Transformer Engine (`--fp8-format hybrid`, per `--fp8-recipe`),
 traced without TE: megatron.core's GPT (gpt_core_train.py, TE layer spec, 2 layers, h 256,
-FFN 1024, s 128, b 2, TP 1) whose GEMMs hold what TE's linear holds (plugins/megatron_fp8*.py).
+FFN 1024, s 128, b 2, TP 1) whose GEMMs hold what TE's linear holds (plugins/megatron/fp8*.py).
 
 Per layer four GEMMs, weight [N, K]: QKV [768, 256], projection [256, 256], FC1 [1024, 256],
 FC2 [256, 1024]: 786,432 values. Their inputs have M = s b = 256 rows: K = 256, 256, 256,

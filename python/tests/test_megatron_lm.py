@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from support.paths import REPO, TESTS
-from memlens.plugins import megatron_args
+from memlens.plugins.megatron import args as megatron_args
 from support import megatron as M
 
 PATCH = REPO / "integrations" / "megatron-lm.patch"
@@ -87,7 +87,7 @@ def test_the_schedule_model_holds_what_megatron_schedules():
     traced go through the very same in-flight states on every stage."""
     from megatron.core.pipeline_parallel.schedules import get_pp_rank_microbatches
 
-    from memlens.plugins.megatron_schedule import (Pipeline, fewest_alike, held,
+    from memlens.plugins.megatron.schedule import (Pipeline, fewest_alike, held,
                                                    most_in_flight, runs)
 
     checked = 0
@@ -191,7 +191,7 @@ def test_fp4_without_transformer_engine_is_refused_not_traced_in_bf16():
 
 @needs_megatron
 def test_fp8_without_transformer_engine_is_left_to_the_stand_ins():
-    """FP8's tensors are modelled (plugins/megatron_fp8*.py, test_megatron_fp8.py): the
+    """FP8's tensors are modelled (plugins/megatron/fp8*.py, test_megatron_fp8.py): the
     arguments stay the user's, the TE layers become the local ones."""
     args = _args(fp8="hybrid", fp8_recipe="delayed", transformer_impl="transformer_engine")
     megatron_args.set_up(args, 2)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from memlens.plugins import megatron_routing
+from memlens.plugins.megatron import routing as megatron_routing
 from support import megatron as M
 
 pytestmark = [pytest.mark.slow, M.NEEDS]

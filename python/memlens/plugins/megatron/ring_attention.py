@@ -1,5 +1,5 @@
 """Context parallelism as Transformer Engine's p2p ring attention holds memory (the default
-`cp_comm_type` "p2p"), for the TE-attention stand-in (megatron_attention.py).
+`cp_comm_type` "p2p"), for the TE-attention stand-in (attention.py).
 
 Each rank holds its chunk of the sequence, s/CP tokens (with causal masks, chunks i and
 2CP-1-i of 2CP, for balanced work: Megatron's `get_batch_on_this_cp_rank`). Keys and values go

@@ -22,8 +22,8 @@ import functools
 import json
 from types import ModuleType
 
-from ..patches.patcher import check_tested
-from .library_plugin import LibraryPlugin
+from ...patches.patcher import check_tested
+from ..library_plugin import LibraryPlugin
 
 METADATA_KEY = "memlens.fake_tensors"
 

@@ -6,7 +6,7 @@ with a note:
 - batch-size ramp-up (with sample-based training; Megatron rejects it with --train-iters): the
   trace runs the full global batch, the largest of the ramp-up, from the first iteration;
 - micro-batches per iteration: fewer are traced only when every pipeline stage then holds the
-  same micro-batches in flight as with the user's count (megatron_schedule.fewest_alike); the
+  same micro-batches in flight as with the user's count (schedule.fewest_alike); the
   global batch is lowered to match and the note names both counts.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .megatron_schedule import Pipeline, fewest_alike
+from .schedule import Pipeline, fewest_alike
 
 
 def check(args: Any) -> None:

@@ -1,8 +1,8 @@
 """Patches for Megatron where Transformer Engine or apex is not installed (the usual case on a
 CPU-only machine): the kernels a GPU job would run are stood in for by ones with the same
 memory, so the trace keeps the configuration's memory rather than the fallback's. The stand-ins
-themselves are in megatron_attention.py, megatron_kernels.py, megatron_norm.py; docs/megatron.md
-has the list. Each patch is `patch(plugin, module)` (the plugin is megatron.py).
+themselves are in attention.py, kernels.py, norm.py; docs/megatron.md
+has the list. Each patch is `patch(plugin, module)` (the plugin is __init__.py).
 """
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from __future__ import annotations
 import functools
 from types import ModuleType
 
-from .megatron_kernels import fused_rope_function
+from .kernels import fused_rope_function
 
 
 def torch_norm(plugin, mod: ModuleType) -> None:
     """Megatron's torch-norm fallback (no apex, no TE) as a GPU would run it:
     - RMSNorm as the fused kernel CUDA builds of torch (and TE, apex) run: it keeps its
-      input and an fp32 statistic, not the decomposition's fp32 copies (megatron_norm.py);
+      input and an fp32 statistic, not the decomposition's fp32 copies (norm.py);
     - sequence parallelism, the persistent kernel flag and zero-centered gamma
       (`--apply-layernorm-1p`), which it refuses, as apex's FusedLayerNorm takes them (the same saved tensors): weights marked for the
       tensor-parallel gradient all-reduce under sequence parallelism."""
@@ -24,7 +24,7 @@ def torch_norm(plugin, mod: ModuleType) -> None:
 
     import torch
 
-    from .megatron_norm import fused_rms_norm_class
+    from .norm import fused_rms_norm_class
 
     original = mod.WrappedTorchNorm.__new__
 
@@ -79,7 +79,7 @@ def tp_layers(plugin, mod: ModuleType) -> None:
 
 def want_flash_attention(plugin) -> None:
     """Transformer Engine was asked for and is absent: core attention as TE holds it."""
-    from .megatron_attention import flash_attention_class
+    from .attention import flash_attention_class
 
     plugin.flash_attention = True
     plugin.note("Transformer Engine is not installed here: layers use Megatron's local "
@@ -91,7 +91,7 @@ def want_flash_attention(plugin) -> None:
 def layer_specs(plugin, mod: ModuleType) -> None:
     """Layer specs asked for with Transformer Engine where it is absent: the local spec, with
     attention as TE holds memory; the local spec after that, the same way."""
-    from .megatron_attention import use_flash
+    from .attention import use_flash
 
     have_te = getattr(mod, "HAVE_TE", True)
     local, te_spec = mod.get_gpt_layer_local_spec, mod.get_gpt_layer_with_transformer_engine_spec

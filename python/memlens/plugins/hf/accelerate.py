@@ -21,8 +21,8 @@ from __future__ import annotations
 import functools
 from types import ModuleType
 
-from ..patches.patcher import check_tested
-from .library_plugin import LibraryPlugin
+from ...patches.patcher import check_tested
+from ..library_plugin import LibraryPlugin
 
 
 

@@ -15,7 +15,7 @@ groups only: grouped-query attention needs no repeated keys or values; the QKV p
 output they came from is freed), the output, and the fp32 softmax log-sum-exp per head and
 query.
 
-With context parallelism (CP > 1) it attends as TE's p2p ring does (megatron_ring_attention.py):
+With context parallelism (CP > 1) it attends as TE's p2p ring does (ring_attention.py):
 each rank its s/CP tokens, K/V exchanged round the ring.
 """
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 import copy
 import functools
 
-from .megatron_ring_attention import ring_attention_function
+from .ring_attention import ring_attention_function
 
 
 @functools.cache
@@ -41,7 +41,7 @@ def flash_attention_class():
 
     class FlashDotProductAttention(DotProductAttention):
         """DotProductAttention's module (same parameters and checkpoint) with fused attention.
-        Made by memlens for a trace; see memlens/plugins/megatron_attention.py."""
+        Made by memlens for a trace; see memlens/plugins/megatron/attention.py."""
 
         notify = staticmethod(lambda text: None)  # the plugin's note, set for a trace
 

@@ -1,7 +1,7 @@
-"""Patches for Megatron's mixture of experts in a trace (the plugin is megatron.py).
+"""Patches for Megatron's mixture of experts in a trace (the plugin is __init__.py).
 
 The router runs as configured, but how many tokens each expert gets is fixed by memlens'
-routing policy (megatron_routing.py: balanced by default, `MEMLENS_MOE_ROUTING=worst`): a trace
+routing policy (routing.py: balanced by default, `MEMLENS_MOE_ROUTING=worst`): a trace
 has no router values, and the dispatchers read those counts back to the host to size their
 buffers. The dispatchers are given the policy's counts as the host values they would have read,
 and the permutation sizes its outputs by them. Each patch is `patch(plugin, module)`.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from types import ModuleType
 
-from . import megatron_routing as routing
+from . import routing
 
 
 def moe_utils(plugin, mod: ModuleType) -> None:

@@ -9,7 +9,7 @@ Megatron's DDP and distributed optimizer treat them as it treats TE's:
 - after the step the main parameters are cast into the FP8 buffer in place (TE's
   `quantize_param_shard`: nothing allocated);
 - the column-wise copy backward's data gradient needs (the transpose on Hopper) is the
-  module's, made at its first forward (megatron_fp8_linear.py).
+  module's, made at its first forward (fp8_linear.py).
 
 The stand-in parameter is a tensor of dtype float8_e4m3fn once DDP's buffer holds it (one
 byte, as TE's `_data`); it answers `type()` with its nominal bf16 type, as a Float8Tensor
@@ -24,7 +24,7 @@ import contextlib
 import functools
 from types import ModuleType
 
-from ..errors import MemlensError
+from ...errors import MemlensError
 
 _MARK = "_memlens_fp8_param"
 
@@ -43,7 +43,7 @@ def fp8_model_init(plugin, recipe):
         raise MemlensError(f"--fp8-param-gather with --fp8-recipe {recipe.name}: memlens' "
                            "Transformer Engine stand-in models FP8 parameters of delayed and "
                            "tensorwise scaling only (python/memlens/plugins/"
-                           "megatron_fp8_params.py)")
+                           "megatron/fp8_params.py)")
     reason = recipe.unsupported()
     if reason:
         raise RuntimeError(reason)
@@ -57,7 +57,7 @@ def fp8_model_init(plugin, recipe):
     handle = torch.nn.modules.module.register_module_parameter_registration_hook(registered)
     plugin.note("--fp8-param-gather: GEMM weights are FP8 parameters (one byte per value in "
                 "DDP's buffer, all-gathered in FP8), fp32 main parameters in the optimizer, "
-                "as with Transformer Engine's fp8_model_init (megatron_fp8_params.py)")
+                "as with Transformer Engine's fp8_model_init (plugins/megatron/fp8_params.py)")
     try:
         yield
     finally:

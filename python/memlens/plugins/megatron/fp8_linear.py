@@ -1,11 +1,11 @@
 """Megatron's linear layers under `--fp8-format` where Transformer Engine is not installed: each
 GEMM inside Megatron's FP8 context holds what TE's `_Linear` holds (module/linear.py), with the
-recipe's quantized tensors (megatron_fp8.py):
+recipe's quantized tensors (fp8.py):
 
 - the FP8 weight: quantized at the first micro-batch into the module's workspace
   (`_fp8_workspaces["weight"]`, row-wise for forward, column-wise for backward's data
   gradient) and kept from then on; with `--fp8-param-gather` the parameter itself is FP8
-  (megatron_fp8_params.py) and only its column-wise copy is the module's;
+  (fp8_params.py) and only its column-wise copy is the module's;
 - the module's scaling state (delayed scaling: scales and amax histories);
 - the input quantized row- and column-wise; the forward GEMM reads the row-wise data, which is
   then dropped: backward keeps the column-wise copy (and its scales), not a bf16 input;
@@ -24,9 +24,9 @@ import contextlib
 import functools
 from types import ModuleType
 
-from .. import categories as C
-from ..errors import MemlensError
-from .megatron_fp8 import RECIPES, Recipe
+from ... import categories as C
+from ...errors import MemlensError
+from .fp8 import RECIPES, Recipe
 
 
 def recipe_of(plugin, config) -> Recipe:
@@ -34,7 +34,7 @@ def recipe_of(plugin, config) -> Recipe:
     if name not in RECIPES:
         raise MemlensError(f"--fp8-recipe {name}: memlens' Transformer Engine stand-in models "
                            "delayed, tensorwise, mxfp8 and blockwise only "
-                           "(python/memlens/plugins/megatron_fp8.py)")
+                           "(python/memlens/plugins/megatron/fp8.py)")
     device = plugin.tracer.device
     return Recipe(name, (device.major, device.minor), int(config.fp8_amax_history_len or 1))
 
@@ -53,7 +53,7 @@ def fp8_utils(plugin, mod: ModuleType) -> None:
             return contextlib.nullcontext()
         recipe = recipe_of(plugin, config)
         if is_init:
-            from .megatron_fp8_params import fp8_model_init
+            from .fp8_params import fp8_model_init
 
             return fp8_model_init(plugin, recipe)
         return fp8_autocast(plugin, recipe)
@@ -70,7 +70,7 @@ def fp8_autocast(plugin, recipe: Recipe):
     plugin.note(f"Transformer Engine is not installed here: FP8 GEMMs ({recipe.name} scaling) "
                 "hold what TE's linear holds: a quantized weight kept across micro-batches, "
                 "the input saved quantized (column-wise) instead of in bf16, the scaling state "
-                "(megatron_fp8_linear.py)")
+                "(plugins/megatron/fp8_linear.py)")
     try:
         yield
     finally:
@@ -142,7 +142,7 @@ class _Layer:
         copy (the parameter's own bytes are the row-wise data)."""
         cached = getattr(self.module, "_memlens_fp8_weight", None)
         if cached is None:
-            from .megatron_fp8_params import is_fp8_param
+            from .fp8_params import is_fp8_param
 
             if is_fp8_param(weight):
                 cached = self.quantize(weight.shape, True, False, True)

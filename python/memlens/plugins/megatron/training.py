@@ -1,7 +1,7 @@
 """Patches of Megatron-LM's training package (`megatron.training`, not in the megatron-core
-wheel) for a trace: its arguments set up once Megatron validated them (megatron_args.py), no
+wheel) for a trace: its arguments set up once Megatron validated them (args.py), no
 compiled helpers, mock batches, and the values it reads back from all-reduced tensors. Each patch is `patch(plugin, module)`
-(the plugin is megatron.py).
+(the plugin is __init__.py).
 """
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ from __future__ import annotations
 import functools
 from types import ModuleType
 
-from ..patches.patcher import Patcher
-from .megatron_data import mock_iterator
+from ...patches.patcher import Patcher
+from .data import mock_iterator
 
 
 def arguments(plugin, mod: ModuleType) -> None:
-    from . import megatron_args
-    from .megatron_stand_ins import want_flash_attention
+    from . import args as megatron_args
+    from .stand_ins import want_flash_attention
 
     original = mod.validate_args
     tracer = plugin.tracer

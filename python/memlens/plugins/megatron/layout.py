@@ -1,6 +1,6 @@
 """What Megatron built, told to memlens: its parallel layout (for grouping alike ranks) and the
 parameters inside its flat buffers (for the per-module tables). Reads Megatron's objects only;
-the Megatron plugin (megatron.py) calls these from its patches."""
+the Megatron plugin (__init__.py) calls these from its patches."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ def declare_layout(ps: ModuleType, layout, order: str) -> None:
     hold different layers; tensor, context, data and expert parallelism split evenly (Megatron
     checks that they divide), so their coordinates hold the same sizes. `ps` is
     megatron.core.parallel_state after initialize_model_parallel, `order` its rank order."""
-    from ..distributed import layout as L
+    from ...distributed import layout as L
 
     tp = ps.get_tensor_model_parallel_world_size()
     pp = ps.get_pipeline_model_parallel_world_size()

@@ -23,18 +23,18 @@ def fused_adam_class():
 
     class FusedAdam(torch.optim.Optimizer):
         """memlens' stand-in for Transformer Engine's / apex's FusedAdam (its memory; see
-        memlens/plugins/megatron_optimizer.py)."""
+        memlens/plugins/megatron/optimizer.py)."""
 
         def __init__(self, params, lr=1e-3, bias_correction=True, betas=(0.9, 0.999),
                      eps=1e-8, adam_w_mode=True, weight_decay=0.0, amsgrad=False,
                      **precision_aware):
             if precision_aware or amsgrad:
-                from ..errors import MemlensError
+                from ...errors import MemlensError
 
                 raise MemlensError(
                     "FusedAdam's " + ", ".join(sorted(precision_aware) or ["amsgrad"]) +
                     " needs Transformer Engine, which is not installed here; memlens' "
-                    "stand-in (memlens/plugins/megatron_optimizer.py) has none")
+                    "stand-in (memlens/plugins/megatron/optimizer.py) has none")
             super().__init__(params, dict(lr=lr, bias_correction=bias_correction,
                                           betas=betas, eps=eps, weight_decay=weight_decay))
             self.adam_w_mode = adam_w_mode

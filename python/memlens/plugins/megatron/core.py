@@ -1,4 +1,4 @@
-"""Patches of megatron-core's own machinery for a trace (the plugin is megatron.py).
+"""Patches of megatron-core's own machinery for a trace (the plugin is __init__.py).
 
 - Phases follow Megatron's structure: each call of a pipeline schedule (the function
   `get_forward_backward_func()` returns) is `forward_backward_iter_N`, each
@@ -19,9 +19,9 @@ from __future__ import annotations
 import functools
 from types import ModuleType
 
-from .. import categories as C
-from ..patches.patcher import check_tested
-from .megatron_layout import declare_layout, share_by_parameter
+from ... import categories as C
+from ...patches.patcher import check_tested
+from .layout import declare_layout, share_by_parameter
 
 SCHEDULES = ("forward_backward_no_pipelining", "forward_backward_pipelining_with_interleaving",
              "forward_backward_pipelining_without_interleaving")
@@ -114,7 +114,7 @@ def distributed_optimizer(plugin, mod: ModuleType) -> None:
 
 def fused_adam_class(plugin) -> type:
     if plugin.fused_adam is None:
-        from .megatron_optimizer import fused_adam_class as base
+        from .optimizer import fused_adam_class as base
 
         class FusedAdam(base()):
             def __init__(self, *args, **kwargs):
@@ -221,7 +221,7 @@ def utils(plugin, mod: ModuleType) -> None:
 
 # -- RNG ---------------------------------------------------------------------------------------
 def rng(plugin, mod: ModuleType) -> None:
-    from . import megatron_rng
+    from . import rng as megatron_rng
 
     plugin.replace(mod, "_get_cuda_rng_state", megatron_rng.get_state)
     plugin.replace(mod, "_set_cuda_rng_state", megatron_rng.set_state)

@@ -2,7 +2,7 @@
 installed: what each recipe's quantized tensors are made of, and the state a TE linear module
 keeps. Read from Transformer Engine 2.20 (`pytorch/quantization.py`, `tensor/float8_tensor.py`,
 `tensor/mxfp8_tensor.py`, `tensor/float8_blockwise_tensor.py`, `module/base.py`); the stand-in
-linear that uses it is megatron_fp8_linear.py.
+linear that uses it is fp8_linear.py.
 
 Megatron's recipes and TE's quantized tensors (M rows = all but the last dimension, K columns):
 

@@ -3,7 +3,7 @@
 Megatron's validate_args sees the user's arguments as given, so a configuration Megatron rejects
 is rejected; then `set_up` changes, in place, only what a trace cannot do (read data or
 checkpoints, log to services, check values) or does not need (more than the traced iterations,
-more micro-batches than fill the pipeline: megatron_batch), and returns what it changed, in
+more micro-batches than fill the pipeline: batch.py), and returns what it changed, in
 words, for the snapshot's `meta.notes`. The model, the parallel layout, precision,
 recomputation and the optimizer are the user's.
 """
@@ -14,8 +14,8 @@ import os
 from importlib.util import find_spec
 from typing import Any
 
-from ..errors import MemlensError
-from . import megatron_batch
+from ...errors import MemlensError
+from . import batch as megatron_batch
 
 # Tokenizers of one vocabulary, whose size a trace can take without their file:
 # type -> (tokens, the argument naming the file, what the file is).
@@ -127,7 +127,7 @@ def _implementation(args: Any) -> list[str]:
         return []
     if getattr(args, "fp4", None):
         # FP4 tensors are Transformer Engine's; a trace in bf16 instead would answer another
-        # configuration. FP8 has stand-ins (megatron_fp8_linear.py).
+        # configuration. FP8 has stand-ins (fp8_linear.py).
         raise MemlensError(f"--fp4-format {args.fp4} needs Transformer Engine, which is not "
                            "installed here: memlens cannot trace FP4 training without it "
                            "(install transformer_engine, or trace without the flag)")

@@ -18,8 +18,8 @@ import functools
 import sys
 from types import ModuleType
 
-from ..patches.patcher import check_tested
-from .library_plugin import LibraryPlugin
+from ...patches.patcher import check_tested
+from ..library_plugin import LibraryPlugin
 
 
 class Plugin(LibraryPlugin):

@@ -7,17 +7,17 @@ ends. What the patches change about the run is listed in the snapshot's `meta.no
 This module is the plugin itself: its state (the tracer, one Patcher, the notes) and the table
 of which module gets which patch. The patches live by what they are about:
 
-- megatron_core.py: megatron-core's own machinery (parallel layout, schedules as phases, the
+- core.py: megatron-core's own machinery (parallel layout, schedules as phases, the
   optimizer and its main parameters, DDP buffers, the RNG tracker, host reads);
-- megatron_stand_ins.py: Transformer Engine or apex absent: their kernels stood in for by
+- stand_ins.py: Transformer Engine or apex absent: their kernels stood in for by
   ones with the same memory (norms, fused weight-gradient accumulation, TE layer specs and
   attention, fused RoPE; docs/megatron.md has the list);
-- megatron_fp8_linear.py, megatron_fp8_params.py: `--fp8-format` without Transformer Engine:
-  GEMMs and FP8 parameters holding what TE's hold (the recipes' tensors: megatron_fp8.py);
-- megatron_moe.py: mixture of experts: the tokens per expert fixed by memlens' routing policy
-  (megatron_routing.py), so shapes do not depend on router values a trace does not have;
-- megatron_training.py: Megatron-LM's `megatron.training` (when present), set up for a trace
-  (see megatron_args.py).
+- fp8_linear.py, fp8_params.py: `--fp8-format` without Transformer Engine:
+  GEMMs and FP8 parameters holding what TE's hold (the recipes' tensors: fp8.py);
+- moe.py: mixture of experts: the tokens per expert fixed by memlens' routing policy
+  (routing.py), so shapes do not depend on router values a trace does not have;
+- training.py: Megatron-LM's `megatron.training` (when present), set up for a trace
+  (see args.py).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import functools
 import sys
 from types import ModuleType
 
-from ..patches.patcher import Patcher
+from ...patches.patcher import Patcher
 
 # Megatron-LM's entry-point scripts and their helpers, which import Megatron's functions.
 _ENTRY_POINTS = ("__main__", "gpt_builders", "mamba_builders", "model_provider")
@@ -38,7 +38,7 @@ def activate(tracer, watcher) -> None:
     """Called as `megatron.core` starts to be imported: nothing of it exists yet."""
     global _active
     _active = MegatronPlugin(tracer)
-    from . import megatron_kernels
+    from . import kernels as megatron_kernels
 
     _active.kernels = megatron_kernels.install()
     for name, patch in _active.patches():
@@ -68,8 +68,9 @@ class MegatronPlugin:
     def patches(self) -> list[tuple[str, object]]:
         """(module name, what to patch in it once it is imported), in order; a module may be
         patched by several parts."""
-        from . import (megatron_core, megatron_fp8_linear, megatron_fp8_params, megatron_moe,
-                       megatron_stand_ins, megatron_training)
+        from . import (core as megatron_core, fp8_linear as megatron_fp8_linear,
+                       fp8_params as megatron_fp8_params, moe as megatron_moe,
+                       stand_ins as megatron_stand_ins, training as megatron_training)
 
         return [(name, functools.partial(patch, self))
                 for part in (megatron_core, megatron_stand_ins, megatron_fp8_linear,
@@ -82,7 +83,7 @@ class MegatronPlugin:
         self.patcher.replace_everywhere(module, name, new, megatron_modules)
 
     def undo(self) -> None:
-        from . import megatron_kernels
+        from . import kernels as megatron_kernels
 
         megatron_kernels.uninstall(self.kernels)
         self.patcher.undo()
