@@ -28,7 +28,7 @@ def test_the_result_is_the_last_json_object_on_stdout():
 
 def test_the_worker_imports_this_memlens_first():
     env = worker_env({"PYTHONPATH": "/extra", "MEMLENS_SERVER": "1"}, {"TARGET_VAR": "x"})
-    this = str(Path(__file__).resolve().parents[1])  # python/, the parent of memlens/
+    this = str(Path(__file__).resolve().parents[2])  # python/, the parent of memlens/
     assert env["PYTHONPATH"].split(os.pathsep) == [this, "/extra"]
     assert env["TARGET_VAR"] == "x" and "MEMLENS_SERVER" not in env
     assert env["PYTHONIOENCODING"] == "utf-8"

@@ -11,7 +11,7 @@ from memlens.targets.model import ModelTarget, _module_name, parse_target
 from memlens.targets.recipe import load_recipe
 from memlens.targets.session import trace_target
 
-FACTORY = Path(__file__).parent / "scripts" / "model_factory.py"
+FACTORY = Path(__file__).parents[1] / "scripts" / "model_factory.py"
 
 
 def test_a_model_target_leaves_sys_modules_as_it_found_it():

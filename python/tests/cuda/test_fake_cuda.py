@@ -18,7 +18,7 @@ import pytest
 
 from memlens.cuda.build import _driver_gpu_count, find_torch
 
-PYTHON_DIR = Path(__file__).resolve().parents[1]
+PYTHON_DIR = Path(__file__).resolve().parents[2]
 CUDA_BUILD = find_torch().cuda_build
 # Everything here is about machines without a GPU (with one, memlens loads no shim).
 pytestmark = [pytest.mark.slow,

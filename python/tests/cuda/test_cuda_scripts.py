@@ -31,7 +31,7 @@ def test_the_script_prints_our_peak_as_max_memory_allocated(memlens):
 def test_attention_takes_the_kernel_the_gpu_would(memlens, device, backend, tmp_path):
     """PyTorch prefers cuDNN attention on Hopper (CUDA 13 builds) and flash on Ampere, but
     cuDNN's dropout comes in steps of 1/16 (sdp_utils.cpp check_cudnn_dropout): this script's
-    dropout_p=0.1 sends Hopper to flash too (tests/test_sdpa_backends.py has the cuDNN cases)."""
+    dropout_p=0.1 sends Hopper to flash too (tests/cuda/test_sdpa_backends.py has the cuDNN cases)."""
     snap = tmp_path / "s.json"
     out = memlens("run", "--device", device, "--snapshot", str(snap), "--", GPU_STYLE)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -23,7 +23,7 @@ from memlens.server.tracing import RunningTrace, TraceHooks, TraceRequest, Trace
 
 from support.digests import F, MiB, entry
 
-SERVER = Path(__file__).resolve().parents[1] / "memlens" / "server"
+SERVER = Path(__file__).resolve().parents[2] / "memlens" / "server"
 GPT = TargetInfo("model:/src/model.py:Net", "model", "Net", F, 9, 6, 9, "/src", symbol="Net")
 
 
