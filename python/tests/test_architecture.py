@@ -5,6 +5,7 @@ a room above it) and the package root holds only the few modules everything shar
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "memlens"
@@ -216,3 +217,36 @@ def test_plugins_are_one_folder_per_library():
     libraries = [p for p in plugins.iterdir() if p.is_dir() and p.name != "__pycache__"]
     assert {"megatron", "hf", "torchao"} <= {p.name for p in libraries}
     assert all((p / "__init__.py").is_file() for p in libraries)
+
+
+# TypeScript: the extension host (src/) and the panel (webview/) both import common/; common/
+# imports neither, and neither imports the other.
+TS_MAY_IMPORT = {"common": {"common"}, "src": {"src", "common"}, "webview": {"webview", "common"}}
+_TS_IMPORT = re.compile(r"""(?:\bfrom\s+|\bimport\s*\(?\s*)['"](\.{1,2}/[^'"]*)['"]""")
+
+
+def ts_imports_across_rooms(repo: Path) -> list[str]:
+    """`file: room -> room` for each relative TypeScript import that leaves what its room may
+    import (import type and dynamic import() included)."""
+    bad = []
+    for room, allowed in TS_MAY_IMPORT.items():
+        for path in sorted((repo / room).rglob("*.ts")):
+            for spec in _TS_IMPORT.findall(path.read_text()):
+                target = (path.parent / spec).resolve().relative_to(repo).parts[0]
+                if target in TS_MAY_IMPORT and target not in allowed:
+                    bad.append(f"{path.relative_to(repo)}: {room} -> {target} ({spec})")
+    return bad
+
+
+def test_typescript_rooms_import_common_and_never_each_other():
+    assert ts_imports_across_rooms(PACKAGE.parents[1]) == []
+
+
+def test_the_typescript_check_sees_an_import_across_rooms(tmp_path):
+    for room in TS_MAY_IMPORT:
+        (tmp_path / room).mkdir()
+    (tmp_path / "common" / "a.ts").write_text("import type { X } from '../src/x';\n")
+    (tmp_path / "webview" / "b.ts").write_text("import { Y } from '../common/y';\n"
+                                                "const z = await import('../src/z');\n")
+    assert ts_imports_across_rooms(tmp_path) == [
+        "common/a.ts: common -> src (../src/x)", "webview/b.ts: webview -> src (../src/z)"]
