@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "memlens"
 # apart from its room (the longest name that matches decides).
 LAYERS = [
     # shared vocabulary
-    {"errors", "units", "categories", "devices", "progress", "worker_protocol", "process_tree"},
+    {"errors", "units", "categories", "devices", "progress", "worker"},
     # models of the machine and the job, each usable alone
     {"allocator", "cuda", "kernels", "patches", "distributed"},
     # the snapshot document and its derivation from a ledger (handed in, never imported)

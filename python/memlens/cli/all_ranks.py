@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..distributed.object_p2p import ENV_FOLDER
 from ..errors import MemlensError
-from ..worker_protocol import cli_snapshot_path, rank_argv
+from ..worker.protocol import cli_snapshot_path, rank_argv
 
 def trace_all_ranks(args, spec, job, target, device, command, console, err) -> int:
     import tempfile

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from ..errors import DataDependentError, MemlensError
-from ..worker_protocol import cli_snapshot_path
+from ..worker.protocol import cli_snapshot_path
 from .all_ranks import trace_all_ranks
 from .exit_codes import EXIT_INTERRUPTED
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from .. import categories as C
 from ..errors import SnapshotError
-from ..worker_protocol import normalize_path
+from ..worker.protocol import normalize_path
 
 CATEGORIES = C.NAMES
 

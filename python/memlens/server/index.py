@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
-from ..worker_protocol import SNAPSHOT_DIR, worker_env
+from ..worker.protocol import SNAPSHOT_DIR, worker_env
 GITIGNORE = "# Snapshots of Torch Memory Lens; regenerate them with \"Trace Memory\".\n*\n"
 
 

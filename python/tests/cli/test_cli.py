@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from memlens.worker_protocol import snapshot_folder_name
+from memlens.worker.protocol import snapshot_folder_name
 from support.paths import TESTS
 
 pytestmark = pytest.mark.slow  # traces in fresh processes
@@ -17,7 +17,7 @@ def test_run_prints_the_report_and_writes_a_snapshot(memlens, tmp_path):
     assert out.returncode == 0, out.stderr
     for heading in ("Phases", "At the peak", "Top modules", "Top source lines"):
         assert heading in out.stdout
-    # The folder the language server keeps the same script's snapshots in (worker_protocol).
+    # The folder the language server keeps the same script's snapshots in (worker/protocol.py).
     folder = snapshot_folder_name("script", "patterns.py", str(SCRIPTS / "patterns.py"))
     snaps = list((tmp_path / ".memlens" / folder).glob("*.json"))
     assert len(snaps) == 1

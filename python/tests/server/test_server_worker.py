@@ -19,7 +19,7 @@ from memlens.server.targets import TargetInfo
 from memlens.server.tracing import (TraceRequest, explain_failure, progress_text,
                                     traceback_frames)
 from memlens.server.worker import Worker, WorkerResult
-from memlens.worker_protocol import final_json, normalize_path, trace_command
+from memlens.worker.protocol import final_json, normalize_path, trace_command
 
 from support.paths import TESTS
 from support.runs import run_memlens

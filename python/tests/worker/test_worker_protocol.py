@@ -1,4 +1,4 @@
-"""The lines a memlens worker writes and what its parents read from them (worker_protocol.py)."""
+"""The lines a memlens worker writes and what its parents read from them (worker/protocol.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from memlens.worker_protocol import (final_json, progress_record, rank_argv,
+from memlens.worker.protocol import (final_json, progress_record, rank_argv,
                                      snapshot_folder_name, worker_env)
 
 

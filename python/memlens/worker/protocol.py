@@ -37,7 +37,7 @@ def worker_env(base: dict[str, str] | None = None, extra: dict[str, str] | None 
     env.update(extra or {})
     for key, value in (defaults or {}).items():
         env.setdefault(key, value)
-    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     paths = [package_parent] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     env.setdefault("PYTHONUNBUFFERED", "1")
