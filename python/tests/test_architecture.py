@@ -239,3 +239,12 @@ def test_the_typescript_check_sees_an_import_across_rooms(tmp_path):
                                                 "const z = await import('../src/z');\n")
     assert ts_imports_across_rooms(tmp_path) == [
         "common/a.ts: common -> src (../src/x)", "webview/b.ts: webview -> src (../src/z)"]
+
+
+def test_tests_live_in_the_folder_of_their_room():
+    """python/tests/<room>/test_*.py, beside the room of memlens they test (support/, scripts/
+    and cases/ hold what they share); only this whole-package test stays at the top."""
+    tests = Path(__file__).resolve().parent
+    assert sorted(p.name for p in tests.glob("test_*.py")) == ["test_architecture.py"]
+    names = [p.name for p in tests.glob("*/test_*.py")]
+    assert len(names) == len(set(names)), "two test files of one name (pytest imports by name)"
