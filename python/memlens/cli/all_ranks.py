@@ -48,7 +48,7 @@ def trace_all_ranks(args, spec, job, target, device, command, console, err) -> i
             error["message"] = f"rank {failed['rank']}: {error.get('message', '')}"
             index = {**index, "error": error}
         elif args.with_digest and snapshot is not None and snapshot.exists():
-            from ..server.digest import digest_file
+            from ..snapshot.digest import digest_file
 
             index = {**index, "digest": digest_file(snapshot)}
         print(json.dumps(index))

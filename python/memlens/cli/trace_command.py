@@ -77,7 +77,7 @@ def trace(args, console, err) -> int:
     if args.json:
         summary = summary_json(snap, path)
         if args.with_digest and path:
-            from ..server.digest import digest
+            from ..snapshot.digest import digest
 
             summary["digest"] = digest(snap, path)
         print(json.dumps(summary))

@@ -23,7 +23,7 @@ from . import protocol as P
 from .client import LspClient
 from .commands import LspTraceHooks, TraceCommands
 from .diagnostics import DiagnosticStore
-from .digest import normalize_path
+from ..snapshot.digest import normalize_path
 from .documents import DocState, now_utc
 from .fitting import FitCommands
 from .index import SnapshotEntry, SnapshotIndex

@@ -10,7 +10,7 @@ asyncio), `--ranks all` (distributed/workers.py, threads) and the tests.
 - stderr: progress records, one JSON object a line (`{"event": "progress", "phase": ...}`,
   written by progress.py), among the script's own output;
 - stdout: the last line that is a JSON object is the result (the summary, or `{"error": ...}`);
-  with `--with-digest`, the summary carries the snapshot's digest (server/digest.py), so that
+  with `--with-digest`, the summary carries the snapshot's digest (snapshot/digest.py), so that
   the language server need not read the snapshot it is told about.
 
 How a worker's processes end with it is process_tree.py.

@@ -123,7 +123,7 @@ def test_mlp_float8_recipe_allocates_what_cuda_allocates(tmp_path, recipe, scale
         [("float8_e4m3fn", W_FP8), ("float32", max(weight_scale, BLOCK))])
     assert all(t["category"] == "parameter" for t in fp8_tensors)
     # The language server's digest carries it to the hover
-    from memlens.server.digest import digest
+    from memlens.snapshot.digest import digest
 
     (shown,) = digest(snap, "mlp.json")["summary"]["subcategories"]
     assert shown == {"label": "fp8 weights/scales", "atPeakBytes": W_FP8 + weight_scale,

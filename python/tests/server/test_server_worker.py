@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from memlens.server.digest import digest_file
+from memlens.snapshot.digest import digest_file
 from memlens.server.index import SnapshotIndex
 from memlens.server.settings import Settings
 from memlens.server.targets import TargetInfo

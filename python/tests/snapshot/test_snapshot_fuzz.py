@@ -126,7 +126,7 @@ def _assert_one_outcome(what: str, rc: int, stdout: str, stderr: str, json_out: 
 
 
 def test_random_snapshots_end_in_a_report_or_one_error(tmp_path, base, fake_bundle):
-    from memlens.server.digest import digest_file
+    from memlens.snapshot.digest import digest_file
 
     outcomes = {0: 0, 1: 0}
     exports = {0: 0, 1: 0}
@@ -169,7 +169,7 @@ def test_a_few_cases_as_a_user_runs_them(tmp_path, base):
         _assert_one_outcome(f"case {i} ({what})", out.returncode, out.stdout, out.stderr,
                             json_out=True)
     env_path = str(REPO / "python")
-    digest = subprocess.run([sys.executable, "-m", "memlens.server.digest", *paths],
+    digest = subprocess.run([sys.executable, "-m", "memlens.snapshot.digest", *paths],
                             capture_output=True, text=True, timeout=300,
                             env={"PYTHONPATH": env_path, "PATH": "/usr/bin:/bin"})
     assert digest.returncode == 0 and "Traceback" not in digest.stderr, digest.stderr

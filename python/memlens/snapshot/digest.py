@@ -4,7 +4,7 @@ positions, and the source lines with their bytes by category.
 Reading a snapshot means parsing JSON that may be tens of MB and validating it against the
 schema (seconds for a large model); the server does that in a helper process,
 
-    python -m memlens.server.digest SNAPSHOT...   # one JSON digest per line on stdout
+    python -m memlens.snapshot.digest SNAPSHOT...   # one JSON digest per line on stdout
 
 so that its own memory and latency stay flat. The digest is small (a few hundred KB for a
 Llama-7B trace) and plain JSON. The allocation stream, which the server never reads, is not
