@@ -60,9 +60,9 @@ test-python: setup-system setup-python build
 # work there too. Needs ~6 GB of disk for .venv-cuda.
 test-cuda-build:
 	@VENV=.venv-cuda TORCH=torch==2.14.1 scripts/setup-python.sh
-	.venv-cuda/bin/python -m pytest -q python/tests/test_fake_cuda.py \
-	  python/tests/test_cuda_analytic.py python/tests/test_cuda_scripts.py python/tests/test_oom.py \
-	  python/tests/test_python_api.py
+	.venv-cuda/bin/python -m pytest -q python/tests/cuda/test_fake_cuda.py \
+	  python/tests/cuda/test_cuda_analytic.py python/tests/cuda/test_cuda_scripts.py \
+	  python/tests/snapshot/test_oom.py python/tests/engine/test_python_api.py
 
 # Type checks and the unit tests of the TypeScript side (plain Node; the protocol mirror and
 # the device list are compared with the Python side through .venv).

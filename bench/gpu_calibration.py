@@ -1,4 +1,4 @@
-"""Measure the caching allocator on a real GPU, for tests/test_gpu_calibration.py to compare
+"""Measure the caching allocator on a real GPU, for tests/cuda/test_gpu_calibration.py to compare
 memlens' estimates against.
 
 Run on a machine with a CUDA GPU and a CUDA build of PyTorch (nothing here runs without one):

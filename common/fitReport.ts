@@ -1,7 +1,7 @@
-// The result of a search (`memlens.fit`'s FitReport, src/protocol.ts) as the panel receives it:
+// The result of a search (`memlens.fit`'s FitReport, common/protocol.ts) as the panel receives it:
 // untrusted JSON, checked before anything renders, so that a malformed payload shows its error
 // instead of a half-drawn table. Only checks: every number shown comes from the server.
-import type { FitAxis, FitCounts, FitReport, FitRow } from '../src/protocol';
+import type { FitAxis, FitCounts, FitReport, FitRow } from './protocol';
 
 export type FitCheck = { ok: true; report: FitReport } | { ok: false; error: string };
 

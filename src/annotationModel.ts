@@ -3,7 +3,7 @@
 // and "tracing…" placeholders on the lines of targets being traced. annotations.ts paints it.
 import type { AnnotationStyle } from './config';
 import { annotationColor, HEAT_COLORS } from './heat';
-import type { Annotation } from './protocol';
+import type { Annotation } from '../common/protocol';
 
 export interface Painted {
   /** 0-based. */

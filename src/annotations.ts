@@ -5,7 +5,7 @@
 import * as vscode from 'vscode';
 import { toPaint } from './annotationModel';
 import type { AnnotationStyle, Config } from './config';
-import type { AnnotationsParams, TraceResult, TraceStartedParams } from './protocol';
+import type { AnnotationsParams, TraceResult, TraceStartedParams } from '../common/protocol';
 
 const PAINT_DELAY_MS = 10;
 

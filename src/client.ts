@@ -14,7 +14,7 @@ import {
 import { serverLogLevel, serverSettings, type Config } from './config';
 import { clientChannel } from './log';
 import { TraceProgressFeature, type ProgressEvents } from './progress';
-import { SETTINGS_SECTION } from './protocol';
+import { SETTINGS_SECTION } from '../common/protocol';
 import { isSnapshotPath } from './snapshotFile';
 
 export interface ClientOptions {

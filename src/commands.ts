@@ -10,7 +10,7 @@ import type { Ctx } from './ctx';
 import { formatBytes } from '../common/format';
 import { fitParams, parseSpace } from './fitSpace';
 import { groupTargets, targetAtLine } from './grouping';
-import * as P from './protocol';
+import * as P from '../common/protocol';
 import { FitPanel } from './panel/fitPanel';
 import { openSettings, updateSetting } from './settings';
 import { isSnapshotPath } from './snapshotFile';

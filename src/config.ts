@@ -2,7 +2,7 @@
 // value, and what follows from them: the settings the server reads (protocol.Settings, named
 // differently), the parameters of a trace, and which changes need a server restart.
 // No `vscode` import: settings.ts reads the values and hands them in.
-import type { Settings, TraceParams } from './protocol';
+import type { Settings, TraceParams } from '../common/protocol';
 
 export type AnnotationStyle = 'decorations' | 'inlayHints' | 'off';
 export type LogLevel = 'error' | 'warning' | 'info' | 'debug' | 'trace';

@@ -14,7 +14,7 @@ import { createLog } from './log';
 import { MemoryPanel } from './panel/memoryPanel';
 import { registerMemoryPanel } from './panel/register';
 import { pipInstallArgs, verdict } from './probe';
-import * as P from './protocol';
+import * as P from '../common/protocol';
 import { currentConfig, onDidChangeConfig, openSettings } from './settings';
 import { SnapshotTree } from './snapshotTree';
 import { MemoryStatus } from './statusBar';

@@ -2,7 +2,7 @@
 // the command line) split into the words the server takes, and the command's parameters.
 // The server checks the space (only options of the space pass) and the CLI its values.
 import type { Config } from './config';
-import type { FitParams } from './protocol';
+import type { FitParams } from '../common/protocol';
 
 export type SpaceInput = { ok: true; space: string[] } | { ok: false; error: string };
 

@@ -1,6 +1,6 @@
 // Lists as the UI shows them: snapshots grouped by target (the Snapshots tree), targets grouped
 // by kind (the Trace Memory picker), and the target under the cursor. No `vscode` import.
-import type { Target, TargetKind } from './protocol';
+import type { Target, TargetKind } from '../common/protocol';
 
 /** What the tree needs of one snapshot file (see snapshotFile.ts). */
 export interface SnapshotEntry {

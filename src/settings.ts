@@ -1,7 +1,7 @@
 // Reading and writing the `memlens` settings through VS Code (the typed model is config.ts).
 import * as vscode from 'vscode';
 import { KEYS, RESTART_KEYS, readConfig, type Config } from './config';
-import { SETTINGS_SECTION } from './protocol';
+import { SETTINGS_SECTION } from '../common/protocol';
 
 export function currentConfig(): Config {
   const section = vscode.workspace.getConfiguration(SETTINGS_SECTION);

@@ -3,7 +3,7 @@
 // server is doing (starting, tracing, stopped) or why nothing is traced (Restricted Mode).
 import * as vscode from 'vscode';
 import { formatBytes, formatDate, formatPeakOfBudget } from '../common/format';
-import type { SnapshotInfo } from './protocol';
+import type { SnapshotInfo } from '../common/protocol';
 
 export type ServerState =
   | { kind: 'starting' }

@@ -2,7 +2,7 @@ import os
 import sys
 
 from .cli import main
-from .process_tree import end_children
+from .worker.process_tree import end_children
 
 code = main()
 # Leave without interpreter teardown: everything is written, and torch's autograd device

@@ -1,4 +1,8 @@
-"""Fixtures and hooks every test module gets; the helpers tests import are in support/."""
+"""Fixtures and hooks every test module gets; the helpers tests import are in support/.
+
+Tests live in one folder per room of memlens (engine/, allocator/, plugins/, server/, ...), with
+no __init__.py: pytest's default import mode puts each test's folder and this one on sys.path
+(so `support` imports from anywhere), and a test file's name must be unique across folders."""
 
 import pytest
 import pytest_asyncio

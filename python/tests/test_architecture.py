@@ -1,10 +1,12 @@
-"""The package's shape, checked from its source: imports go one way (no cycles, no room importing
-a room above it) and the package root holds only the few modules everything shares
-(docs/architecture.md draws the same picture)."""
+"""The package's shape, checked from its source: imports go one way (no cycles, none inside a
+room either, no room importing a room above it; imports under `if TYPE_CHECKING:` count), the
+package root holds only the few modules everything shares, and the TypeScript rooms import
+common/ and never each other (docs/architecture.md draws the same picture)."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "memlens"
@@ -14,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "memlens"
 # apart from its room (the longest name that matches decides).
 LAYERS = [
     # shared vocabulary
-    {"errors", "units", "categories", "devices", "progress", "worker_protocol", "process_tree"},
+    {"errors", "units", "categories", "devices", "progress", "worker"},
     # models of the machine and the job, each usable alone
     {"allocator", "cuda", "kernels", "patches", "distributed"},
     # the snapshot document and its derivation from a ledger (handed in, never imported)
@@ -28,7 +30,7 @@ LAYERS = [
     # searches over many traces (memlens fit)
     {"fit"},
     # entry points: the CLI, the language server, the Megatron-LM flag
-    {"cli", "__main__", "server", "megatron_lm", "plugins.megatron_lm"},
+    {"cli", "__main__", "server", "megatron_lm"},
 ]
 ROOT_MODULES_AT_MOST = 8  # besides __init__.py and __main__.py
 
@@ -42,25 +44,10 @@ def all_modules() -> dict[str, Path]:
     return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
 def _imports(tree: ast.AST):
-    """Import nodes anywhere (functions included), except under `if TYPE_CHECKING:`."""
-    for node in ast.iter_child_nodes(tree):
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
-            yield from (n for child in node.orelse for n in _imports_in(child))
-            continue
-        yield from _imports_in(node)
-
-
-def _imports_in(node: ast.AST):
-    if isinstance(node, (ast.Import, ast.ImportFrom)):
-        yield node
-    else:
-        yield from _imports(node)
+    """Import nodes anywhere: functions and `if TYPE_CHECKING:` included (a type a module names
+    is a dependency on the module that defines it, even if it is never imported at run time)."""
+    return (node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom)))
 
 
 def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
@@ -137,10 +124,13 @@ def test_the_graph_sees_the_imports_it_must():
     assert "memlens.patches.torch_distributed" in graph["memlens.engine.tracer"]  # in a method
     assert "memlens.kernels.cpu.conv" in graph["memlens.kernels.cpu.rules"]  # from . import conv
     assert "memlens.reports.terminal" in graph["memlens.cli.main"]
+    assert "memlens.allocator.segment_host" in graph["memlens.allocator.release"]  # TYPE_CHECKING
     assert len(graph) > 100
 
 
 def test_no_import_cycles():
+    """None across rooms and none inside one (helpers take a Protocol of what they use, such as
+    allocator/segment_host.py, instead of importing the class that uses them)."""
     cycle = find_cycle(import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
@@ -204,3 +194,57 @@ def test_tests_and_benches_import_memlens_modules_that_exist():
             if importlib.util.find_spec(module) is None:
                 found.add(f"{path.relative_to(repo)}: {module}")
     assert sorted(found) == []
+
+
+def test_plugins_are_one_folder_per_library():
+    """plugins/ holds the host (`__init__.py`: PLUGINS, PluginHost; `imports.py`;
+    `library_plugin.py`) and one subpackage per library: a new library is a new folder."""
+    plugins = PACKAGE / "plugins"
+    host = {"__init__.py", "imports.py", "library_plugin.py"}
+    loose = sorted(p.name for p in plugins.glob("*.py") if p.name not in host)
+    assert loose == [], "a plugin module outside its library's folder"
+    libraries = [p for p in plugins.iterdir() if p.is_dir() and p.name != "__pycache__"]
+    assert {"megatron", "hf", "torchao"} <= {p.name for p in libraries}
+    assert all((p / "__init__.py").is_file() for p in libraries)
+
+
+# TypeScript: the extension host (src/) and the panel (webview/) both import common/; common/
+# imports neither, and neither imports the other.
+TS_MAY_IMPORT = {"common": {"common"}, "src": {"src", "common"}, "webview": {"webview", "common"}}
+_TS_IMPORT = re.compile(r"""(?:\bfrom\s+|\bimport\s*\(?\s*)['"](\.{1,2}/[^'"]*)['"]""")
+
+
+def ts_imports_across_rooms(repo: Path) -> list[str]:
+    """`file: room -> room` for each relative TypeScript import that leaves what its room may
+    import (import type and dynamic import() included)."""
+    bad = []
+    for room, allowed in TS_MAY_IMPORT.items():
+        for path in sorted((repo / room).rglob("*.ts")):
+            for spec in _TS_IMPORT.findall(path.read_text()):
+                target = (path.parent / spec).resolve().relative_to(repo).parts[0]
+                if target in TS_MAY_IMPORT and target not in allowed:
+                    bad.append(f"{path.relative_to(repo)}: {room} -> {target} ({spec})")
+    return bad
+
+
+def test_typescript_rooms_import_common_and_never_each_other():
+    assert ts_imports_across_rooms(PACKAGE.parents[1]) == []
+
+
+def test_the_typescript_check_sees_an_import_across_rooms(tmp_path):
+    for room in TS_MAY_IMPORT:
+        (tmp_path / room).mkdir()
+    (tmp_path / "common" / "a.ts").write_text("import type { X } from '../src/x';\n")
+    (tmp_path / "webview" / "b.ts").write_text("import { Y } from '../common/y';\n"
+                                                "const z = await import('../src/z');\n")
+    assert ts_imports_across_rooms(tmp_path) == [
+        "common/a.ts: common -> src (../src/x)", "webview/b.ts: webview -> src (../src/z)"]
+
+
+def test_tests_live_in_the_folder_of_their_room():
+    """python/tests/<room>/test_*.py, beside the room of memlens they test (support/, scripts/
+    and cases/ hold what they share); only this whole-package test stays at the top."""
+    tests = Path(__file__).resolve().parent
+    assert sorted(p.name for p in tests.glob("test_*.py")) == ["test_architecture.py"]
+    names = [p.name for p in tests.glob("*/test_*.py")]
+    assert len(names) == len(set(names)), "two test files of one name (pytest imports by name)"

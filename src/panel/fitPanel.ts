@@ -4,7 +4,7 @@
 // "Snapshot" button opens that snapshot in a memory panel.
 import * as vscode from 'vscode';
 import { isWebviewMessage } from '../../common/messages';
-import type { FitReport } from '../protocol';
+import type { FitReport } from '../../common/protocol';
 import { loadPanelPage } from './page';
 
 export const FIT_VIEW_TYPE = 'memlens.fitPanel';

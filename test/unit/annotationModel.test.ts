@@ -1,7 +1,7 @@
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import { toPaint, TRACING_TEXT, type PaintInput } from '../../src/annotationModel';
-import type { Annotation } from '../../src/protocol';
+import type { Annotation } from '../../common/protocol';
 
 const ann = (line: number, share: number, kind: Annotation['kind'] = 'line'): Annotation => ({
   line,

@@ -7,7 +7,7 @@ import { validateFitReport } from '../../common/fitReport';
 import { isHostMessage, isWebviewMessage } from '../../common/messages';
 import { DEFAULTS } from '../../src/config';
 import { fitParams, parseSpace, shellWords } from '../../src/fitSpace';
-import type { FitReport } from '../../src/protocol';
+import type { FitReport } from '../../common/protocol';
 
 const GiB = 2 ** 30;
 

@@ -1,7 +1,7 @@
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import { groupSnapshots, groupTargets, targetAtLine, type SnapshotEntry } from '../../src/grouping';
-import type { Target } from '../../src/protocol';
+import type { Target } from '../../common/protocol';
 
 function entry(p: Partial<SnapshotEntry>): SnapshotEntry {
   return {

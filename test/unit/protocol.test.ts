@@ -1,10 +1,10 @@
-// src/protocol.ts must mirror python/memlens/server/protocol.py exactly. Two independent reads
+// common/protocol.ts must mirror python/memlens/server/protocol.py exactly. Two independent reads
 // of the Python side:
 // - its string constants (CMD_*, REQ_*, NOTIFY_*, SETTINGS_SECTION, DIAGNOSTIC_SOURCE), parsed
 //   from the source text and compared with the TypeScript constants of the same names;
 // - its TypedDicts and method table, as `python protocol.py` describes them (through
 //   typing.get_type_hints, so inheritance and total=False are resolved by Python itself),
-//   compared with the interfaces of src/protocol.ts read by the TypeScript compiler.
+//   compared with the interfaces of common/protocol.ts read by the TypeScript compiler.
 // protocol.py imports only the standard library, so any Python 3.10+ runs it.
 import { strict as assert } from 'node:assert';
 import { execFileSync } from 'node:child_process';
@@ -12,11 +12,11 @@ import { existsSync, readFileSync } from 'node:fs';
 import * as path from 'node:path';
 import { test } from 'node:test';
 import * as ts from 'typescript';
-import * as protocol from '../../src/protocol';
+import * as protocol from '../../common/protocol';
 
 const root = path.resolve(__dirname, '..', '..', '..');
 const pyFile = path.join(root, 'python/memlens/server/protocol.py');
-const tsFile = path.join(root, 'src/protocol.ts');
+const tsFile = path.join(root, 'common/protocol.ts');
 
 function python(): string {
   if (process.env.MEMLENS_PYTHON) return process.env.MEMLENS_PYTHON;

@@ -6,7 +6,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import * as path from 'node:path';
 import { after, before, test } from 'node:test';
 import { formatBytes } from '../../common/format';
-import type { FitReport } from '../../src/protocol';
+import type { FitReport } from '../../common/protocol';
 import { assertClean, closeBrowser, embedJson, fitReportPayload, gptSnapshot, makeReport, openReport, reportWith, root, screenshot, type Opened } from './support';
 
 const out = path.join(root, 'out/test-webview');

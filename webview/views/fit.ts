@@ -2,7 +2,7 @@
 // configurations that fit, in the order the server sorted them) and the ones that do not, each
 // with its reason; one column per axis, then GPUs, the worst rank's peak, reserved memory and
 // headroom. Every number is the server's; this view only formats them.
-import type { FitReport, FitRow } from '../../src/protocol';
+import type { FitReport, FitRow } from '../../common/protocol';
 import { el, replace } from '../dom';
 import { formatBytes, formatCount } from '../data/format';
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from . import expandable, release
+from . import expandable_pool, release
 from .blocks import Block, BlockPool
 from .config import SIZE_MAX, AllocatorConfig, AllocatorConfigError
 from .expandable import ExpandableSegment
@@ -334,7 +334,7 @@ class CachingAllocatorModel:
         if self.allowed_max is not None and self.reserved_bytes + alloc_size > self.allowed_max:
             return None
         if self._expandable:
-            return expandable.allocate_block(self, pool, stream, size)
+            return expandable_pool.allocate_block(self, pool, stream, size)
         if self.reserved_bytes + alloc_size > self.device_total:
             return None  # cudaMalloc: cudaErrorMemoryAllocation
         pool_type = pool.stat_type
@@ -387,7 +387,7 @@ class CachingAllocatorModel:
                 elif not block.is_split():
                     self._release_block(block)
             for block in to_unmap:
-                expandable.unmap_block(self, block)
+                expandable_pool.unmap_block(self, block)
                 if not block.mapped and not block.is_split():
                     block.pool.remove_unmapped(block)  # the whole range is free: drop it
                     self.expandable_segments.remove(block.segment)
@@ -424,7 +424,7 @@ class CachingAllocatorModel:
         self._next_address = address + size
         return address
 
-    # -- what expandable.py and release.py ask of the model --------------------------------
+    # -- what expandable_pool.py and release.py ask of the model (a SegmentHost) ----------------
     @property
     def max_split(self) -> int:
         return self._max_split

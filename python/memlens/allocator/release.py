@@ -1,6 +1,6 @@
 """Giving cached segments back to the driver before cudaMalloc is tried again
 (release_available_cached_blocks and garbage_collect_cached_blocks in
-c10/cuda/CUDACachingAllocator.cpp), through the model's methods."""
+c10/cuda/CUDACachingAllocator.cpp), through what the model offers as a SegmentHost."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from .config import SIZE_MAX
 
 if TYPE_CHECKING:
     from .blocks import BlockPool
-    from .caching import CachingAllocatorModel
+    from .segment_host import SegmentHost
 
 
-def release_available_cached_blocks(model: CachingAllocatorModel, pool: BlockPool, stream: int,
+def release_available_cached_blocks(model: SegmentHost, pool: BlockPool, stream: int,
                                     size: int) -> bool:
     """Free oversize cached segments until one request's worth is back (only with
     max_split_size_mb set): the best-fitting one, else the largest ones downwards."""
@@ -37,7 +37,7 @@ def release_available_cached_blocks(model: CachingAllocatorModel, pool: BlockPoo
     return released >= target
 
 
-def garbage_collect_cached_blocks(model: CachingAllocatorModel) -> None:
+def garbage_collect_cached_blocks(model: SegmentHost) -> None:
     """When reserved memory passes the threshold, release
     unsplit cached large segments whose age (cache lookups since they were cached) is at
     least the average, repeatedly, until enough is back."""

@@ -13,7 +13,7 @@ step without it.
 
 Speed, measured on this project's CPU machine (Python 3.11, 2 shared cores busy with other jobs,
 load 2.5-7, so the spread is wide): the 1,000,000-event stream of
-tests/test_allocator_replay.py::training_like(500_000) (allocations of 64 B to ~384 MiB, most
+tests/allocator/test_allocator_replay.py::training_like(500_000) (allocations of 64 B to ~384 MiB, most
 freed at once, the rest unwound stack-wise) replays in 4.1-6.8 s of CPU time with the default
 config and 3.2-4.6 s with expandable_segments:True. For scale, a bare
 `for i in range(10**7): x += i` took 1.15-1.3 s on that machine at the same time (about a third

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..distributed.object_p2p import ENV_FOLDER
 from ..errors import MemlensError
-from ..worker_protocol import cli_snapshot_path, rank_argv
+from ..worker.protocol import cli_snapshot_path, rank_argv
 
 def trace_all_ranks(args, spec, job, target, device, command, console, err) -> int:
     import tempfile
@@ -51,7 +51,7 @@ def trace_all_ranks(args, spec, job, target, device, command, console, err) -> i
             error["message"] = f"rank {failed['rank']}: {error.get('message', '')}"
             index = {**index, "error": error}
         elif args.with_digest and snapshot is not None and snapshot.exists():
-            from ..server.digest import digest_file
+            from ..snapshot.digest import digest_file
 
             index = {**index, "digest": digest_file(snapshot)}
         print(json.dumps(index))

@@ -19,10 +19,10 @@ def main(argv: list[str] | None = None) -> int:
 
         argv = protect_values(argv)
     args = build_parser().parse_args(argv)
-    from ..process_tree import adopt_orphans
+    from ..worker.process_tree import adopt_orphans
     from ..reports.terminal import make_console
 
-    adopt_orphans()  # a worker's script leaves no process behind (process_tree.py)
+    adopt_orphans()  # a worker's script leaves no process behind (worker/process_tree.py)
 
     err = make_console(stderr=True)
     try:

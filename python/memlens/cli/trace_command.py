@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from ..errors import DataDependentError, MemlensError
-from ..worker_protocol import cli_snapshot_path
+from ..worker.protocol import cli_snapshot_path
 from .all_ranks import trace_all_ranks
 from .exit_codes import EXIT_INTERRUPTED
 
@@ -77,7 +77,7 @@ def trace(args, console, err) -> int:
     if args.json:
         summary = summary_json(snap, path)
         if args.with_digest and path:
-            from ..server.digest import digest
+            from ..snapshot.digest import digest
 
             summary["digest"] = digest(snap, path)
         print(json.dumps(summary))

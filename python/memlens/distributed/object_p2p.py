@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import MemlensError
-from ..process_tree import WorkerProcess
-from ..worker_protocol import final_json, progress_record, worker_env
+from ..worker.process_tree import WorkerProcess
+from ..worker.protocol import final_json, progress_record, worker_env
 
 ENV_FOLDER = "MEMLENS_OBJECTS_DIR"
 ENV_HELPER_OF = "MEMLENS_OBJECTS_HELPER_OF"  # the pid that started this helper trace

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..process_tree import WorkerProcess
-from ..worker_protocol import final_json, progress_record, worker_env
+from ..worker.process_tree import WorkerProcess
+from ..worker.protocol import final_json, progress_record, worker_env
 
 LOG_TAIL = 40  # lines of a worker's log kept for its failure report
 

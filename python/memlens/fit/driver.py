@@ -135,7 +135,7 @@ class Fit:
 
 class _ProgressView:
     """A live line of the search on a terminal, a line per finished point, or (json) a progress
-    record per finished point on stderr, as worker_protocol.py reads them: how many points are
+    record per finished point on stderr, as worker/protocol.py reads them: how many points are
     settled of how many, and what the point found (bytes as integers)."""
 
     def __init__(self, fit: Fit, console, mode: str):

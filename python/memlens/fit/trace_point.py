@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..process_tree import WorkerProcess
-from ..worker_protocol import final_json, progress_record, worker_env
+from ..worker.process_tree import WorkerProcess
+from ..worker.protocol import final_json, progress_record, worker_env
 
 JOB_FILE, SNAPSHOT_FILE, LOG_FILE = "job.json", "snapshot.json", "trace.log"
 LOG_TAIL = 10
@@ -43,7 +43,7 @@ def worker_argv(request: dict[str, Any], folder: Path) -> list[str]:
 
 def trace(request: dict[str, Any], folder: Path, running: set | None = None) -> dict[str, Any]:
     """Run the point's trace into `folder` and return its result. The worker and everything it
-    starts (the rank workers of `--ranks all`) end together (process_tree.py): `running` holds
+    starts (the rank workers of `--ranks all`) end together (worker/process_tree): `running` holds
     the WorkerProcess while it runs, so that an interrupted driver can stop it; an exception
     here (Ctrl-C, a cancelled Ray task) stops it too."""
     folder.mkdir(parents=True, exist_ok=True)

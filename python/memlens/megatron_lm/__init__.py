@@ -1,7 +1,6 @@
-"""The import path `integrations/megatron-lm.patch` calls (`memlens.megatron_lm.prepare()`,
-`session()`), kept for Megatron-LM checkouts the patch was applied to; the code is
-`memlens.plugins.megatron_lm`."""
+"""Megatron-LM's `--memory-tracing` flag. `integrations/megatron-lm.patch` imports this path
+(`memlens.megatron_lm.prepare()`, `session()`); the code is `memory_tracing.py`."""
 
-from ..plugins.megatron_lm import FLAG, SNAPSHOT_FLAG, enabled, prepare, session, snapshot_path
+from .memory_tracing import FLAG, SNAPSHOT_FLAG, enabled, prepare, session, snapshot_path
 
 __all__ = ["FLAG", "SNAPSHOT_FLAG", "enabled", "prepare", "session", "snapshot_path"]

@@ -1,10 +1,10 @@
 """Integrations with libraries that need more than torch's hooks to trace (Megatron-core,
 safetensors, accelerate, the Hugging Face Trainer, torchao's float8 training, DeepSpeed).
 
-Each plugin is a module of this package that is imported only when its library is: the
-tracer installs a `PluginHost`, which watches for each plugin's trigger module and, when the
-trigger starts to be imported (before the package's `__init__` imports its submodules), hands
-the plugin the tracer. A plugin keeps its monkey-patches in one module, version-checked, and
+One subpackage per library (`megatron/`, `hf/`, `torchao/`); each plugin is a module of it
+that is imported only when its library is: the tracer installs a `PluginHost`, which watches
+for each plugin's trigger module and, when the trigger starts to be imported (before the
+package's `__init__` imports its submodules), hands the plugin the tracer. A plugin keeps its monkey-patches in one module, version-checked, and
 undoes them when the trace ends; what it changed about the run goes into the snapshot's
 `meta.notes`.
 """
@@ -16,12 +16,11 @@ from types import ModuleType
 
 from .imports import ImportWatcher
 
-# trigger module -> plugin module (in this package)
-PLUGINS = {"megatron.core": "megatron", "safetensors": "hf_safetensors",
-           "accelerate": "hf_accelerate", "transformers": "hf_transformers",
-           "torchao": "torchao_float8", "deepspeed": "deepspeed",
-           "bitsandbytes": "bitsandbytes", "triton": "triton",
-           "transformers.modeling_utils": "hf_loading"}
+# trigger module -> plugin module (in this package: <library>.<plugin>)
+PLUGINS = {"megatron.core": "megatron", "safetensors": "hf.safetensors",
+           "accelerate": "hf.accelerate", "transformers": "hf.transformers",
+           "transformers.modeling_utils": "hf.loading", "torchao": "torchao.float8",
+           "deepspeed": "deepspeed", "bitsandbytes": "bitsandbytes", "triton": "triton"}
 
 
 class PluginHost:

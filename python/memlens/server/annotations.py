@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..units import format_bytes
-from .digest import CATEGORIES
+from ..snapshot.digest import CATEGORIES
 
 LABELS = {"parameter": "parameters", "buffer": "buffers", "gradient": "gradients",
           "optimizer_state": "optimizer state", "activation": "activations",

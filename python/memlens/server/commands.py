@@ -18,7 +18,7 @@ from . import payloads
 from . import protocol as P
 from .client import LspClient
 from .diagnostics import DiagnosticStore
-from .digest import normalize_path
+from ..snapshot.digest import normalize_path
 from .index import SnapshotEntry, SnapshotIndex
 from .output_log import output_log_of
 from .settings import Settings

@@ -15,7 +15,7 @@ from pygls.exceptions import JsonRpcInvalidParams
 from ..errors import MemlensError
 from . import payloads
 from . import protocol as P
-from .digest import normalize_path
+from ..snapshot.digest import normalize_path
 from .documents import now_utc
 from .server import MemlensServer
 from .settings import parse_settings

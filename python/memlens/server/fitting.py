@@ -19,7 +19,7 @@ from ..fit.axes_from_options import load_config
 from ..fit.report import SORT_KEYS
 from ..fit.space import BUILTIN_AXES
 from ..units import format_bytes
-from ..worker_protocol import worker_env
+from ..worker.protocol import worker_env
 from . import payloads
 from . import protocol as P
 from .client import LspClient

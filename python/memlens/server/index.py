@@ -1,6 +1,6 @@
 """The newest snapshot of each target, under `.memlens/<slug>/` of every workspace folder.
 
-Snapshots are read by a helper process (memlens.server.digest); the index keeps only their
+Snapshots are read by a helper process (memlens.snapshot.digest); the index keeps only their
 digests. `refresh()` is cheap when nothing changed (a directory listing per target), so the
 server calls it on a timer as well as after each trace: snapshots written by the CLI show up too.
 """
@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
-from ..worker_protocol import SNAPSHOT_DIR, worker_env
+from ..worker.protocol import SNAPSHOT_DIR, worker_env
 GITIGNORE = "# Snapshots of Torch Memory Lens; regenerate them with \"Trace Memory\".\n*\n"
 
 
@@ -56,7 +56,7 @@ async def digest_in_helper(paths: list[str], timeout: float = 300.0) -> list[dic
     if not paths:
         return []
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "memlens.server.digest", *paths,
+        sys.executable, "-m", "memlens.snapshot.digest", *paths,
         stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, env=worker_env(), limit=256 * 1024 * 1024)
     try:

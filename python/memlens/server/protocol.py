@@ -2,7 +2,7 @@
 
 Standard LSP carries most of it (hover, inlay hints, CodeLens, diagnostics, `$/progress`,
 `workspace/executeCommand`, cancellation); what LSP lacks is declared here, with the shape of
-each payload as a TypedDict. `src/protocol.ts` mirrors this module; a test compares the two
+each payload as a TypedDict. `common/protocol.ts` mirrors this module; a test compares the two
 through `python -m memlens.server.protocol` (this module as JSON).
 
 Conventions: payload keys are camelCase; sizes are integers of bytes; lines are 0-based (LSP);

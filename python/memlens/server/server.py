@@ -23,7 +23,7 @@ from . import protocol as P
 from .client import LspClient
 from .commands import LspTraceHooks, TraceCommands
 from .diagnostics import DiagnosticStore
-from .digest import normalize_path
+from ..snapshot.digest import normalize_path
 from .documents import DocState, now_utc
 from .fitting import FitCommands
 from .index import SnapshotEntry, SnapshotIndex
@@ -196,7 +196,7 @@ class MemlensServer(LanguageServer):
 
     def entry_for(self, t: TargetInfo) -> SnapshotEntry | None:
         """The newest snapshot of a target: written for it by this server, or by the CLI run
-        in the workspace folder (the same folder under .memlens/: worker_protocol.py)."""
+        in the workspace folder (the same folder under .memlens/: worker/protocol.py)."""
         return self.index.by_slug(t.folder, t.slug)
 
     def target_of(self, e: SnapshotEntry) -> TargetInfo | None:

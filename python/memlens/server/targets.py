@@ -22,7 +22,7 @@ from ..errors import MemlensError
 from ..targets.accelerate_launch import config_world_size
 from ..targets.launch import launch_configs, parse_jsonc, torchrun_commands
 from ..targets.recipe import find_recipe_file, recipe_targets
-from ..worker_protocol import normalize_path, snapshot_folder_name
+from ..worker.protocol import normalize_path, snapshot_folder_name
 from .outline import outline
 from .too_deep import or_too_deep
 

@@ -18,7 +18,7 @@ from ..units import format_bytes
 from .index import ensure_snapshot_dir
 from .settings import Settings
 from .targets import TargetInfo
-from ..worker_protocol import snapshot_path, trace_command
+from ..worker.protocol import snapshot_path, trace_command
 from .worker import Worker, WorkerResult, python_executable
 
 _PHASE = re.compile(r"^(forward_backward|optimizer_step)_iter_(\d+)$")

@@ -1,8 +1,9 @@
 """The trace worker: `python -m memlens run|trace ... --json --progress json` in a process of its
-own, never in the server, run by process_tree.WorkerProcess (a session of its own, a subreaper,
-under an address-space limit, its tree ended with it) and awaited here without blocking the event
-loop. Its stderr is read as it comes for the JSON progress lines of memlens.progress; on failure
-the CLI prints one `{"error": {...}}` object on stdout, with the user's file, line and traceback.
+own, never in the server, run by worker/process_tree's WorkerProcess (a session of its own, a
+subreaper, under an address-space limit, its tree ended with it) and awaited here without
+blocking the event loop. Its stderr is read as it comes for the JSON progress lines of
+memlens.progress; on failure the CLI prints one `{"error": {...}}` object on stdout, with the
+user's file, line and traceback.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..process_tree import Ended, WorkerProcess
-from ..worker_protocol import final_json, progress_record
+from ..worker.process_tree import Ended, WorkerProcess
+from ..worker.protocol import final_json, progress_record
 
 _STDERR_TAIL = 200
 

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 from .. import categories as C
 
-if TYPE_CHECKING:  # the ledger comes in; the snapshot room never imports the engine
-    from ..engine.ledger import Ledger
+if TYPE_CHECKING:  # the ledger is handed in (ledger_facts.py); never the engine
+    from .ledger_facts import LedgerFacts
 
 N_CAT = len(C.NAMES)
 TIMELINE_POINTS = 2000
@@ -69,7 +69,7 @@ class DeviceStats:
     reserved_final: int = 0
 
 
-def replay(ledger: Ledger, device: str, phase_starts: list[tuple[str, int]], end_seq: int
+def replay(ledger: LedgerFacts, device: str, phase_starts: list[tuple[str, int]], end_seq: int
            ) -> DeviceStats:
     """Walk the events of one device in order: current bytes per category, peaks, phases."""
     records, events = ledger.records, ledger.events
@@ -169,7 +169,7 @@ def replay(ledger: Ledger, device: str, phase_starts: list[tuple[str, int]], end
     return stats
 
 
-def live_at(ledger: Ledger, device: str, seq: int) -> list[int]:
+def live_at(ledger: LedgerFacts, device: str, seq: int) -> list[int]:
     """Record ids alive on `device` right after event `seq`."""
     if seq < 0:
         return []

@@ -17,8 +17,8 @@ from .. import categories as C
 from .analysis import DeviceStats, group_key, live_at, replay
 from .device_memory import device_memory
 
-if TYPE_CHECKING:  # the ledger comes in; the snapshot room never imports the engine
-    from ..engine.ledger import Ledger
+if TYPE_CHECKING:  # the ledger is handed in (ledger_facts.py); never the engine
+    from .ledger_facts import LedgerFacts
 
 FORMAT = "memlens.snapshot"
 VERSION = 1
@@ -94,7 +94,7 @@ class _Modules:
 
 def build_snapshot(tracer, meta: dict[str, Any],
                    max_allocations: int = DEFAULT_MAX_ALLOCATIONS) -> dict[str, Any]:
-    ledger: Ledger = tracer.ledger
+    ledger: LedgerFacts = tracer.ledger
     records = ledger.records
     target = tracer.target_key
     devices = sorted({r.device for r in records} | {target}, key=lambda d: (d != target, d))
@@ -314,7 +314,7 @@ def build_snapshot(tracer, meta: dict[str, Any],
     }
 
 
-def _timeline(t: DeviceStats, ledger: Ledger) -> dict[str, Any]:
+def _timeline(t: DeviceStats, ledger: LedgerFacts) -> dict[str, Any]:
     """Live bytes over the trace; with an allocator model also its reserved bytes, in all and
     per stream (`streams` names each stream's column), at the same points."""
     columns = ["seq", "total", *C.NAMES]

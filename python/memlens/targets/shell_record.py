@@ -19,14 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import MemlensError
-from ..process_tree import MARK, WorkerProcess
+from ..worker.process_tree import MARK, WorkerProcess
 from . import launch_recorder as recorder
 
 TIMEOUT_ENV = "MEMLENS_SCRIPT_TIMEOUT"
 DEFAULT_TIMEOUT_S = 60.0
 SHIMS = ("torchrun", "accelerate", "deepspeed", "python", "python3",
          f"python{sys.version_info.major}.{sys.version_info.minor}", "srun", "mpirun", "mpiexec")
-# What bash itself changes, not the script, and the recording's own worker mark (process_tree):
+# What bash itself changes, not the script, and the recording's own worker mark (worker/):
 # never part of the rank's environment.
 SHELL_OWN = {"_", "SHLVL", "PWD", "OLDPWD", "BASH_ENV", MARK}
 
@@ -100,7 +100,7 @@ def record_launches(script: str, args: list[str]) -> ShellRun:
         if base.get("BASH_ENV"):
             env["__MEMLENS_USER_BASH_ENV"] = base["BASH_ENV"]
         run = ShellRun(timeout_s=timeout)
-        # A worker process (process_tree.py): what the script leaves running, in its group or
+        # A worker process (worker/process_tree): what the script leaves running, in its group or
         # a session of its own, ends with it, and a child holding its stderr delays nothing.
         err: list[str] = []
         bash = WorkerProcess(["bash", script, *args], None, env, on_stderr_line=err.append)

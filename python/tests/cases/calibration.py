@@ -1,5 +1,5 @@
 """Workloads measured on a real GPU (bench/gpu_calibration.py) and estimated by memlens
-(tests/test_gpu_calibration.py): the same script, two iterations, on cuda:0.
+(tests/cuda/test_gpu_calibration.py): the same script, two iterations, on cuda:0.
 
     python calibration.py --case grow|churn|mlp
 

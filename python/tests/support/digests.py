@@ -1,4 +1,4 @@
-"""A snapshot digest written by hand (the shape server/digest.py makes), for the tests of what
+"""A snapshot digest written by hand (the shape snapshot/digest.py makes), for the tests of what
 the language server shows: a model `Net` in F with four `Block`s, a head and hot lines."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """PyTorch's own FSDPMemTracker on the same FSDP2 step that memlens traces: the peer estimate
-of test 1 (tests/test_distributed_fsdp.py).
+of test 1 (tests/distributed/test_distributed_fsdp.py).
 
     python fsdp_mem_tracker.py WORLD_SIZE RANK DEVICE SCRIPT [SCRIPT ARGS...]  -> JSON on stdout
 

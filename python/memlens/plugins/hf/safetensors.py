@@ -1,0 +1,79 @@
+"""safetensors (Hugging Face checkpoints: `save_pretrained`, the Trainer's checkpoints) with
+fake tensors.
+
+Activated when `safetensors.torch` is imported inside a trace; patched right after its body has
+run, so modules that then bind its functions by name (`transformers.pytorch_utils` binds
+`storage_ptr`, `transformers.modeling_utils` binds `save_file`) bind the patched ones. Undone
+when the trace ends.
+
+- `storage_ptr`: a fake tensor's storage has no address (every one answers 0, with a warning),
+  so every tensor of a state dict would look like one shared storage and saving refuses tied
+  weights that are not tied. A fake tensor answers its storage's identity instead, as unique and
+  as stable as an address.
+- `save_file` / `save`: safetensors copies each tensor's bytes from its address; a fake tensor has
+  none. The file is written with the real tensors only; each fake tensor's dtype and shape go into
+  the header's metadata (`memlens.fake_tensors`), and a note says which file left out how many.
+  Writing zeros instead would write a model's full size to disk for a trace.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from types import ModuleType
+
+from ...patches.patcher import check_tested
+from ..library_plugin import LibraryPlugin
+
+METADATA_KEY = "memlens.fake_tensors"
+
+
+
+def _is_fake(t) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(t, FakeTensor)
+
+
+class Plugin(LibraryPlugin):
+    watches = {"safetensors.torch": "patch"}
+
+    def patch(self, mod: ModuleType) -> None:
+        import safetensors
+
+        check_tested("hf_safetensors", getattr(safetensors, "__version__", "0"))
+        original_ptr = mod.storage_ptr
+
+        @functools.wraps(original_ptr)
+        def storage_ptr(tensor):
+            if _is_fake(tensor):
+                return tensor.untyped_storage()._cdata
+            return original_ptr(tensor)
+
+        self.patcher.setattr(mod, "storage_ptr", storage_ptr)
+        original_save_file, original_save = mod.save_file, mod.save
+
+        @functools.wraps(original_save_file)
+        def save_file(tensors, filename, metadata=None):
+            real, metadata = self._leave_out_fakes(tensors, metadata, f"save_file {filename}")
+            return original_save_file(real, filename, metadata=metadata)
+
+        @functools.wraps(original_save)
+        def save(tensors, metadata=None):
+            real, metadata = self._leave_out_fakes(tensors, metadata, "save")
+            return original_save(real, metadata=metadata)
+
+        self.patcher.setattr(mod, "save_file", save_file)
+        self.patcher.setattr(mod, "save", save)
+
+    def _leave_out_fakes(self, tensors: dict, metadata: dict | None, what: str):
+        """(the real tensors, the metadata with the fake ones' dtypes and shapes)."""
+        fakes = {k: v for k, v in tensors.items() if _is_fake(v)}
+        if not fakes:
+            return tensors, metadata
+        specs = {k: [str(v.dtype).replace("torch.", ""), list(v.shape)] for k, v in fakes.items()}
+        self.tracer.notes.append(f"safetensors.{what}: {len(fakes)} fake tensors left out (a "
+                                 f"trace has no values; dtypes and shapes in the header's "
+                                 f"metadata, {METADATA_KEY})")
+        real = {k: v for k, v in tensors.items() if k not in fakes}
+        return real, {**(metadata or {}), METADATA_KEY: json.dumps(specs)}

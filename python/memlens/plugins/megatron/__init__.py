@@ -1,0 +1,98 @@
+"""Megatron-core (and Megatron-LM's training loop): what a trace needs from them, and nothing else.
+
+Activated when `megatron.core` is imported inside a trace (plugins/__init__.py); every patch is
+applied to a module right after it is imported, version-checked, and undone when the trace
+ends. What the patches change about the run is listed in the snapshot's `meta.notes`.
+
+This module is the plugin itself: its state (the tracer, one Patcher, the notes) and the table
+of which module gets which patch. The patches live by what they are about:
+
+- core.py: megatron-core's own machinery (parallel layout, schedules as phases, the
+  optimizer and its main parameters, DDP buffers, the RNG tracker, host reads);
+- stand_ins.py: Transformer Engine or apex absent: their kernels stood in for by
+  ones with the same memory (norms, fused weight-gradient accumulation, TE layer specs and
+  attention, fused RoPE; docs/megatron.md has the list);
+- fp8_linear.py, fp8_params.py: `--fp8-format` without Transformer Engine:
+  GEMMs and FP8 parameters holding what TE's hold (the recipes' tensors: fp8.py);
+- moe.py: mixture of experts: the tokens per expert fixed by memlens' routing policy
+  (routing.py), so shapes do not depend on router values a trace does not have;
+- training.py: Megatron-LM's `megatron.training` (when present), set up for a trace
+  (see args.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from types import ModuleType
+
+from ...patches.patcher import Patcher
+
+# Megatron-LM's entry-point scripts and their helpers, which import Megatron's functions.
+_ENTRY_POINTS = ("__main__", "gpt_builders", "mamba_builders", "model_provider")
+
+_active: "MegatronPlugin | None" = None
+
+
+def activate(tracer, watcher) -> None:
+    """Called as `megatron.core` starts to be imported: nothing of it exists yet."""
+    global _active
+    _active = MegatronPlugin(tracer)
+    from . import kernels as megatron_kernels
+
+    _active.kernels = megatron_kernels.install()
+    for name, patch in _active.patches():
+        watcher.watch(name, patch)
+
+
+def deactivate() -> None:
+    global _active
+    if _active is not None:
+        _active.undo()
+        _active = None
+
+
+class MegatronPlugin:
+    """What the patches share: the tracer, the one Patcher that undoes them all, the notes."""
+
+    def __init__(self, tracer) -> None:
+        self.tracer = tracer
+        self.patcher = Patcher()
+        self.kernels: list[str] = []  # stand-in CUDA extensions put in sys.modules
+        # Transformer Engine was asked for but is not installed: attention as TE holds it.
+        self.flash_attention = False
+        self.fused_adam: type | None = None  # FusedAdam's stand-in, once Megatron asks
+        self.fp8_recipe = None  # inside Megatron's FP8 context (TE absent): its recipe
+        self.fp8_dummy_wgrads: dict = {}  # TE's get_dummy_wgrad cache: (shape, dtype) -> tensor
+
+    def patches(self) -> list[tuple[str, object]]:
+        """(module name, what to patch in it once it is imported), in order; a module may be
+        patched by several parts."""
+        from . import (core as megatron_core, fp8_linear as megatron_fp8_linear,
+                       fp8_params as megatron_fp8_params, moe as megatron_moe,
+                       stand_ins as megatron_stand_ins, training as megatron_training)
+
+        return [(name, functools.partial(patch, self))
+                for part in (megatron_core, megatron_stand_ins, megatron_fp8_linear,
+                             megatron_fp8_params, megatron_moe, megatron_training)
+                for name, patch in part.PATCHES.items()]
+
+    def replace(self, module: ModuleType, name: str, new) -> None:
+        """Replace a module-level function, also where other Megatron modules bound it with
+        `from module import name` (before or after the replacement: undone everywhere)."""
+        self.patcher.replace_everywhere(module, name, new, megatron_modules)
+
+    def undo(self) -> None:
+        from . import kernels as megatron_kernels
+
+        megatron_kernels.uninstall(self.kernels)
+        self.patcher.undo()
+
+    def note(self, text: str) -> None:
+        if text not in self.tracer.notes:
+            self.tracer.notes.append(text)
+
+
+def megatron_modules() -> list[ModuleType]:
+    return [m for n, m in list(sys.modules.items())
+            if isinstance(m, ModuleType) and (n.startswith("megatron.") or n in _ENTRY_POINTS)]

@@ -1,0 +1,149 @@
+"""Megatron-LM's parsed arguments, set up for a memory trace, after Megatron validated them.
+
+Megatron's validate_args sees the user's arguments as given, so a configuration Megatron rejects
+is rejected; then `set_up` changes, in place, only what a trace cannot do (read data or
+checkpoints, log to services, check values) or does not need (more than the traced iterations,
+more micro-batches than fill the pipeline: batch.py), and returns what it changed, in
+words, for the snapshot's `meta.notes`. The model, the parallel layout, precision,
+recomputation and the optimizer are the user's.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib.util import find_spec
+from typing import Any
+
+from ...errors import MemlensError
+from . import batch as megatron_batch
+
+# Tokenizers of one vocabulary, whose size a trace can take without their file:
+# type -> (tokens, the argument naming the file, what the file is).
+FIXED_VOCABULARIES = {
+    "GPT2BPETokenizer": (50257, "vocab_file", "GPT-2's vocabulary file"),  # gpt2-vocab.json
+    "Llama2Tokenizer": (32000, "tokenizer_model", "Llama 2's tokenizer model"),  # and Mixtral's
+}
+
+# Set whatever the user gave. Attributes a Megatron-LM version does not have are skipped.
+_OFF = (
+    ("load", None), ("pretrained_checkpoint", None), ("save", None),
+    ("save_interval", None), ("non_persistent_save_interval", None),
+    ("exit_interval", None), ("exit_duration_in_mins", None),
+    ("exit_signal_handler", False), ("eval_iters", 0),
+    ("tensorboard_dir", None), ("wandb_project", ""), ("wandb_exp_name", ""),
+    ("enable_one_logger", False), ("enable_ft_package", False),
+    ("profile", False), ("use_pytorch_profiler", False),
+    ("check_for_nan_in_loss_and_grad", False), ("check_for_spiky_loss", False),
+    ("check_for_large_grads", False), ("rerun_mode", "disabled"),
+    ("log_straggler", False), ("num_workers", 0),
+)
+
+# Where the data comes from: all replaced by mock batches (a trace reads no data).
+_DATA = (
+    ("data_path", None), ("data_args_path", None), ("train_data_path", None),
+    ("valid_data_path", None), ("test_data_path", None), ("per_split_data_args_path", None),
+    ("per_dataset_sequences_path", None), ("data_cache_path", None), ("split", None),
+    ("object_storage_cache_path", None), ("dataloader_fast_cache_load", False),
+    ("dataloader_defer_npy_index_mmap", False), ("fim_data", False), ("mock_data", True),
+)
+
+
+def set_up(args: Any, iterations: int) -> list[str]:
+    """Change validated `args` for a trace of `iterations` training iterations; returns notes."""
+    notes = ["Megatron-LM run for a trace: no checkpoint load or save, no evaluation, no "
+             "logging services or profiler, no NaN/inf or spiky-loss checks (they read values a "
+             "trace does not have), dataset helpers not compiled"]
+    megatron_batch.check(args)
+    notes.append(_data(args))
+    for name, value in _OFF:
+        if hasattr(args, name):
+            setattr(args, name, value)
+    notes += megatron_batch.set_up(args)
+    _iterations(args, iterations)
+    notes += _tokenizer(args) + _implementation(args) + _moe(args)
+    return [n for n in notes if n]
+
+
+def _data(args: Any) -> str:
+    given = [name for name, off in _DATA if name != "mock_data" and
+             getattr(args, name, off) not in (off, None, [], "")]
+    for name, value in _DATA:
+        if hasattr(args, name):
+            setattr(args, name, value)
+    flags = ", ".join("--" + name.replace("_", "-") for name in given)
+    return ("mock batches of the configured micro-batch and sequence length instead of "
+            "datasets" + (f" (replacing {flags}: a trace reads no data)" if flags else ""))
+
+
+def _iterations(args: Any, iterations: int) -> None:
+    """Train for the traced iterations only, keeping the learning-rate schedule's length (its
+    decay and warm-up are the user's: a schedule shorter than its warm-up fails)."""
+    if getattr(args, "train_samples", None):
+        if hasattr(args, "lr_decay_samples") and not args.lr_decay_samples:
+            args.lr_decay_samples = args.train_samples
+        args.train_samples = iterations * args.global_batch_size
+        return
+    if hasattr(args, "lr_decay_iters") and not args.lr_decay_iters and args.train_iters:
+        args.lr_decay_iters = args.train_iters
+    args.train_iters = iterations
+
+
+def _tokenizer(args: Any) -> list[str]:
+    """Mock data needs no text: with a vocabulary size Megatron's NullTokenizer stands in for
+    a tokenizer whose files may not be here."""
+    kind = getattr(args, "tokenizer_type", None)
+    vocab_file = getattr(args, "vocab_file", None)
+    model_file = getattr(args, "tokenizer_model", None)
+    if kind in FIXED_VOCABULARIES and not getattr(args, "vocab_size", None):
+        tokens, file_arg, what = FIXED_VOCABULARIES[kind]
+        file = getattr(args, file_arg, None)
+        if not (file and os.path.isfile(file)):
+            args.vocab_size = tokens - 1  # NullTokenizer(n) adds an end-of-document token
+            args.tokenizer_type = "NullTokenizer"
+            return [f"{what} {file} is not here: NullTokenizer of its {tokens} tokens instead "
+                    "(mock data needs no text; --vocab-size N gives another size)"]
+    if kind not in (None, "NullTokenizer") and not getattr(args, "vocab_size", None):
+        files = [f for f in (vocab_file, model_file) if f]
+        if not files or not all(os.path.exists(f) for f in files):  # a file or an HF folder
+            # Megatron would fail reading it (or importing its library); the trace needs
+            # only the vocabulary's size.
+            named = " or ".join(files) or "no --vocab-file or --tokenizer-model"
+            raise MemlensError(f"--tokenizer-type {kind} reads its vocabulary from a file "
+                               f"({named}), which is not here: give the vocabulary's size with "
+                               "--vocab-size N (a trace reads no text)")
+    if kind == "NullTokenizer" or not getattr(args, "vocab_size", None):
+        return []
+    args.tokenizer_type = "NullTokenizer"
+    if not kind:  # as if NullTokenizer had been named
+        return [f"no --tokenizer-type given: NullTokenizer of --vocab-size {args.vocab_size} "
+                "(mock data needs no text)"]
+    args.vocab_size -= 1  # NullTokenizer(n) has n + 1 tokens; the user's tokenizer has n
+    return [f"tokenizer {kind} replaced by NullTokenizer of --vocab-size {args.vocab_size + 1} "
+            "tokens (mock data needs no text)"]
+
+
+def _implementation(args: Any) -> list[str]:
+    if find_spec("transformer_engine") is not None:
+        return []
+    if getattr(args, "fp4", None):
+        # FP4 tensors are Transformer Engine's; a trace in bf16 instead would answer another
+        # configuration. FP8 has stand-ins (fp8_linear.py).
+        raise MemlensError(f"--fp4-format {args.fp4} needs Transformer Engine, which is not "
+                           "installed here: memlens cannot trace FP4 training without it "
+                           "(install transformer_engine, or trace without the flag)")
+    if getattr(args, "transformer_impl", "local") != "transformer_engine":
+        return []
+    args.transformer_impl = "local"  # the plugin notes it, with how attention is held
+    return []
+
+
+def _moe(args: Any) -> list[str]:
+    if not getattr(args, "num_experts", None):
+        return []
+    notes = []  # routing is left as configured: the plugin fixes the tokens per expert
+    if getattr(args, "moe_grouped_gemm", False) and find_spec("transformer_engine") is None \
+            and find_spec("grouped_gemm") is None:
+        args.moe_grouped_gemm = False
+        notes.append("experts run one after another (SequentialMLP): grouped GEMM needs "
+                     "Transformer Engine or grouped_gemm; the same weights and activations")
+    return notes

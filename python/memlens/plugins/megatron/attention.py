@@ -1,0 +1,139 @@
+"""Core attention as Transformer Engine's attention backends hold memory, for configurations
+that ask for Transformer Engine where it is not installed.
+
+`attention_backend` (`--attention-backend`) picks TE's backend: flash and fused (cuDNN) keep
+no s x s scores, and `auto` picks one of them on every GPU memlens simulates (all sm80 or
+newer, which both need); unfused and local keep them, as Megatron's local attention does,
+which then runs itself.
+
+Megatron's local `DotProductAttention` materialises the s x s scores (softmax output, dropout
+mask and output: 5 a s^2 b bytes per layer), which TE's fused attention never does; at long
+sequences the difference is most of the activations. This stand-in calls PyTorch's flash
+attention kernel on q, k, v copied into the [b, s, heads, dim] layout, as TE's flash backend
+copies them, so it saves what TE saves: those copies (q of all heads, k and v of the query
+groups only: grouped-query attention needs no repeated keys or values; the QKV projection's
+output they came from is freed), the output, and the fp32 softmax log-sum-exp per head and
+query.
+
+With context parallelism (CP > 1) it attends as TE's p2p ring does (ring_attention.py):
+each rank its s/CP tokens, K/V exchanged round the ring.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+
+from .ring_attention import ring_attention_function
+
+
+@functools.cache
+def flash_attention_class():
+    """The stand-in class (made once megatron.core is importable)."""
+    import torch
+    from megatron.core.transformer.dot_product_attention import DotProductAttention
+    from megatron.core.transformer.enums import AttnBackend, AttnMaskType
+
+    flash = torch.ops.aten._scaled_dot_product_flash_attention.default
+    # TE's unfused backend (and Megatron's local one) keep the s x s scores, as Megatron's
+    # local DotProductAttention does: that module itself stands in for them.
+    unfused = (AttnBackend.unfused, AttnBackend.local)
+
+    class FlashDotProductAttention(DotProductAttention):
+        """DotProductAttention's module (same parameters and checkpoint) with fused attention.
+        Made by memlens for a trace; see memlens/plugins/megatron/attention.py."""
+
+        notify = staticmethod(lambda text: None)  # the plugin's note, set for a trace
+
+        def __new__(cls, *args, **kwargs):
+            config = kwargs.get("config", args[0] if args else None)
+            backend = getattr(config, "attention_backend", AttnBackend.auto)
+            cp = getattr(config, "context_parallel_size", 1)
+            if backend in unfused and cp > 1:
+                raise NotImplementedError(
+                    f"attention backend {backend.name} with context parallelism "
+                    f"{cp}: Transformer Engine runs context parallelism with its flash and "
+                    "fused backends only (--attention-backend flash, fused or auto)")
+            if backend in unfused:
+                cls.notify(f"attention backend {backend.name}: core attention is Megatron's "
+                           "local DotProductAttention, which keeps the s x s scores as TE's "
+                           "unfused attention does (softmax output, dropout mask and output)")
+                return DotProductAttention(*args, **kwargs)
+            cls.notify(f"attention backend {backend.name}: core attention holds what TE's "
+                       "fused (flash) attention holds (q, k, v, output, fp32 log-sum-exp; no "
+                       "s x s scores)")
+            return super().__new__(cls)
+
+        def __init__(self, config, *args, cp_comm_type=None, **kwargs):
+            self.cp_size = getattr(config, "context_parallel_size", 1)
+            if self.cp_size == 1:
+                super().__init__(config, *args, cp_comm_type=cp_comm_type, **kwargs)
+                return
+            comm = cp_comm_type or "p2p"
+            if comm != "p2p":
+                raise NotImplementedError(
+                    f"memlens' stand-in for Transformer Engine attention (TE is not installed "
+                    f"here) runs context parallelism as TE's p2p ring only, not cp_comm_type "
+                    f"{comm!r}: a limitation of memlens, not of the configuration")
+            # Megatron's local attention refuses CP (TE's does it): build it without, keep it.
+            without_cp = copy.copy(config)
+            without_cp.context_parallel_size = 1
+            super().__init__(without_cp, *args, cp_comm_type=cp_comm_type, **kwargs)
+            self.config = config
+            self.notify(f"context parallelism {self.cp_size}: core attention holds what TE's "
+                        "p2p ring attention holds (s/CP tokens per rank, two K/V exchange "
+                        "buffers)")
+
+        def forward(self, query, key, value, attention_mask, attn_mask_type=None,
+                    attention_bias=None, packed_seq_params=None):
+            if packed_seq_params is not None or attention_bias is not None:
+                raise NotImplementedError(
+                    "memlens' stand-in for Transformer Engine attention (TE is not installed "
+                    "here) takes no packed sequences or attention bias: a limitation of "
+                    "memlens, not of the configuration")
+            s, b = query.shape[0], query.shape[1]
+            causal = (attn_mask_type or self.attn_mask_type) == AttnMaskType.causal
+            dropout = self.attention_dropout.p if self.training else 0.0
+            # TE's flash backend copies each of q, k, v into [b, s, heads, dim] ("bshd") and
+            # keeps those copies for backward: not the fused QKV output they were views of
+            # (nor, with grouped-query attention, the query copy Megatron's reshape makes).
+            q, k, v = (t.transpose(0, 1).contiguous().transpose(1, 2)
+                       for t in (query, key, value))
+            if self.cp_size > 1:
+                from megatron.core import parallel_state
+
+                out = ring_attention_function().apply(
+                    q, k, v, self.cp_size, parallel_state.get_context_parallel_rank(), causal,
+                    dropout, self.softmax_scale)
+            else:
+                out = flash(q, k, v, dropout, causal, scale=self.softmax_scale)[0]
+            # The kernel writes its output in the query's layout: back to [s, b, hp], a view.
+            return out.permute(2, 0, 1, 3).reshape(s, b, self.hidden_size_per_partition)
+
+    return FlashDotProductAttention
+
+
+def use_flash(spec) -> bool:
+    """Swap every DotProductAttention in a layer spec (ModuleSpec tree) for the stand-in;
+    True if one was found."""
+    from megatron.core.transformer.dot_product_attention import DotProductAttention
+
+    found = False
+    todo, seen = [spec], set()
+    while todo:
+        node = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        submodules = getattr(node, "submodules", None)
+        if submodules is None:
+            continue
+        for name, value in list(vars(submodules).items()):
+            if value is DotProductAttention:
+                setattr(submodules, name, flash_attention_class())
+                found = True
+            elif hasattr(value, "submodules"):
+                todo.append(value)
+            elif isinstance(value, (list, tuple)):
+                todo.extend(v for v in value if hasattr(v, "submodules"))
+    return found

@@ -1,0 +1,253 @@
+"""Megatron's linear layers under `--fp8-format` where Transformer Engine is not installed: each
+GEMM inside Megatron's FP8 context holds what TE's `_Linear` holds (module/linear.py), with the
+recipe's quantized tensors (fp8.py):
+
+- the FP8 weight: quantized at the first micro-batch into the module's workspace
+  (`_fp8_workspaces["weight"]`, row-wise for forward, column-wise for backward's data
+  gradient) and kept from then on; with `--fp8-param-gather` the parameter itself is FP8
+  (fp8_params.py) and only its column-wise copy is the module's;
+- the module's scaling state (delayed scaling: scales and amax histories);
+- the input quantized row- and column-wise; the forward GEMM reads the row-wise data, which is
+  then dropped: backward keeps the column-wise copy (and its scales), not a bf16 input;
+- backward: the output gradient quantized both ways (data and weight gradients), the input
+  gradient in bf16, the weight gradient into `main_grad` with gradient accumulation fusion
+  (otherwise a new tensor), as Megatron's own function returns them.
+
+Sequence parallelism: the input is quantized before the all-gather (row-wise only for
+Float8Tensor, which cannot gather column-wise data), and backward gathers the saved local copy
+again. Values are not computed: a trace has none.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from types import ModuleType
+
+from ... import categories as C
+from ...errors import MemlensError
+from .fp8 import RECIPES, Recipe
+
+
+def recipe_of(plugin, config) -> Recipe:
+    name = getattr(config.fp8_recipe, "value", config.fp8_recipe)
+    if name not in RECIPES:
+        raise MemlensError(f"--fp8-recipe {name}: memlens' Transformer Engine stand-in models "
+                           "delayed, tensorwise, mxfp8 and blockwise only "
+                           "(python/memlens/plugins/megatron/fp8.py)")
+    device = plugin.tracer.device
+    return Recipe(name, (device.major, device.minor), int(config.fp8_amax_history_len or 1))
+
+
+def fp8_utils(plugin, mod: ModuleType) -> None:
+    """Megatron's FP8 context without TE is a null context: the stand-in's instead, which
+    refuses what TE refuses on the target and marks the GEMMs inside as FP8."""
+    if getattr(mod, "HAVE_TE", True):
+        return
+    original = mod.get_fp8_context
+
+    @functools.wraps(original)
+    def get_fp8_context(config, layer_no: int = -1, is_init: bool = False):
+        wanted = config.fp8 if not is_init else config.fp8_param
+        if not wanted or mod.is_first_last_bf16_layer(config, layer_no):
+            return contextlib.nullcontext()
+        recipe = recipe_of(plugin, config)
+        if is_init:
+            from .fp8_params import fp8_model_init
+
+            return fp8_model_init(plugin, recipe)
+        return fp8_autocast(plugin, recipe)
+
+    plugin.replace(mod, "get_fp8_context", get_fp8_context)
+
+
+@contextlib.contextmanager
+def fp8_autocast(plugin, recipe: Recipe):
+    reason = recipe.unsupported()
+    if reason:  # TE's fp8_autocast -> check_recipe_support
+        raise RuntimeError(reason)
+    previous, plugin.fp8_recipe = plugin.fp8_recipe, recipe
+    plugin.note(f"Transformer Engine is not installed here: FP8 GEMMs ({recipe.name} scaling) "
+                "hold what TE's linear holds: a quantized weight kept across micro-batches, "
+                "the input saved quantized (column-wise) instead of in bf16, the scaling state "
+                "(plugins/megatron/fp8_linear.py)")
+    try:
+        yield
+    finally:
+        plugin.fp8_recipe = previous
+
+
+def tp_layers(plugin, mod: ModuleType) -> None:
+    if getattr(mod, "HAVE_TE", False) or not hasattr(mod, "ColumnParallelLinear"):
+        return
+    for cls in (mod.ColumnParallelLinear, mod.RowParallelLinear):
+        original = cls._forward_impl
+
+        @functools.wraps(original)
+        def _forward_impl(self, input, weight, *args, __original=original, **kwargs):
+            recipe = plugin.fp8_recipe
+            if recipe is None or not weight.requires_grad or args:
+                return __original(self, input, weight, *args, **kwargs)
+            return _function().apply(input, weight, kwargs.get("bias"),
+                                     _Layer(plugin, self, recipe, kwargs))
+
+        plugin.patcher.setattr(cls, "_forward_impl", _forward_impl)
+
+
+class _Layer:
+    """What the autograd function needs besides tensors: the module, its recipe, Megatron's
+    flags for this call."""
+
+    def __init__(self, plugin, module, recipe: Recipe, kwargs: dict) -> None:
+        from megatron.core.utils import get_tensor_model_parallel_group_if_none
+
+        self.plugin, self.module, self.recipe = plugin, module, recipe
+        self.fusion = kwargs.get("gradient_accumulation_fusion", False)
+        self.allreduce_dgrad = kwargs.get("allreduce_dgrad", False)
+        self.sequence_parallel = kwargs.get("sequence_parallel", False)
+        self.tp_group = get_tensor_model_parallel_group_if_none(kwargs.get("tp_group"))
+
+    def quantize(self, shape, weight: bool, rowwise: bool, columnwise: bool) -> dict:
+        import torch
+
+        return {name: torch.empty(s, dtype=getattr(torch, d), device="cuda")
+                for name, (s, d) in self.recipe.parts(tuple(shape), weight, rowwise,
+                                                      columnwise).items()}
+
+    def keep(self, tensors: dict) -> None:
+        """Module state: FP8 weights and scales, parameters of this module in the "fp8
+        weights/scales" subcategory."""
+        tracer = self.plugin.tracer
+        owner = tracer.modules.index_of(self.module)
+        for t in tensors.values():
+            tracer.classifier.mark_fp8(t, owner)
+            tracer.classifier.pin(t, C.PARAMETER, owner)
+
+    def state(self) -> None:
+        """The module's fp8_meta (delayed scaling), made at its first FP8 forward."""
+        if getattr(self.module, "_memlens_fp8_meta", None) is None:
+            meta = self.quantize_state()
+            self.keep(meta)
+            self.module._memlens_fp8_meta = meta
+
+    def quantize_state(self) -> dict:
+        import torch
+
+        return {name: torch.zeros(s, dtype=getattr(torch, d), device="cuda")
+                for name, (s, d) in self.recipe.module_state().items()}
+
+    def weight(self, weight) -> dict:
+        """The quantized weight: the cached workspace, made once (TE's `_fp8_workspaces`,
+        refreshed in place at each first micro-batch); for an FP8 parameter, its column-wise
+        copy (the parameter's own bytes are the row-wise data)."""
+        cached = getattr(self.module, "_memlens_fp8_weight", None)
+        if cached is None:
+            from .fp8_params import is_fp8_param
+
+            if is_fp8_param(weight):
+                cached = self.quantize(weight.shape, True, False, True)
+                if self.recipe.name in ("delayed", "tensorwise") and self.recipe.non_tn:
+                    cached = {"scale_inv": cached["scale_inv"]}  # the data is the parameter's
+            else:
+                cached = self.quantize(weight.shape, True, True, True)
+            self.keep(cached)
+            self.module._memlens_fp8_weight = cached
+        return cached
+
+
+@functools.cache
+def _function():
+    import torch
+    import torch.distributed as dist
+
+    class Fp8Linear(torch.autograd.Function):
+        """memlens' stand-in for Transformer Engine's FP8 `_Linear` (its memory)."""
+
+        @staticmethod
+        def forward(ctx, input, weight, bias, layer: _Layer):
+            recipe = layer.recipe
+            layer.state()
+            layer.weight(weight)
+            shape = input.shape
+            if layer.sequence_parallel:
+                float8 = recipe.name in ("delayed", "tensorwise")
+                local = layer.quantize(shape, False, True, not float8)
+                world = layer.tp_group.size()
+                gathered = layer.quantize((shape[0] * world, *shape[1:]), False, True, False)
+                total_shape = (shape[0] * world, *shape[1:])
+                data = next(iter(gathered.values()))
+                dist.all_gather_into_tensor(data, next(iter(local.values())), group=layer.tp_group)
+                saved = local if float8 else recipe.columnwise_only(local)
+            else:
+                local = layer.quantize(shape, False, True, True)
+                gathered, total_shape = local, shape
+                saved = recipe.columnwise_only(local)
+            out_features = weight.shape[0]
+            output = torch.empty((*total_shape[:-1], out_features), dtype=input.dtype,
+                                 device=input.device)  # the bias is added by the GEMM
+            del gathered, local  # the row-wise data and any gathered copy go after the GEMM
+            names = sorted(saved)
+            ctx.names, ctx.layer, ctx.shape = names, layer, tuple(shape)
+            ctx.total_shape, ctx.weight_shape = tuple(total_shape), tuple(weight.shape)
+            ctx.weight, ctx.use_bias, ctx.input_dtype = weight, bias is not None, input.dtype
+            ctx.main_grad = weight.main_grad if layer.fusion and hasattr(weight, "main_grad") \
+                else None
+            ctx.save_for_backward(*(saved[n] for n in names))
+            return output
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            layer, weight = ctx.layer, ctx.weight
+            saved = dict(zip(ctx.names, ctx.saved_tensors))
+            # Output gradient both ways: row-wise for the data gradient, column-wise for the
+            # weight gradient (with its bias gradient, fused into the cast).
+            grad_q = layer.quantize(grad_output.shape, False, True, True)
+            grad_bias = torch.empty(grad_output.shape[-1], dtype=grad_output.dtype,
+                                    device=grad_output.device) if ctx.use_bias else None
+            grad_input = torch.empty(ctx.total_shape, dtype=ctx.input_dtype,
+                                     device=grad_output.device)
+            gathered = None
+            if layer.sequence_parallel:  # the saved local input, gathered again for wgrad
+                gathered = layer.quantize(ctx.total_shape, False, True, False)
+                dist.all_gather_into_tensor(next(iter(gathered.values())),
+                                            next(iter(saved.values())), group=layer.tp_group)
+                sub = torch.empty(ctx.shape, dtype=ctx.input_dtype, device=grad_output.device)
+                dist.reduce_scatter_tensor(sub, grad_input, group=layer.tp_group)
+                grad_input = sub
+            elif layer.allreduce_dgrad:
+                dist.all_reduce(grad_input, group=layer.tp_group)
+            grad_weight = _weight_gradient(ctx, weight, grad_output)
+            del grad_q, gathered, saved
+            return grad_input, grad_weight, grad_bias, None
+
+    return Fp8Linear
+
+
+def _weight_gradient(ctx, weight, grad_output):
+    """As TE's linear returns it: accumulated into `main_grad` by the fused GEMM, with TE's
+    cached dummy gradient for DDP's hooks (`get_dummy_wgrad`: one per shape, kept), or a new
+    tensor. In the weight's dtype: an FP8 parameter's gradient is not cast again."""
+    import torch
+
+    dtype = weight.dtype
+    if not ctx.layer.fusion:
+        return torch.empty(ctx.weight_shape, dtype=dtype, device=grad_output.device)
+    weight.main_grad = ctx.main_grad
+    if not hasattr(weight, "grad_added_to_main_grad"):
+        return None
+    weight.grad_added_to_main_grad = True
+    plugin = ctx.layer.plugin
+    key = (tuple(weight.main_grad.shape), dtype)
+    dummy = plugin.fp8_dummy_wgrads.get(key)
+    if dummy is None:
+        dummy = torch.empty(key[0], dtype=dtype, device=grad_output.device)
+        plugin.tracer.classifier.pin(dummy, C.GRADIENT)
+        plugin.fp8_dummy_wgrads[key] = dummy
+    return dummy
+
+
+PATCHES = {
+    "megatron.core.fp8_utils": fp8_utils,
+    "megatron.core.tensor_parallel.layers": tp_layers,
+}
+

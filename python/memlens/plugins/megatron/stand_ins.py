@@ -1,0 +1,155 @@
+"""Patches for Megatron where Transformer Engine or apex is not installed (the usual case on a
+CPU-only machine): the kernels a GPU job would run are stood in for by ones with the same
+memory, so the trace keeps the configuration's memory rather than the fallback's. The stand-ins
+themselves are in attention.py, kernels.py, norm.py; docs/megatron.md
+has the list. Each patch is `patch(plugin, module)` (the plugin is __init__.py).
+"""
+
+from __future__ import annotations
+
+import functools
+from types import ModuleType
+
+from .kernels import fused_rope_function
+
+
+def torch_norm(plugin, mod: ModuleType) -> None:
+    """Megatron's torch-norm fallback (no apex, no TE) as a GPU would run it:
+    - RMSNorm as the fused kernel CUDA builds of torch (and TE, apex) run: it keeps its
+      input and an fp32 statistic, not the decomposition's fp32 copies (norm.py);
+    - sequence parallelism, the persistent kernel flag and zero-centered gamma
+      (`--apply-layernorm-1p`), which it refuses, as apex's FusedLayerNorm takes them (the same saved tensors): weights marked for the
+      tensor-parallel gradient all-reduce under sequence parallelism."""
+    import copy
+
+    import torch
+
+    from .norm import fused_rms_norm_class
+
+    original = mod.WrappedTorchNorm.__new__
+
+    @functools.wraps(original)
+    def __new__(cls, config, *args, **kwargs):
+        sp = getattr(config, "sequence_parallel", False)
+        one_p = getattr(config, "layernorm_zero_centered_gamma", False)
+        if sp or one_p or getattr(config, "persist_layer_norm", False):
+            plain = copy.copy(config)
+            plain.sequence_parallel = plain.persist_layer_norm = False
+            plain.layernorm_zero_centered_gamma = False
+            plugin.note("apex is not installed: torch's LayerNorm/RMSNorm stands in for "
+                        "apex's FusedLayerNorm (the same saved tensors)" +
+                        (", its weights marked sequence-parallel as apex marks them" if sp
+                         else "") +
+                        ("; zero-centered gamma (--apply-layernorm-1p) adds 1 to the weight "
+                         "inside the fused kernel, which holds nothing more" if one_p else ""))
+        else:
+            plain = config
+        norm = original(cls, plain, *args, **kwargs)
+        if type(norm) is torch.nn.RMSNorm:
+            norm.__class__ = fused_rms_norm_class()
+            plugin.note("RMSNorm runs as CUDA's fused kernel does: it keeps its input and "
+                        "an fp32 statistic per row (the CPU build would decompose it)")
+        for p in norm.parameters():
+            p.sequence_parallel = sp
+        return norm
+
+    plugin.patcher.setattr(mod.WrappedTorchNorm, "__new__", staticmethod(__new__))
+
+
+def tp_layers(plugin, mod: ModuleType) -> None:
+    """Gradient accumulation fusion (Megatron-LM's default) needs apex's CUDA extension,
+    whose kernel adds the weight gradient straight into the fp32 gradient buffer and
+    allocates nothing. Stand in for it with a kernel that does the same to memory (no
+    values in a trace), so the run keeps the configured fusion."""
+    if getattr(mod, "_grad_accum_fusion_available", True):
+        return
+
+    def wgrad_gemm_accum(total_input, grad_output, main_grad) -> None:
+        plugin.note("apex is not installed: its fused weight-gradient accumulation "
+                    "(--gradient-accumulation-fusion) stood in for by a kernel that, like "
+                    "it, writes into the fp32 gradient buffer and allocates nothing")
+
+    from types import SimpleNamespace
+
+    kernels = SimpleNamespace(wgrad_gemm_accum_fp32=wgrad_gemm_accum,
+                              wgrad_gemm_accum_fp16=wgrad_gemm_accum)
+    plugin.patcher.setattr(mod, "fused_weight_gradient_mlp_cuda", kernels)
+    plugin.patcher.setattr(mod, "_grad_accum_fusion_available", True)
+
+
+def want_flash_attention(plugin) -> None:
+    """Transformer Engine was asked for and is absent: core attention as TE holds it."""
+    from .attention import flash_attention_class
+
+    plugin.flash_attention = True
+    plugin.note("Transformer Engine is not installed here: layers use Megatron's local "
+                "modules, with core attention holding what the configured TE attention "
+                "backend holds")
+    plugin.patcher.setattr(flash_attention_class(), "notify", staticmethod(plugin.note))
+
+
+def layer_specs(plugin, mod: ModuleType) -> None:
+    """Layer specs asked for with Transformer Engine where it is absent: the local spec, with
+    attention as TE holds memory; the local spec after that, the same way."""
+    from .attention import use_flash
+
+    have_te = getattr(mod, "HAVE_TE", True)
+    local, te_spec = mod.get_gpt_layer_local_spec, mod.get_gpt_layer_with_transformer_engine_spec
+    decoder = getattr(mod, "get_gpt_decoder_layer_specs", None)
+
+    @functools.wraps(local)
+    def get_gpt_layer_local_spec(*args, **kwargs):
+        spec = local(*args, **kwargs)
+        if plugin.flash_attention:
+            use_flash(spec)
+        return spec
+
+    @functools.wraps(te_spec)
+    def get_gpt_layer_with_transformer_engine_spec(*args, **kwargs):
+        if have_te:
+            return te_spec(*args, **kwargs)
+        want_flash_attention(plugin)
+        keep = ("num_experts", "moe_grouped_gemm", "qk_layernorm", "multi_latent_attention",
+                "moe_use_legacy_grouped_gemm", "qk_l2_norm")
+        named = dict(zip(keep, args))
+        named.update({k: v for k, v in kwargs.items() if k in keep})
+        return get_gpt_layer_local_spec(**named)
+
+    plugin.replace(mod, "get_gpt_layer_local_spec", get_gpt_layer_local_spec)
+    plugin.replace(mod, "get_gpt_layer_with_transformer_engine_spec",
+                   get_gpt_layer_with_transformer_engine_spec)
+    if decoder is None:
+        return
+
+    @functools.wraps(decoder)
+    def get_gpt_decoder_layer_specs(config, use_transformer_engine, *args, **kwargs):
+        if use_transformer_engine and not have_te:
+            want_flash_attention(plugin)
+            use_transformer_engine = False
+        return decoder(config, use_transformer_engine, *args, **kwargs)
+
+    plugin.replace(mod, "get_gpt_decoder_layer_specs", get_gpt_decoder_layer_specs)
+
+
+def rope_utils(plugin, mod: ModuleType) -> None:
+    """Fused RoPE (Megatron-LM's default) is Transformer Engine's kernel: it writes the
+    rotated tensor and keeps only the frequencies for backward (the unfused path keeps
+    more). Stand in for it when TE is absent."""
+    if getattr(mod, "fused_apply_rotary_pos_emb", True) is not None:
+        return
+
+    def fused_apply_rotary_pos_emb(t, freqs, *args, **kwargs):
+        plugin.note("Transformer Engine is not installed here: its fused RoPE stood in by "
+                    "a kernel that, like it, writes a new tensor and keeps only the "
+                    "frequencies for backward")
+        return fused_rope_function().apply(t, freqs)
+
+    plugin.patcher.setattr(mod, "fused_apply_rotary_pos_emb", fused_apply_rotary_pos_emb)
+
+
+PATCHES = {
+    "megatron.core.transformer.torch_norm": torch_norm,
+    "megatron.core.tensor_parallel.layers": tp_layers,
+    "megatron.core.models.gpt.gpt_layer_specs": layer_specs,
+    "megatron.core.models.common.embeddings.rope_utils": rope_utils,
+}

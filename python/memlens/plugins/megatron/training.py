@@ -1,0 +1,91 @@
+"""Patches of Megatron-LM's training package (`megatron.training`, not in the megatron-core
+wheel) for a trace: its arguments set up once Megatron validated them (args.py), no
+compiled helpers, mock batches, and the values it reads back from all-reduced tensors. Each patch is `patch(plugin, module)`
+(the plugin is __init__.py).
+"""
+
+from __future__ import annotations
+
+import functools
+from types import ModuleType
+
+from ...patches.patcher import Patcher
+from .data import mock_iterator
+
+
+def arguments(plugin, mod: ModuleType) -> None:
+    from . import args as megatron_args
+    from .stand_ins import want_flash_attention
+
+    original = mod.validate_args
+    tracer = plugin.tracer
+
+    @functools.wraps(original)
+    def validate_args(args, *rest, **kwargs):
+        out = original(args, *rest, **kwargs)  # the user's arguments, as given
+        te = getattr(args, "transformer_impl", None) == "transformer_engine"
+        for text in megatron_args.set_up(args, tracer.iterations):
+            plugin.note(text)
+        if te and args.transformer_impl == "local":
+            want_flash_attention(plugin)
+        return out
+
+    plugin.replace(mod, "validate_args", validate_args)
+
+
+def initialize(plugin, mod: ModuleType) -> None:
+    """No compiling of dataset helpers and fused kernels: the trace runs none of them."""
+    if hasattr(mod, "_compile_dependencies"):
+        plugin.replace(mod, "_compile_dependencies", lambda *a, **k: None)
+
+
+def training(plugin, mod: ModuleType) -> None:
+    """Mock batches instead of datasets and data loaders."""
+    if not hasattr(mod, "build_train_valid_test_data_iterators"):
+        return
+
+    def build_train_valid_test_data_iterators(*args, **kwargs):
+        from megatron.training import get_args
+
+        margs = get_args()
+        # What Megatron learns from the loaders it builds (and broadcasts from rank 0).
+        margs.do_train, margs.do_valid, margs.do_test = True, False, False
+        return mock_iterator(mod, margs), None, None
+
+    plugin.replace(mod, "build_train_valid_test_data_iterators",
+                   build_train_valid_test_data_iterators)
+
+
+def training_utils(plugin, mod: ModuleType) -> None:
+    """Whether every model-parallel rank stepped is read back out of an all-reduced tensor:
+    every rank of the simulated job runs the same step, so it is this rank's answer."""
+    if hasattr(mod, "logical_and_across_model_parallel_group"):
+        plugin.replace(mod, "logical_and_across_model_parallel_group", lambda value: bool(value))
+    if hasattr(mod, "get_batch_on_this_tp_rank"):
+        plugin.replace(mod, "get_batch_on_this_tp_rank",
+                       _as_first_tp_rank(mod.get_batch_on_this_tp_rank))
+
+
+def _as_first_tp_rank(get_batch):
+    """Tensor-parallel ranks other than the first receive the batch by broadcast, after reading
+    its sizes out of broadcast tensors (values a trace does not have). They hold the same
+    tensors as the first rank: let them read the mock batch as it does."""
+    @functools.wraps(get_batch)
+    def wrapper(data_iterator, *args, **kwargs):
+        from megatron.core import parallel_state
+
+        if data_iterator is None or parallel_state.get_tensor_model_parallel_rank() == 0:
+            return get_batch(data_iterator, *args, **kwargs)
+        with Patcher.swapped(parallel_state, "get_tensor_model_parallel_rank",
+                             lambda *a, **k: 0):
+            return get_batch(data_iterator, *args, **kwargs)
+
+    return wrapper
+
+
+PATCHES = {
+    "megatron.training.arguments": arguments,
+    "megatron.training.initialize": initialize,
+    "megatron.training.training": training,
+    "megatron.training.utils": training_utils,
+}

@@ -1,0 +1,516 @@
+"""Megatron-LM's entry points and integrations/megatron-lm.patch.
+
+The megatron-core wheel has no `megatron.training`, so CI tests the entry-point path with a
+stand-in of it (tests/scripts/megatron_lm_stub: the functions the plugin hooks, called in
+Megatron-LM's order around a real megatron.core model). With a Megatron-LM checkout at the
+patch's commit named by MEMLENS_MEGATRON_LM (and its extra dependencies on PYTHONPATH or in
+MEMLENS_MEGATRON_LM_DEPS: `six`, `triton`), the real `pretrain_gpt.py` and the patch are run too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+
+from support.paths import REPO, TESTS
+from memlens.plugins.megatron import args as megatron_args
+from support import megatron as M
+
+PATCH = REPO / "integrations" / "megatron-lm.patch"
+COMMIT = "55ac7082517c3878ae653c07c09c534b8aed49f6"  # tag core_v0.16.1
+STUB = TESTS / "scripts" / "megatron_lm_stub" / "pretrain_stub.py"
+CHECKOUT = os.environ.get("MEMLENS_MEGATRON_LM")
+SMALL_GPT = ("--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --num-layers 4 "
+             "--hidden-size 256 --num-attention-heads 8 --seq-length 128 "
+             "--max-position-embeddings 128 --micro-batch-size 2 --global-batch-size 16 "
+             "--train-iters 100 --lr 1e-4 --bf16 --mock-data --tokenizer-type NullTokenizer "
+             "--vocab-size 1024 --use-distributed-optimizer").split()
+
+needs_megatron = M.NEEDS
+needs_checkout = pytest.mark.skipif(
+    not CHECKOUT or not Path(CHECKOUT, "pretrain_gpt.py").is_file(),
+    reason="set MEMLENS_MEGATRON_LM to a Megatron-LM checkout at core_v0.16.1")
+
+
+# -- the arguments a trace changes, after Megatron validated them ------------------------------
+def _args(**kw) -> Namespace:
+    """Validated arguments (what validate_args leaves: the data-parallel and virtual-pipeline
+    sizes derived) of a 64-GPU job, TP 4, PP 4."""
+    base = dict(world_size=64, rank=0, tensor_model_parallel_size=4,
+                pipeline_model_parallel_size=4, context_parallel_size=1, data_parallel_size=4,
+                virtual_pipeline_model_parallel_size=None,
+                microbatch_group_size_per_vp_stage=None, micro_batch_size=1,
+                global_batch_size=1024, rampup_batch_size=None, train_iters=500000,
+                train_samples=None, lr_decay_iters=None, lr_warmup_fraction=None,
+                lr_warmup_iters=2000, load="/ckpt", save="/ckpt", eval_iters=10,
+                tokenizer_type="NullTokenizer", vocab_size=32000,
+                transformer_impl="local", num_experts=None, num_workers=8,
+                check_for_nan_in_loss_and_grad=True, mock_data=False, data_path=None,
+                split=None)
+    base.update(kw)
+    return Namespace(**base)
+
+
+@needs_megatron
+def test_global_batch_is_the_users_with_fewer_micro_batches_only_where_stages_hold_the_same():
+    # 1024 / (1 x DP 4) = 256 micro-batches; 1F1B holds min(PP - stage, N): 4 are as many.
+    args = _args()
+    notes = " ".join(megatron_args.set_up(args, iterations=2))
+    assert args.global_batch_size == 4 * 1 * 4 and args.micro_batch_size == 1
+    assert "global batch 1024 = 256 micro-batches" in notes and "traced 4 per iteration" in notes
+    # Fewer micro-batches than stages (8 / 4 = 2): traced as the user gives them.
+    small = _args(global_batch_size=8)
+    assert "traced" not in " ".join(megatron_args.set_up(small, iterations=2))
+    assert small.global_batch_size == 8
+    # Interleaved, 2 chunks in groups of PP 4: 8 micro-batches (2 groups) go through every
+    # stage's in-flight states of 256 (fewest_alike, checked against Megatron below).
+    inter = _args(virtual_pipeline_model_parallel_size=2)
+    megatron_args.set_up(inter, iterations=2)
+    assert inter.global_batch_size == 8 * 1 * 4
+    # 2 micro-batches, under a group: Megatron's schedule refuses them; left for it to say so.
+    refused = _args(virtual_pipeline_model_parallel_size=2, global_batch_size=8)
+    megatron_args.set_up(refused, iterations=2)
+    assert refused.global_batch_size == 8
+
+
+@needs_megatron
+def test_the_schedule_model_holds_what_megatron_schedules():
+    """megatron_schedule's in-flight micro-batches per stage against megatron.core's own
+    warm-up counts (get_pp_rank_microbatches: warm-up + 1, or all in warm-up), 1F1B and
+    interleaved, batches under and over the pipeline's depth; and the fewer micro-batches
+    traced go through the very same in-flight states on every stage."""
+    from megatron.core.pipeline_parallel.schedules import get_pp_rank_microbatches
+
+    from memlens.plugins.megatron.schedule import (Pipeline, fewest_alike, held,
+                                                   most_in_flight, runs)
+
+    checked = 0
+    for stages, chunks, group in ((2, 1, None), (4, 1, None), (2, 2, None), (4, 2, None),
+                                  (4, 3, 5), (3, 4, 6)):
+        p = Pipeline(stages, chunks, group)
+        for n in range(1, 30):
+            if not runs(p, n):
+                continue
+            for stage in range(stages):
+                comm = Namespace(pp_group=Namespace(size=lambda: stages, rank=lambda: stage),
+                                 virtual_pipeline_model_parallel_size=chunks if chunks > 1
+                                 else None)
+                total, all_warmup, warmup, _ = get_pp_rank_microbatches(
+                    n, chunks, p.group_size, p2p_communicator=comm)
+                assert most_in_flight(p, stage, n) == (total if all_warmup else warmup + 1)
+                checked += 1
+            m = fewest_alike(p, n)
+            assert m <= n and runs(p, m)
+            assert all(held(p, s, m) == held(p, s, n) for s in range(stages))
+    assert checked == 318  # (stage, count) pairs that run
+    assert fewest_alike(Pipeline(16), 1536) == 16  # the 175B example: PP 16, 1536 per step
+    assert fewest_alike(Pipeline(4), 2) == 2  # under the depth: the user's count
+    assert fewest_alike(Pipeline(4, 2), 8) == 8  # interleaved: no fewer hold the same
+    assert fewest_alike(Pipeline(4, 2), 3) == 3  # under a group: Megatron's own error
+
+
+@needs_megatron
+def test_a_batch_megatron_rejects_is_rejected_by_megatron():
+    """1030 is not a multiple of micro-batch x DP (4): Megatron's own micro-batch calculator
+    says so, before the trace changes the batch."""
+    with pytest.raises(AssertionError, match="1030"):
+        megatron_args.set_up(_args(global_batch_size=1030), iterations=2)
+    # (1024 - 16) is no multiple of 10: a ramp-up that does not reach the batch in its steps
+    with pytest.raises(AssertionError, match="increment"):
+        megatron_args.set_up(_args(train_iters=None, train_samples=10**6,
+                                   rampup_batch_size=["16", "10", "1000"]), iterations=2)
+
+
+@needs_megatron
+def test_ramp_up_is_traced_at_the_full_batch_and_said():
+    args = _args(train_iters=None, train_samples=10**9, lr_decay_samples=None,
+                 rampup_batch_size=["16", "16", "5859375"], global_batch_size=1536)
+    notes = " ".join(megatron_args.set_up(args, iterations=2))
+    assert args.rampup_batch_size is None
+    assert "ramp-up from 16 by 16 over 5859375 samples: traced at the full global batch 1536" \
+        in notes
+    # 1536 / 4 = 384 micro-batches per iteration, 4 traced (1F1B, PP 4).
+    assert args.global_batch_size == 16 and "global batch 1536 = 384 micro-batches" in notes
+    assert args.train_samples == 2 * 16 and args.lr_decay_samples == 10**9
+
+
+@needs_megatron
+def test_training_is_cut_to_the_traced_iterations_keeping_the_schedule():
+    args = _args(lr_warmup_fraction=0.01, lr_warmup_iters=0)
+    megatron_args.set_up(args, iterations=2)
+    # Megatron's scheduler takes the warm-up fraction of lr_decay_iters: the user's length.
+    assert args.train_iters == 2 and args.lr_decay_iters == 500000
+    assert args.lr_warmup_fraction == 0.01
+
+
+@needs_megatron
+def test_every_data_source_is_replaced_by_mock_batches_and_said():
+    """Megatron accepts one data source; whichever the user gave (checked by Megatron as
+    given), the trace's is mock batches, and only it."""
+    args = _args(data_path=["0.7", "/d/a_text_document", "0.3", "/d/b_text_document"],
+                 split="949,50,1", data_cache_path="/cache", train_data_path=None,
+                 per_split_data_args_path=None, data_args_path=None, fim_data=False)
+    notes = megatron_args.set_up(args, iterations=2)
+    assert (args.mock_data, args.data_path, args.split, args.data_cache_path) == \
+        (True, None, None, None)
+    assert any("replacing --data-path, --data-cache-path, --split: a trace reads no data" in n for n in notes), notes
+    split = _args(train_data_path=["/d/train"], valid_data_path=["/d/valid"],
+                  test_data_path=None, per_split_data_args_path=None)
+    megatron_args.set_up(split, iterations=2)
+    assert split.mock_data and split.train_data_path is None and split.valid_data_path is None
+
+
+@needs_megatron
+def test_what_needs_values_or_files_is_off_and_said():
+    args = _args(tokenizer_type="HuggingFaceTokenizer", vocab_size=128256, num_experts=8,
+                 moe_grouped_gemm=True,
+                 moe_expert_capacity_factor=None, moe_pad_expert_input_to_capacity=False)
+    notes = megatron_args.set_up(args, iterations=2)
+    assert (args.load, args.save, args.eval_iters, args.num_workers) == (None, None, 0, 0)
+    assert args.mock_data and not args.check_for_nan_in_loss_and_grad
+    assert (args.tokenizer_type, args.vocab_size) == ("NullTokenizer", 128255)  # + its EOD
+    # MoE routing is left as configured (the plugin fixes the tokens per expert instead)
+    assert (args.moe_expert_capacity_factor, args.moe_pad_expert_input_to_capacity) == (None, False)
+    text = " ".join(notes)
+    assert "mock batches" in text and "NullTokenizer" in text
+
+
+@needs_megatron
+def test_fp4_without_transformer_engine_is_refused_not_traced_in_bf16():
+    from memlens.errors import MemlensError
+
+    with pytest.raises(MemlensError, match="--fp4-format nvfp4 needs Transformer Engine"):
+        megatron_args.set_up(_args(fp4="nvfp4", transformer_impl="transformer_engine"), 2)
+
+
+@needs_megatron
+def test_fp8_without_transformer_engine_is_left_to_the_stand_ins():
+    """FP8's tensors are modelled (plugins/megatron/fp8*.py, test_megatron_fp8.py): the
+    arguments stay the user's, the TE layers become the local ones."""
+    args = _args(fp8="hybrid", fp8_recipe="delayed", transformer_impl="transformer_engine")
+    megatron_args.set_up(args, 2)
+    assert (args.fp8, args.fp8_recipe, args.transformer_impl) == ("hybrid", "delayed", "local")
+
+
+@needs_megatron
+@pytest.mark.parametrize("kind,file_arg,tokens", [
+    ("GPT2BPETokenizer", "vocab_file", 50257),  # the GPT-3 example's gpt2-vocab.json
+    ("Llama2Tokenizer", "tokenizer_model", 32000),  # the Mixtral example's sentencepiece model
+])
+def test_a_one_vocabulary_tokenizer_without_its_file_is_its_size(tmp_path, kind, file_arg, tokens):
+    """NullTokenizer(n) has n + 1 tokens (an end-of-document one): n is one fewer."""
+    args = _args(tokenizer_type=kind, vocab_size=None, **{file_arg: str(tmp_path / "absent")})
+    notes = " ".join(megatron_args.set_up(args, iterations=2))
+    assert (args.tokenizer_type, args.vocab_size) == ("NullTokenizer", tokens - 1)
+    assert f"NullTokenizer of its {tokens} tokens" in notes
+
+
+@needs_megatron
+def test_a_tokenizer_whose_file_is_not_here_asks_for_the_vocabulary_size(tmp_path):
+    from memlens.errors import MemlensError
+
+    missing = str(tmp_path / "tokenizer.json")
+    with pytest.raises(MemlensError, match=r"HuggingFaceTokenizer reads its vocabulary .*"
+                                           r"tokenizer.json.*--vocab-size N"):
+        megatron_args.set_up(_args(tokenizer_type="HuggingFaceTokenizer", vocab_size=None,
+                                   tokenizer_model=missing), 2)
+    # With the size given, no file is read: n tokens, as the user's tokenizer has.
+    args = _args(tokenizer_type="HuggingFaceTokenizer", tokenizer_model=missing,
+                 vocab_size=128_256)
+    notes = " ".join(megatron_args.set_up(args, iterations=2))
+    assert (args.tokenizer_type, args.vocab_size) == ("NullTokenizer", 128_255)
+    assert "HuggingFaceTokenizer replaced by NullTokenizer of --vocab-size 128256" in notes
+
+
+@needs_megatron
+def test_vocab_size_without_tokenizer_type_gets_the_null_tokenizer():
+    """Megatron-LM's --tokenizer-type has no default: with only --vocab-size, building the
+    tokenizer would fail; mock data needs none, as when a tokenizer is named."""
+    args = _args(tokenizer_type=None, vocab_size=32000)
+    notes = megatron_args.set_up(args, iterations=2)
+    assert args.tokenizer_type == "NullTokenizer" and args.vocab_size == 32000
+    assert any("no --tokenizer-type given: NullTokenizer of --vocab-size 32000" in n
+               for n in notes), notes
+    untouched = _args(tokenizer_type=None, vocab_size=None)
+    megatron_args.set_up(untouched, iterations=2)
+    assert untouched.tokenizer_type is None  # no size to make one of: Megatron's own error
+
+
+# -- the entry-point path, with the stand-in ----------------------------------------------------
+LAUNCH = STUB.parent / "launch_pretrain.sh"
+TP_ENV = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}  # what Megatron asks of a TP job
+
+
+@needs_megatron
+@pytest.mark.slow  # traces in a fresh process
+def test_entry_point_every_rank(memlens, tmp_path):
+    out = memlens("run", "--world-size", "4", "--ranks", "all", "--progress", "none",
+                  "--snapshot", str(tmp_path / "s.json"), "--", str(STUB),
+                  "--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+                  "--vocab-size", "1000", "--bf16", "--lr-warmup-iters", "10",
+                  "--train-iters", "100", cwd=tmp_path, env=TP_ENV)
+    assert out.returncode == 0, out.stderr[-3000:]
+    index = json.loads((tmp_path / "s.ranks" / "index.json").read_text())
+    # Megatron's layout, declared by the plugin: a rank per pipeline stage answers for its TP.
+    assert [(r["rank"], r["alike"]) for r in index["ranks"]] == [(0, [0, 1]), (2, [2, 3])]
+    snap = json.loads((tmp_path / "s.ranks" / "rank-2.json").read_text())
+    names = [p["name"] for p in snap["phases"] if p["device"] == snap["meta"]["device_key"]]
+    assert names == ["setup_model_and_optimizer", "forward_backward_iter_0",
+                     "optimizer_step_iter_0", "forward_backward_iter_1", "optimizer_step_iter_1"]
+    notes = " ".join(snap["meta"]["notes"])
+    assert "mock batches" in notes and "NullTokenizer" in notes and "fused (flash)" in notes
+    assert snap["meta"]["parallel"]["role"].startswith("pp 1/2")
+
+
+@needs_megatron
+def test_a_launch_script_as_shipped(memlens, tmp_path):
+    """Our launch script in Megatron's examples' style: arrays unquoted and quoted, exports
+    Megatron checks in the rank's environment (CUDA_DEVICE_MAX_CONNECTIONS for TP 2, NCCL_ALGO
+    for --deterministic-mode: the stand-in's validate_args asserts both), a blended --data-path
+    with --split and --data-cache-path, checkpoints to save and load."""
+    out = memlens("run", "--ranks", "all", "--progress", "none", "--snapshot",
+                  str(tmp_path / "s.json"), "--from-script", str(LAUNCH), "--",
+                  "/data/corpus", str(tmp_path / "ckpt"), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    index = json.loads((tmp_path / "s.ranks" / "index.json").read_text())
+    assert [(r["rank"], r["alike"]) for r in index["ranks"]] == [(0, [0, 1]), (2, [2, 3])]
+    notes = " ".join(json.loads((tmp_path / "s.ranks" / "rank-0.json").read_text())
+                     ["meta"]["notes"])
+    assert "replacing --data-path, --data-cache-path, --split: a trace reads no data" in notes
+    # 32 / (1 x DP 1) micro-batches; 1F1B on PP 2 holds min(2 - stage, N): 2 traced.
+    assert "global batch 32 = 32 micro-batches of 1 x DP 1 per iteration; traced 2" in notes
+    assert not (tmp_path / "ckpt").exists()  # no checkpoint saved
+
+
+@needs_megatron
+@pytest.mark.parametrize("ranks", [["--rank", "2"], ["--ranks", "all"]])
+def test_what_megatron_rejects_fails_naming_the_rank(memlens, tmp_path, ranks):
+    """Batch ramp-up with --train-iters: Megatron refuses it (the stand-in as Megatron does),
+    so the trace does too, with its message and the rank."""
+    out = memlens("run", *ranks, "--progress", "none", "--no-snapshot", "--from-script",
+                  str(LAUNCH), "--", "/data/corpus", str(tmp_path / "ckpt"),
+                  "--rampup-batch-size", "16", "16", "1000", cwd=tmp_path)
+    assert out.returncode == 1
+    rank = ranks[1] if ranks[1] != "all" else "0"
+    assert f"pretrain_stub.py (rank {rank} of 4) raised AssertionError: no batch ramp-up " \
+           "with --train-iters" in out.stdout + out.stderr, out.stderr[-3000:]
+
+
+@needs_megatron
+@pytest.mark.parametrize("ranks", [["--rank", "3"], ["--ranks", "all"]])
+def test_an_argparse_error_shows_argparse_line(memlens, tmp_path, ranks):
+    out = memlens("run", *ranks, "--progress", "none", "--no-snapshot", "--from-script",
+                  str(LAUNCH), "--", "/data/corpus", str(tmp_path / "ckpt"), "--foo",
+                  cwd=tmp_path)
+    assert out.returncode == 1
+    rank = ranks[1] if ranks[1] != "all" else "0"
+    assert f"pretrain_stub.py (rank {rank} of 4) exited with status 2: pretrain_stub.py: " \
+           "error: unrecognized arguments: --foo" in out.stdout + out.stderr, out.stderr[-3000:]
+
+
+def _stage_activations(memlens, folder, stages, *flags) -> list[int]:
+    """The most activation bytes each pipeline stage of the stand-in holds (one layer per
+    stage, h 128, s 64, micro-batch 1), traced for every stage."""
+    out = memlens("run", "--world-size", str(stages), "--ranks", "all", "--progress", "none",
+                  "--snapshot", str(folder / "s.json"), "--", str(STUB),
+                  "--pipeline-model-parallel-size", str(stages), "--num-layers", str(stages),
+                  "--train-iters", "100", "--vocab-size", "1000", *flags, cwd=folder)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return [json.loads((folder / "s.ranks" / f"rank-{r}.json").read_text())["summary"]
+            ["category_peaks"]["activation"] for r in range(stages)]
+
+
+@needs_megatron
+def test_stages_hold_the_micro_batches_megatron_schedule_holds(memlens, tmp_path):
+    """PP 3, 1F1B. The in-flight micro-batches per stage are Megatron's: its warm-up count + 1
+    (get_pp_rank_microbatches), for a user batch of 2 (under the pipeline's depth) and of 9
+    (over it: traced as 3). One micro-batch's activations per stage come from a run of one."""
+    from megatron.core.pipeline_parallel.schedules import get_pp_rank_microbatches
+
+    def in_flight(stage, n):
+        comm = Namespace(pp_group=Namespace(size=lambda: 3, rank=lambda: stage),
+                         virtual_pipeline_model_parallel_size=None)
+        total, all_warmup, warmup, _ = get_pp_rank_microbatches(n, 1, 3, p2p_communicator=comm)
+        return total if all_warmup else warmup + 1
+
+    assert [in_flight(s, 2) for s in range(3)] == [2, 2, 1]
+    assert [in_flight(s, 9) for s in range(3)] == [3, 2, 1]
+    runs = {}
+    for n in (1, 2, 9):
+        (tmp_path / str(n)).mkdir()
+        runs[n] = _stage_activations(memlens, tmp_path / str(n), 3, "--global-batch-size",
+                                     str(n))
+    one = runs[1]
+    # Stage 0 only runs forwards, then backwards: exactly count x one micro-batch's.
+    assert runs[2][0] == in_flight(0, 2) * one[0] and runs[9][0] == in_flight(0, 9) * one[0]
+    assert runs[2][1] == in_flight(1, 2) * one[1]
+    # Later stages, once they alternate a forward and a backward, hold one more tensor of the
+    # pipeline's communication ([s, b, h] bf16: 64 x 1 x 128 x 2 B = 16,384 B).
+    recv = 64 * 1 * 128 * 2
+    assert runs[9][1] == in_flight(1, 9) * one[1] + recv
+    assert runs[2][2] == runs[9][2] == in_flight(2, 9) * one[2] + recv
+
+
+# -- the patch --------------------------------------------------------------------------------
+def test_patch_is_well_formed_and_names_its_commit():
+    text = PATCH.read_text()
+    assert COMMIT in text and "core_v0.16.1" in text
+    stat = subprocess.run(["git", "apply", "--stat", str(PATCH)], capture_output=True,
+                          text=True, cwd=REPO)
+    assert stat.returncode == 0, stat.stderr
+    for path in ("megatron/training/arguments.py", "megatron/training/training.py",
+                 "pretrain_gpt.py", "pretrain_mamba.py"):
+        assert path in stat.stdout
+
+
+@needs_checkout
+def test_patch_applies_to_the_checkout():
+    head = subprocess.run(["git", "-C", CHECKOUT, "rev-parse", "HEAD"], capture_output=True,
+                          text=True)
+    if head.returncode == 0:
+        assert head.stdout.strip() == COMMIT
+    out = subprocess.run(["git", "apply", "--check", str(PATCH)], cwd=CHECKOUT,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+
+
+def _megatron_env() -> dict:
+    extra = os.environ.get("MEMLENS_MEGATRON_LM_DEPS", "")
+    return {"CUDA_DEVICE_MAX_CONNECTIONS": "1",
+            "PYTHONPATH": os.pathsep.join(p for p in (extra, os.environ.get("PYTHONPATH", ""))
+                                          if p)}
+
+
+@needs_megatron
+@needs_checkout
+@pytest.mark.slow  # traces in a fresh process
+def test_pretrain_gpt_every_rank(memlens, tmp_path):
+    out = memlens("run", "--world-size", "8", "--ranks", "all", "--progress", "none",
+                  "--snapshot", str(tmp_path / "s.json"), "--",
+                  str(Path(CHECKOUT, "pretrain_gpt.py")), *SMALL_GPT, cwd=tmp_path,
+                  env=_megatron_env())
+    assert out.returncode == 0, out.stderr[-3000:]
+    index = json.loads((tmp_path / "s.ranks" / "index.json").read_text())
+    assert [r["alike"] for r in index["ranks"]] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+# Ours, in the style of Megatron-LM's example launch scripts (examples/gpt3): exports, arrays
+# expanded unquoted and quoted, a data prefix, checkpoint and TensorBoard paths as arguments.
+REAL_LAUNCH = """#!/bin/bash
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+export NCCL_ALGO=Tree
+MEGATRON=$1
+CHECKPOINT_PATH=$2
+TENSORBOARD_LOGS_PATH=$3
+DATA_PATH=$4
+shift 4
+DISTRIBUTED_ARGS=(--nproc_per_node 8 --nnodes 1 --master_addr localhost --master_port 6000)
+GPT_MODEL_ARGS=(--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 128
+    --max-position-embeddings 128 --attention-backend auto)
+TRAINING_ARGS=(--micro-batch-size 2 --global-batch-size 64 --rampup-batch-size 16 16 4096
+    --train-samples 100000 --lr 1e-4 --lr-decay-style cosine --lr-warmup-fraction .01 --bf16
+    --deterministic-mode)
+MODEL_PARALLEL_ARGS=(--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2)
+DATA_ARGS=(--data-path 0.6 "${DATA_PATH}_a" 0.4 "${DATA_PATH}_b" --split 949,50,1
+    --data-cache-path "$CHECKPOINT_PATH/cache" --tokenizer-type GPT2BPETokenizer
+    --vocab-file "$DATA_PATH.vocab.json" --merge-file "$DATA_PATH.merges.txt" --vocab-size 1024)
+EVAL_AND_LOGGING_ARGS=(--log-interval 100 --save-interval 10000 --eval-interval 1000
+    --save "$CHECKPOINT_PATH" --load "$CHECKPOINT_PATH" --eval-iters 10
+    --tensorboard-dir "$TENSORBOARD_LOGS_PATH")
+cd "$MEGATRON"
+torchrun ${DISTRIBUTED_ARGS[@]} pretrain_gpt.py "${GPT_MODEL_ARGS[@]}" "${TRAINING_ARGS[@]}" \\
+    ${MODEL_PARALLEL_ARGS[@]} "${DATA_ARGS[@]}" ${EVAL_AND_LOGGING_ARGS[@]} "$@"
+"""
+
+
+def _real_launch(memlens, tmp_path, *flags, extra=()):
+    script = tmp_path / "train_gpt.sh"
+    script.write_text(REAL_LAUNCH)
+    return memlens("run", "--progress", "none", *flags, "--from-script", str(script), "--",
+                   str(Path(CHECKOUT).resolve()), str(tmp_path / "ckpt"), str(tmp_path / "tb"),
+                   str(tmp_path / "corpus"), *extra, cwd=tmp_path, env=_megatron_env())
+
+
+@needs_megatron
+@needs_checkout
+def test_real_launch_script_with_data_ramp_up_and_exports(memlens, tmp_path):
+    """TP 2 (CUDA_DEVICE_MAX_CONNECTIONS) and --deterministic-mode (NCCL_ALGO) pass Megatron's
+    own checks from the script's exports; a blended --data-path is replaced by mock batches;
+    the ramp-up (sample-based) is traced at the full batch 64: 64 / (2 x DP 2) = 16 micro-batches,
+    1F1B on PP 2 holds min(2 - stage, N): 2 traced."""
+    out = _real_launch(memlens, tmp_path, "--rank", "4", "--snapshot", str(tmp_path / "s.json"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    notes = " ".join(json.loads((tmp_path / "s.json").read_text())["meta"]["notes"])
+    assert "replacing --data-path, --data-cache-path, --split" in notes, notes
+    assert "ramp-up from 16 by 16 over 4096 samples: traced at the full global batch 64" in notes
+    assert "global batch 64 = 16 micro-batches of 2 x DP 2 per iteration; traced 2" in notes
+
+
+@needs_megatron
+@needs_checkout
+@pytest.mark.parametrize("extra, message", [
+    (["--train-iters", "1000"],
+     "raised AssertionError: expected iteration-based training"),
+    (["--foo"], "exited with status 2: pretrain_gpt.py: error: unrecognized arguments: --foo"),
+])
+def test_real_megatron_rejections_name_the_rank(memlens, tmp_path, extra, message):
+    """--train-iters beside the script's --train-samples: Megatron's validate_args refuses it;
+    an unknown flag: argparse's own line."""
+    out = _real_launch(memlens, tmp_path, "--rank", "6", "--no-snapshot", extra=extra)
+    assert out.returncode == 1
+    assert f"pretrain_gpt.py (rank 6 of 8) {message}" in out.stderr, out.stderr[-3000:]
+
+
+@needs_megatron
+@needs_checkout
+@pytest.mark.slow  # traces in a fresh process
+def test_patched_megatron_traces_itself(tmp_path):
+    patched = tmp_path / "Megatron-LM"
+    shutil.copytree(CHECKOUT, patched, ignore=shutil.ignore_patterns(".git", "__pycache__"))
+    subprocess.run(["git", "apply", str(PATCH)], cwd=patched, check=True)
+    env = {**os.environ, **_megatron_env(), "WORLD_SIZE": "8", "RANK": "4",
+           "LOCAL_WORLD_SIZE": "8", "LOCAL_RANK": "4"}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "python"), env["PYTHONPATH"]])
+    out = subprocess.run([os.sys.executable, str(patched / "pretrain_gpt.py"), *SMALL_GPT,
+                          "--memory-tracing", "--save-peak-memory-snapshot",
+                          str(tmp_path / "snaps") + "/"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    snap = json.loads((tmp_path / "snaps" / "rank-4.json").read_text())
+    assert snap["meta"]["rank"] == 4 and snap["meta"]["stopped_after_iterations"]
+    assert snap["meta"]["parallel"]["role"].startswith("pp 1/2")
+
+
+FLAG_GPT = [a for a in SMALL_GPT if a != "--use-distributed-optimizer"]
+FLAG_GPT[FLAG_GPT.index("--tensor-model-parallel-size") + 1] = "1"
+FLAG_GPT[FLAG_GPT.index("--pipeline-model-parallel-size") + 1] = "1"
+MOE = ("--num-experts 4 --expert-model-parallel-size 2 --moe-router-topk 2 --swiglu "
+       "--disable-bias-linear").split()
+
+
+@needs_megatron
+@needs_checkout
+@pytest.mark.parametrize("flags,note", [
+    # the default --gradient-accumulation-fusion with both overlaps (DP 2)
+    (("--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather"),
+     "fused weight-gradient accumulation"),
+    # the TE spec (Megatron-LM's default transformer_impl) with CP 2
+    (("--context-parallel-size", "2", "--overlap-grad-reduce"), "context parallelism 2"),
+    # MoE: Sinkhorn (no capacity factor) with the allgather dispatcher, worst-case routing
+    ((*MOE, "--moe-router-load-balancing-type", "sinkhorn", "--moe-token-dispatcher-type",
+      "allgather"), "MoE routing worst"),
+])
+def test_pretrain_gpt_with_performance_flags(memlens, tmp_path, flags, note):
+    out = memlens("run", "--world-size", "2", "--rank", "0", "--progress", "none",
+                  "--snapshot", str(tmp_path / "s.json"), "--",
+                  str(Path(CHECKOUT, "pretrain_gpt.py")), *FLAG_GPT, *flags, cwd=tmp_path,
+                  env={**_megatron_env(), "MEMLENS_MOE_ROUTING": "worst"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    notes = json.loads((tmp_path / "s.json").read_text())["meta"]["notes"]
+    assert any(note in n for n in notes), notes

@@ -1,0 +1,169 @@
+"""A small MoE GPT with megatron.core (TP 1, EP 2, 4 experts, top-2, the alltoall dispatcher;
+2 ranks), traced for both ranks: each holds the experts its EP coordinate gives it, 2 of 4,
+whole. The router runs as configured (every load-balancing type, both dispatchers, no
+capacity), and the tokens per expert follow memlens' routing policy (MEMLENS_MOE_ROUTING).
+
+Tokens per expert: each rank routes T = s x b = 128 x 2 = 256 tokens to k = 2 experts.
+- balanced: 256 x 2 / 4 = 128 per expert from each of the 2 EP ranks: 256 per local expert;
+- worst: every token of both ranks to the traced rank's 2 experts: 2 x 256 = 512 each.
+An expert (GeLU MLP h -> FFN = 2h -> h, the routing probability applied after the GeLU) keeps
+per token 3 x FFN bf16 values: GeLU's input (fc1 output plus bias), GeLU's output (kept by the
+product with the probability) and that product (fc2's input): 3 x 512 x 2 B = 3,072 B, so
+256 tokens: 786,432 B; 512 tokens: 1,572,864 B."""
+
+from __future__ import annotations
+
+import pytest
+
+from memlens.plugins.megatron import routing as megatron_routing
+from support import megatron as M
+
+pytestmark = [pytest.mark.slow, M.NEEDS]
+
+EXPERTS, EP, TOPK, LAYERS = 4, 2, 2, 2
+GPT = M.Gpt(layers=LAYERS)
+FFN = 2 * GPT.hidden  # the script's moe_ffn_hidden_size
+FLAGS = ("--ep", str(EP), "--moe-experts", str(EXPERTS), "--moe-topk", str(TOPK),
+         "--layers", str(LAYERS))
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("moe")
+    return [M.trace(tmp, EP, rank, *FLAGS) for rank in range(EP)]
+
+
+def _modules(snap: dict) -> dict[str, dict]:
+    return {m["fqn"]: m for m in snap["modules"]}
+
+
+def expert_bytes() -> int:
+    """One expert: a GeLU MLP h -> FFN -> h with biases, bf16."""
+    h = GPT.hidden
+    return 2 * (FFN * h + FFN + h * FFN + h)
+
+
+@pytest.mark.parametrize("rank", range(EP))
+def test_each_rank_holds_its_share_of_the_experts(ranks, rank):
+    mods = _modules(ranks[rank])
+    for layer in range(LAYERS):
+        experts = f"module.module.decoder.layers.{layer}.mlp.experts.local_experts"
+        local = [f for f in mods if f.startswith(experts + ".") and f.count(".") ==
+                 experts.count(".") + 1]
+        assert len(local) == EXPERTS // EP
+        for fqn in local:
+            assert mods[fqn]["parameter_bytes"] == expert_bytes()
+        assert mods[experts]["parameter_bytes"] == EXPERTS // EP * expert_bytes()
+
+
+def test_model_states_count_the_local_experts_only(ranks):
+    """Both ranks hold the same bytes (replicated dense layers, half the experts each), and
+    the model states are Megatron's 18 bytes per parameter held (plain optimizer)."""
+    totals = []
+    for snap in ranks:
+        got = M.model_state_bytes(snap)
+        params = got["parameter"] // 2  # bf16
+        assert sum(got.values()) == M.megatron_model_state_bytes(params, EP, False)
+        experts = sum(m["parameter_bytes"] for m in snap["modules"]
+                      if m["fqn"].endswith(".mlp.experts"))
+        assert experts == LAYERS * EXPERTS // EP * expert_bytes()
+        totals.append(got)
+    assert totals[0] == totals[1]
+
+
+TOKENS = GPT.seq * GPT.micro_batch  # one rank's tokens
+EXPERT_BYTES_PER_TOKEN = 3 * FFN * 2
+
+
+def _expert_activations(snap: dict) -> list[int]:
+    mods = _modules(snap)
+    return [mods[f]["activation_bytes"] for f in mods
+            if ".local_experts." in f and f.count(".") == 8]
+
+
+def test_balanced_routing_by_default_and_noted(ranks):
+    per_expert = TOKENS * TOPK // EXPERTS * EP  # 256
+    for snap in ranks:
+        assert _expert_activations(snap) == [per_expert * EXPERT_BYTES_PER_TOKEN] * 4  # 786,432
+        notes = snap["meta"].get("notes", [])
+        assert any(n.startswith("MoE routing balanced (MEMLENS_MOE_ROUTING)") for n in notes)
+        assert not any("capacity factor" in n for n in notes), notes  # the config is the user's
+        assert f"ep {snap['meta']['rank']}/2" in snap["meta"]["parallel"]["role"]
+
+
+def test_worst_case_routing_sends_every_token_to_this_ranks_experts(ranks, tmp_path):
+    """Both local experts (k = 2 of them) process all 512 tokens of the EP group: twice the
+    balanced activations (1,572,864 B each); the model states do not change."""
+    snap = M.trace(tmp_path, EP, 1, *FLAGS, env={"MEMLENS_MOE_ROUTING": "worst"})
+    assert _expert_activations(snap) == [EP * TOKENS * EXPERT_BYTES_PER_TOKEN] * 4
+    assert M.model_state_bytes(snap) == M.model_state_bytes(ranks[1])
+    assert any(n.startswith("MoE routing worst") for n in snap["meta"]["notes"])
+
+
+def test_worst_case_top1_loads_one_expert(tmp_path):
+    """Top-1, worst case: every token of both ranks to expert 0 (rank 0's first): 2 x 256 =
+    512 tokens, 1,572,864 B of activations in each layer's expert 0, none in expert 1. The
+    alltoall dispatcher sorts the received chunks (256, 0 from each rank) by expert with
+    host-side orders: no value of it is a placeholder."""
+    flags = ("--ep", str(EP), "--moe-experts", str(EXPERTS), "--moe-topk", "1", "--layers",
+             str(LAYERS))
+    snap = M.trace(tmp_path, EP, 0, *flags, env={"MEMLENS_MOE_ROUTING": "worst"})
+    assert _expert_activations(snap) == [EP * TOKENS * EXPERT_BYTES_PER_TOKEN, 0] * LAYERS
+    assert not [p for p in snap["summary"].get("placeholders", [])
+                if "token_dispatcher" in p["file"] or "moe_utils" in p["file"]]
+
+
+@pytest.mark.parametrize("flags", [("--moe-router-load-balancing-type", "sinkhorn"),
+                                   ("--moe-router-load-balancing-type", "seq_aux_loss"),
+                                   ("--moe-router-load-balancing-type", "none"),
+                                   ("--moe-dispatcher", "allgather")])
+def test_every_router_and_dispatcher_traces_with_the_policys_tokens(ranks, tmp_path, flags):
+    """The same 256 tokens per local expert (786,432 B of activations each) and model states
+    whatever the router balances by or the dispatcher moves tokens with (the allgather
+    dispatcher gathers all 512 tokens and keeps its experts' share)."""
+    snap = M.trace(tmp_path, EP, 0, *FLAGS, *flags)
+    assert _expert_activations(snap) == [TOKENS * TOPK // EXPERTS * EP *
+                                         EXPERT_BYTES_PER_TOKEN] * 4
+    assert M.model_state_bytes(snap) == M.model_state_bytes(ranks[0])
+
+
+def test_policy_counts():
+    count = megatron_routing.tokens_per_expert
+    assert count(256, 2, 4, range(0, 2), which="balanced") == [128] * 4
+    assert count(10, 2, 4, range(0, 2), which="balanced") == [5, 5, 5, 5]
+    assert count(9, 1, 4, range(0, 2), which="balanced") == [3, 2, 2, 2]
+    assert count(256, 2, 4, range(2, 4), which="worst") == [0, 0, 256, 256]
+    assert count(256, 2, 4, range(3, 4), which="worst") == [256, 0, 0, 256]  # then the next
+
+    class Config:  # a capacity factor of 1.5: ceil(256 x 2 / 4 x 1.5) = 192 per expert
+        moe_expert_capacity_factor, moe_pad_expert_input_to_capacity = 1.5, False
+
+    assert count(256, 2, 4, range(0, 2), Config, "worst") == [192, 192, 0, 0]
+    Config.moe_pad_expert_input_to_capacity = True
+    assert count(256, 2, 4, range(0, 2), Config, "worst") == [192] * 4
+
+
+def test_unknown_policy_is_an_error(monkeypatch):
+    monkeypatch.setenv("MEMLENS_MOE_ROUTING", "random")
+    with pytest.raises(ValueError, match="MEMLENS_MOE_ROUTING='random'.*balanced, worst"):
+        megatron_routing.policy()
+
+
+def test_distributed_optimizer_shards_experts_over_expert_data_parallel(tmp_path):
+    """4 ranks, EP 2: dense parameters are sharded over DP 4, experts over expert DP 2 (each
+    expert lives on 2 ranks): Megatron's 6 + 12/DP bytes, with each kind's own DP. This holds
+    only if the experts' `allreduce=False` survives `Float16Module`'s cast, which puts them in
+    DDP's expert buffers. The experts' buffer needs no padding at this size: exact; the dense
+    one pads each parameter's start to 64 elements, which the shard boundaries can take."""
+    snap = M.trace(tmp_path, 4, 0, *FLAGS, "--distributed-optimizer")
+    got = M.model_state_bytes(snap)
+    params = got["parameter"] // 2
+    experts = [m for m in snap["modules"] if m["fqn"].endswith(".mlp.experts")]
+    expert_params = sum(m["parameter_bytes"] for m in experts) // 2
+    assert expert_params == LAYERS * EXPERTS // EP * expert_bytes() // 2
+    assert got["gradient"] == 4 * params
+    expert_states = sum(m["optimizer_state_bytes"] for m in experts)
+    assert expert_states == 12 * expert_params // 2
+    dense_states = got["optimizer_state"] - expert_states
+    dense = 12 * (params - expert_params) // 4
+    assert dense - 12 * 64 * 8 <= dense_states <= dense

@@ -1,0 +1,105 @@
+"""TRL's SFTTrainer traced unmodified (scripts/trl/sft_llama.py): a tiny Llama from its config,
+or loaded from a local checkpoint onto GPU 0 with `device_map` (transformers 5 copies the
+weights in worker threads: plugins/hf/loading.py), or QLoRA (BitsAndBytesConfig NF4 with double
+quantization, a LoRA adapter, paged_adamw_8bit). TRL's hand-written Triton kernels (its
+chunked log-prob of the fused LM head) are not run on fake tensors, and a note says so
+(plugins/triton). Model state is read when the second optimizer step begins.
+"""
+
+import json
+import math
+
+import pytest
+
+from support.paths import TESTS
+from support.ranks import model_state_bytes
+from support.runs import run_memlens
+
+pytestmark = pytest.mark.slow  # traces in fresh processes
+
+SCRIPT = TESTS / "scripts" / "trl" / "sft_llama.py"
+# The script's Llama: vocabulary 256, hidden 128, 2 layers, 4 heads of 32 with 2 key/value heads.
+H, KV, F, LAYERS, VOCAB = 128, 64, 256, 2, 256
+PROJECTIONS = [(H, H), (H, KV), (H, KV), (H, H), (H, F), (H, F), (F, H)]  # (in, out)
+NORMS = 2 * LAYERS + 1
+# Embeddings and untied head, the projections' weights, the norms: 361,088 parameters in 21
+# tensors.
+N = 2 * VOCAB * H + LAYERS * sum(i * o for i, o in PROJECTIONS) + NORMS * H
+TENSORS = 2 + LAYERS * (len(PROJECTIONS) + 2) + 1
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """The script's Llama saved as a local checkpoint (real tensors, this process)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    path = tmp_path_factory.mktemp("checkpoint")
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=H, intermediate_size=F,
+                         num_hidden_layers=LAYERS, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=64, tie_word_embeddings=False, pad_token_id=0,
+                         bos_token_id=1, eos_token_id=2)
+    LlamaForCausalLM(config).save_pretrained(path)
+    return path
+
+
+def sft(tmp_path_factory, name: str, *args: str) -> dict:
+    tmp = tmp_path_factory.mktemp(name)
+    snap = tmp / "snap.json"
+    out = run_memlens("run", "--progress", "none", "--snapshot", str(snap), "--", str(SCRIPT),
+                      "--output_dir", str(tmp / "out"), *args, cwd=tmp)
+    assert out.returncode == 0, out.stderr[-4000:]
+    return json.loads(snap.read_text())
+
+
+@pytest.fixture(scope="module")
+def from_config(tmp_path_factory):
+    return sft(tmp_path_factory, "from_config")
+
+
+@pytest.fixture(scope="module")
+def device_map(tmp_path_factory, checkpoint):
+    return sft(tmp_path_factory, "device_map", "--model", str(checkpoint))
+
+
+@pytest.fixture(scope="module")
+def qlora(tmp_path_factory, checkpoint):
+    return sft(tmp_path_factory, "qlora", "--model", str(checkpoint), "--load-in-4bit", "--peft",
+               "--optim", "paged_adamw_8bit")
+
+
+def test_sft_from_config_trains_fp32_weights_with_fused_adamw(from_config):
+    assert (N, TENSORS) == (361088, 21)
+    # bf16=True is autocast over fp32 weights; fused AdamW: exp_avg and exp_avg_sq (fp32) and
+    # a 4-byte step per tensor.
+    assert model_state_bytes(from_config) == {"parameter": 4 * N, "gradient": 4 * N,
+                                              "optimizer_state": 8 * N + 4 * TENSORS}
+
+
+def test_trls_triton_kernels_are_noted_not_run(from_config):
+    notes = [n for n in from_config["meta"]["notes"] if n.startswith("triton:")]
+    assert [n.split()[2] for n in notes] == ["trl.kernels.chunked_logprob._forward_kernel",
+                                             "trl.kernels.chunked_logprob._backward_kernel"]
+    assert all("allocates no device memory of its own" in n for n in notes)
+
+
+def test_weights_loaded_by_worker_threads_are_booked_on_the_gpu(device_map):
+    # dtype=bfloat16 weights trained as they are: 2 B per parameter, gradient and each moment.
+    assert model_state_bytes(device_map) == {"parameter": 2 * N, "gradient": 2 * N,
+                                             "optimizer_state": 4 * N + 4 * TENSORS}
+
+
+def test_qlora_from_pretrained_with_bitsandbytes_config(qlora):
+    def quantized(n: int) -> int:  # NF4 + double quantization, as in test_bitsandbytes.py
+        return n // 2 + n // 64 + math.ceil(n / 64 / 256) * 4 + 4 + 16 * 4 + 256 * 4
+
+    weights = [i * o for i, o in PROJECTIONS] * LAYERS
+    # LoRA r=8 on q_proj (128 -> 128) and v_proj (128 -> 64), A: 8 x in, B: out x 8, in bf16
+    # as TRL trains it with bf16=True.
+    lora = LAYERS * ((8 * H + H * 8) + (8 * H + KV * 8))
+    assert lora == 7168
+    # The head, embeddings and norms stay bf16 (the head is not quantized).
+    base = sum(quantized(n) for n in weights) + 2 * VOCAB * H * 2 + NORMS * H * 2
+    # paged_adamw_8bit: every LoRA tensor is under 4,096 elements, so two fp32 states each
+    # (Optimizer2State.init_state's min_8bit_size), none of them paged (under 1e5).
+    assert model_state_bytes(qlora) == {"parameter": base + 2 * lora, "gradient": 2 * lora,
+                                        "optimizer_state": 8 * lora}
