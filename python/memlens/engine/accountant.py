@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor as _FakeTensor, unset_fake_temporarily
@@ -71,6 +72,7 @@ class Accountant(TorchDispatchMode):
         self._noted: set = set()
         self._all_fake = 0  # inside made_fake(): no op runs on the host
         self.pinned = PinnedFakeStorages(self.ledger)
+        self._one_op_at_a_time = threading.RLock()
 
     @classmethod
     def ignore_compile_internals(cls) -> bool:
@@ -89,11 +91,18 @@ class Accountant(TorchDispatchMode):
             self._all_fake -= 1
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        # Autograd runs backward on one thread per device: with several simulated GPUs (a
+        # DataParallel step) they run at once, and FakeTensorMode keeps its state in itself,
+        # not per thread. One op at a time, as the ledger wants too.
+        with self._one_op_at_a_time:
+            return self._dispatch(func, types, args, kwargs)
+
+    def _dispatch(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func.namespace == "profiler":  # record_function markers: no tensors, no memory
             return func(*args, **kwargs)
         if _FakeTensor not in types and not self._all_fake and runs_on_host(func, types, args, kwargs,
-                                                     sys._getframe(1)):
+                                                     sys._getframe(2)):
             return self._run_on_host(func, args, kwargs)
         if func in _PASSTHROUGH:
             return func(*args, **kwargs)

@@ -132,7 +132,12 @@ class Tracer:
                 from ..cuda.simulate import simulate_cuda
                 from ..patches import torch_cuda_device, torch_cuda_semantics
 
+                from ..cuda import multi_gpu_comm
+
                 torch_cuda_semantics.apply(self._patcher, self)
+                # DataParallel's copies between the simulated GPUs of one process.
+                multi_gpu_comm.apply(self._patcher,
+                                     lambda t: self.classifier.mark(t, C.PARAMETER))
                 torch_cuda_device.apply(self._patcher)
                 if self.compiled.gpu_inductor:
                     torch_inductor_cuda.apply(self._patcher, self.accountant.made_fake,

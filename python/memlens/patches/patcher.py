@@ -99,6 +99,7 @@ TESTED_VERSIONS: dict[str, tuple[str, str, str]] = {
     "torch_cuda_device": ("torch", "2.13.0", "2.16.0"),
     "torch_cuda_semantics": ("torch", "2.13.0", "2.15.0"),
     "cuda_simulate": ("torch", "2.13.0", "2.15.0"),
+    "cuda_multi_gpu_comm": ("torch", "2.13.0", "2.15.0"),
     "megatron": ("megatron-core", "0.16.0", "0.17.0"),
     "torch_values": ("torch", "2.9.0", "2.16.0"),
     "hf_accelerate": ("accelerate", "1.1.0", "1.16.0"),
