@@ -71,6 +71,7 @@ class Accountant(TorchDispatchMode):
         self.placeholders: list[tuple[int, str, object]] = []  # (stack, op, value answered)
         self._noted: set = set()
         self._all_fake = 0  # inside made_fake(): no op runs on the host
+        self._copying_real = 0  # inside copying_real(): host ops run on the host
         self.pinned = PinnedFakeStorages(self.ledger)
         self._one_op_at_a_time = threading.RLock()
 
@@ -90,6 +91,16 @@ class Accountant(TorchDispatchMode):
         finally:
             self._all_fake -= 1
 
+    @contextlib.contextmanager
+    def copying_real(self):
+        """A real tensor is being copied (`copy.deepcopy`): the copy is real, made from
+        nothing or not, in a module's constructor too (host_compute.runs_on_host)."""
+        self._copying_real += 1
+        try:
+            yield
+        finally:
+            self._copying_real -= 1
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         # Autograd runs backward on one thread per device: with several simulated GPUs (a
         # DataParallel step) they run at once, and FakeTensorMode keeps its state in itself,
@@ -101,8 +112,8 @@ class Accountant(TorchDispatchMode):
         kwargs = kwargs or {}
         if func.namespace == "profiler":  # record_function markers: no tensors, no memory
             return func(*args, **kwargs)
-        if _FakeTensor not in types and not self._all_fake and runs_on_host(func, types, args, kwargs,
-                                                     sys._getframe(2)):
+        if _FakeTensor not in types and not self._all_fake and runs_on_host(
+                func, types, args, kwargs, sys._getframe(2), self._copying_real > 0):
             return self._run_on_host(func, args, kwargs)
         if func in _PASSTHROUGH:
             return func(*args, **kwargs)
