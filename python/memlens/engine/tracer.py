@@ -124,8 +124,8 @@ class Tracer:
             self.plugins.install()
             undo.callback(self.plugins.uninstall)
             self._step_hooks = [
-                o.register_optimizer_step_pre_hook(lambda *a: self.phases.on_step_begin()),
-                o.register_optimizer_step_post_hook(lambda *a: self.phases.on_step_end()),
+                o.register_optimizer_step_pre_hook(self.phases.step_pre_hook),
+                o.register_optimizer_step_post_hook(self.phases.step_post_hook),
             ]
             undo.callback(lambda: [h.remove() for h in self._step_hooks])
             if self.device.type == "cuda":
