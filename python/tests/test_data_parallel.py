@@ -76,3 +76,13 @@ def test_cuda0_keeps_the_originals_and_gathers(traced):
         [BATCH * 10 * F32] * 2
     # The gradients are reduced into one flat tensor on cuda:0 (NCCL reduce's output).
     assert [n for _, n, c in on if c == "gradient"] == [PSI * F32] * 2
+
+
+def test_gpus_is_for_a_single_process(tmp_path):
+    """A rank of a distributed job sees its node's GPUs: --gpus with --world-size is refused,
+    before anything is traced."""
+    out = run_memlens("run", "--gpus", "2", "--world-size", "2", "--no-snapshot", "--",
+                      str(SCRIPT), cwd=tmp_path)
+    assert out.returncode == 1
+    assert "--gpus is for a single process" in out.stderr
+    assert "GPUS" not in out.stderr  # the script never ran
