@@ -1,14 +1,17 @@
 """PyTorch Lightning traced unmodified: a LightningModule fit by `Trainer(accelerator="gpu")` on
 one GPU, with DDP as rank 1 of 4 and with FSDP as rank 0 of 4 (`memlens run --world-size 4
 --rank R -- script --devices 4`: Lightning finds the torchrun environment memlens gives the
-rank), and a Fabric loop (`Fabric(accelerator="cuda", devices=1)`, `fabric.backward`).
+rank), tensor parallelism with ModelParallelStrategy (its DeviceMesh is split from the
+device-bound default group: "No backend for the parent process group or its backend does not
+support splitting" before), and a Fabric loop (`Fabric(accelerator="cuda", devices=1)`, `fabric.backward`).
 
 Lightning runs the forward and backward inside the closure it hands `optimizer.step`: the
 phases still follow the steps (forward/backward, then the optimizer step), and the gradients
 made inside the closure are gradients. Model states are checked when the second optimizer
 step begins.
 
-Scripts: scripts/platform/lightning_trainer.py, lightning_fabric.py."""
+Scripts: scripts/platform/lightning_trainer.py, lightning_fabric.py,
+lightning_tensor_parallel.py."""
 
 import json
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +36,7 @@ RUNS = {
     "fsdp-r0": (("--world-size", "4", "--rank", "0"),
                 ("lightning_trainer.py", "--devices", "4", "--strategy", "fsdp")),
     "fabric": ((), ("lightning_fabric.py",)),
+    "tp-r0": (("--world-size", "4", "--rank", "0"), ("lightning_tensor_parallel.py",)),
 }
 
 
@@ -90,3 +94,13 @@ def test_fsdp_rank_holds_a_quarter(snaps):
     assert shard * WORLD == PSI
     assert model_state_bytes(snap) == {"parameter": F32 * shard, "gradient": F32 * shard,
                                        "optimizer_state": 2 * F32 * shard}
+
+
+def test_tensor_parallel_rank_holds_its_column_and_row_shards(snaps):
+    snap = snaps["tp-r0"]
+    # ColwiseParallel splits w1's 1,024 output rows (weight and bias) 4 ways; RowwiseParallel
+    # splits w2's 1,024 input columns and replicates its 512-element bias.
+    local = (1024 // WORLD) * 512 + 1024 // WORLD + 512 * (1024 // WORLD) + 512
+    assert local == 262_912
+    assert model_state_bytes(snap) == {"parameter": F32 * local, "gradient": F32 * local,
+                                       "optimizer_state": 2 * F32 * local}
