@@ -86,3 +86,19 @@ def test_gpus_is_for_a_single_process(tmp_path):
     assert out.returncode == 1
     assert "--gpus is for a single process" in out.stderr
     assert "GPUS" not in out.stderr  # the script never ran
+
+
+def test_buckets_follow_take_tensors():
+    """torch::utils::take_tensors, which _broadcast_coalesced buckets by: per type, a bucket
+    closes once it holds the limit or more; open ones follow in ScalarType order (int64 before
+    float32)."""
+    import torch
+
+    from memlens.cuda.multi_gpu_comm import take_tensors
+
+    mib = 1024 * 1024
+    tensors = [torch.empty(6 * mib // 4, device="meta"),               # f32, 6 MiB
+               torch.empty(4, dtype=torch.int64, device="meta"),       # i64, 32 B
+               torch.empty(6 * mib // 4, device="meta"),               # f32: 12 MiB >= 10
+               torch.empty(mib // 4, device="meta")]                   # f32, a new bucket
+    assert take_tensors(tensors, 10 * mib) == [[0, 2], [1], [3]]

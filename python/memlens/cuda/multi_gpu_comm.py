@@ -50,11 +50,12 @@ _SCALAR_TYPE_ORDER = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.i
                       torch.qint32, torch.bfloat16]
 
 
-def _type_key(t: torch.Tensor) -> int:
+def _type_key(t: torch.Tensor) -> tuple[int, str]:
+    """The bucket key: c10's ScalarType order; later types (float8, ...) after, by name."""
     try:
-        return _SCALAR_TYPE_ORDER.index(t.dtype)
+        return (_SCALAR_TYPE_ORDER.index(t.dtype), "")
     except ValueError:
-        return len(_SCALAR_TYPE_ORDER) + hash(t.dtype) % 1000
+        return (len(_SCALAR_TYPE_ORDER), str(t.dtype))
 
 
 def _cuda(index: int) -> torch.device:
@@ -66,7 +67,7 @@ def take_tensors(tensors, size_limit: int) -> list[list[int]]:
     bucket is closed once it holds `size_limit` bytes or more; the open ones follow, in type
     order."""
     results: list[list[int]] = []
-    open_buckets: dict[int, tuple[list[int], list[int]]] = {}
+    open_buckets: dict[tuple[int, str], tuple[list[int], list[int]]] = {}
     for i, t in enumerate(tensors):
         indices, size = open_buckets.setdefault(_type_key(t), ([], [0]))
         indices.append(i)
