@@ -5,6 +5,10 @@ rank), tensor parallelism with ModelParallelStrategy (its DeviceMesh is split fr
 device-bound default group: "No backend for the parent process group or its backend does not
 support splitting" before), and a Fabric loop (`Fabric(accelerator="cuda", devices=1)`, `fabric.backward`).
 
+The LightningModule overrides `prepare_data`: on a distributed job Lightning runs it inside its
+infinite barrier (a Gloo group's `monitored_barrier`; "Backend fake does not support
+monitoredBarrier" before).
+
 Lightning runs the forward and backward inside the closure it hands `optimizer.step`: the
 phases still follow the steps (forward/backward, then the optimizer step), and the gradients
 made inside the closure are gradients. Model states are checked when the second optimizer

@@ -1,7 +1,7 @@
 """A LightningModule trained by `lightning.Trainer` on GPUs, as the Lightning docs write it:
 `python lightning_trainer.py [--devices N] [--strategy auto|ddp|fsdp]`. A two-layer MLP
 (512 -> 1024 -> 512, fp32), AdamW, `self.log` of the loss (a torchmetrics mean inside
-Lightning), 2 steps, no logger, no checkpoints."""
+Lightning), a `prepare_data` hook, 2 steps, no logger, no checkpoints."""
 
 import argparse
 
@@ -24,6 +24,11 @@ class Regressor(L.LightningModule):
 
     def configure_optimizers(self):
         return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+    def prepare_data(self) -> None:
+        # Where a real script downloads its data: Lightning runs it on rank 0 inside its
+        # infinite barrier (a Gloo group's monitored_barrier) when the job is distributed.
+        self.prepared = True
 
     def train_dataloader(self):
         data = TensorDataset(torch.randn(256, 512), torch.randn(256, 512))
