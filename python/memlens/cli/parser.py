@@ -80,6 +80,9 @@ def _distributed_options(run: argparse.ArgumentParser) -> None:
                    help="processes in the job (default: what the launch line says)")
     g.add_argument("--nproc-per-node", type=int, default=None,
                    help="processes per node (default: the launch line's, else 8 per node)")
+    g.add_argument("--gpus", type=int, default=None, metavar="N",
+                   help="a single process (no --world-size) sees N GPUs, cuda:0 to cuda:N-1 "
+                   "(torch.nn.DataParallel); default 1")
     rank = g.add_mutually_exclusive_group()
     rank.add_argument("--rank", type=int, default=None, help="the rank to trace (default 0)")
     rank.add_argument("--ranks", choices=("all", "every"), default=None,

@@ -27,6 +27,7 @@ def trace(args, console, err) -> int:
     if iterations < 1:
         raise MemlensError("--iterations must be at least 1")
 
+    gpus = _single_process_gpus(args, spec)
     if getattr(args, "ranks", None):
         return trace_all_ranks(args, spec, job, target, device, command, console, err)
 
@@ -37,7 +38,7 @@ def trace(args, console, err) -> int:
         from .all_ranks import peer_argv
 
         object_p2p.configure(lambda rank: peer_argv(args, spec, rank))
-    prepare_process(device, spec.local_world_size if spec else 1)
+    prepare_process(device, spec.local_world_size if spec else gpus)
 
     progress_mode = args.progress
     if progress_mode == "auto":
@@ -51,7 +52,8 @@ def trace(args, console, err) -> int:
                                 max_allocations=args.max_allocations, rank=spec,
                                 dynamic_sizes=args.dynamic_sizes or "bound",
                                 sdpa_backend=args.sdpa_backend or (
-                                    recipe.sdpa_backend if recipe else None))
+                                    recipe.sdpa_backend if recipe else None),
+                                device_count=gpus)
         except DataDependentError as e:
             # What was traced until the script needed a value: the report, then the error.
             from ..reports.terminal import print_report
@@ -162,6 +164,19 @@ def _job(args):
             raise MemlensError("-m needs a module name")
         return Job(ScriptTarget(path="", module=script[1], args=script[2:]))
     return Job(ScriptTarget(path=script[0], args=script[1:]))
+
+
+def _single_process_gpus(args, spec) -> int:
+    """--gpus: the GPUs one process of no distributed job sees (a rank sees its node's)."""
+    gpus = getattr(args, "gpus", None)
+    if gpus is None:
+        return 1
+    if spec is not None:
+        raise MemlensError("--gpus is for a single process; a rank of a distributed job sees "
+                           "its node's GPUs: give --nproc-per-node")
+    if not 1 <= gpus <= 64:
+        raise MemlensError(f"--gpus must be between 1 and 64, not {gpus}")
+    return gpus
 
 
 def _rank_spec(args, job):

@@ -74,7 +74,7 @@ class Shim:
             ("restore_guard", None, [c_ptr]), ("device_count", c_int, []),
             ("current_device", c_int, []), ("set_device", None, [c_int]),
             ("current_stream", c_ll, [c_int]), ("set_stream", None, [c_int, c_ll]),
-            ("new_stream", c_ll, []),
+            ("new_stream", c_ll, []), ("pinned_bytes", c_ll, []),
         ):
             fn = getattr(lib, "memlens_fake_cuda_" + name)
             fn.restype, fn.argtypes = res, args

@@ -9,12 +9,22 @@
 // autograd asks before every backward on cuda tensors; ours replace them, and
 // simulate.py swaps our guard in while it runs. No CUDA kernels or allocator
 // exist here either way: real CUDA tensors still fail.
+// Pinned (page-locked) host memory: the hooks hand out a host allocator whose
+// blocks they recognise (isPinnedPtr), so `pin_memory()`, `torch.empty(...,
+// pin_memory=True)`, DataLoader pinning and DDP's pinned buffers make real host
+// tensors that answer is_pinned() True. Nothing is page-locked: no driver here.
 // Python calls memlens_fake_cuda_install() right after dlopen(RTLD_GLOBAL) and
 // BEFORE `import torch`: at::detail::getCUDAHooks() creates its hooks once.
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
+
 #include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
 
 namespace {
 using c10::Device;
@@ -73,6 +83,65 @@ struct FakeCUDAGuard final : c10::impl::NoOpDeviceGuardImpl<kCUDA> {
   double elapsedTime(void*, void*, const DeviceIndex) const override { return 0.0; }
 };
 
+// Host blocks handed out as pinned: start address -> size (interior pointers of a
+// block are pinned too, as cudaPointerGetAttributes reports them).
+class PinnedBlocks {
+ public:
+  void add(void* p, size_t n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    blocks_[reinterpret_cast<uintptr_t>(p)] = n;
+    bytes_ += n;
+  }
+  void remove(void* p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = blocks_.find(reinterpret_cast<uintptr_t>(p));
+    if (it != blocks_.end()) {
+      bytes_ -= it->second;
+      blocks_.erase(it);
+    }
+  }
+  bool contains(const void* p) {
+    auto a = reinterpret_cast<uintptr_t>(p);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = blocks_.upper_bound(a);
+    if (it == blocks_.begin()) return false;
+    --it;
+    return a < it->first + (it->second ? it->second : 1);
+  }
+  long long bytes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<long long>(bytes_);
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<uintptr_t, size_t> blocks_;
+  size_t bytes_ = 0;
+};
+
+PinnedBlocks& pinned_blocks() {
+  static auto* blocks = new PinnedBlocks();  // leaked: blocks may die at exit, after statics
+  return *blocks;
+}
+
+void free_pinned(void* p) {
+  pinned_blocks().remove(p);
+  c10::free_cpu(p);
+}
+
+struct FakePinnedAllocator final : c10::Allocator {
+  c10::DataPtr allocate(size_t n) override {
+    // Never null, even for 0 bytes: the block must be found again by isPinnedPtr.
+    void* p = c10::alloc_cpu(n ? n : 1);
+    pinned_blocks().add(p, n);
+    return {p, p, &free_pinned, Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &free_pinned; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+};
+
 struct FakeCUDAHooks final : at::CUDAHooksInterface {
   explicit FakeCUDAHooks(at::CUDAHooksArgs) {}
   void init() const override {}  // the engine lazily "initialises" the accelerator
@@ -97,6 +166,13 @@ struct FakeCUDAHooks final : at::CUDAHooksInterface {
   long versionCuDNN() const override { return 0; }
   long versionRuntimeCuDNN() const override { return 0; }
   long versionCuDNNFrontend() const override { return 0; }
+  c10::Allocator* getPinnedMemoryAllocator() const override {
+    static auto* allocator = new FakePinnedAllocator();
+    return allocator;
+  }
+  bool isPinnedPtr(const void* data) const override {
+    return data != nullptr && pinned_blocks().contains(data);
+  }
 };
 
 }  // namespace
@@ -146,4 +222,6 @@ void memlens_fake_cuda_set_device(int i) { if (i >= 0 && i < kMaxDevices) t_devi
 long long memlens_fake_cuda_current_stream(int i) { return t_stream[slot(i)]; }
 void memlens_fake_cuda_set_stream(int i, long long id) { t_stream[slot(i)] = id; }
 long long memlens_fake_cuda_new_stream() { return g_next_stream++; }
+// Bytes of host memory the pinned allocator holds now.
+long long memlens_fake_cuda_pinned_bytes() { return pinned_blocks().bytes(); }
 }

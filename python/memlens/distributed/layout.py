@@ -67,6 +67,7 @@ class Layout:
         self.world_size = world_size
         self.rank = rank
         self.requested_backend: str | None = None
+        self.group_backends: dict[str, str] = {}  # group name -> backend a new_group named
         self.meshes: list[dict] = []  # {shape, dim_names, coordinate}
         self.families: list[Family] = []
         self._by_group: dict[int, Family] = {}  # id(ProcessGroup) -> family

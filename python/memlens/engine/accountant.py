@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor as _FakeTensor, unset_fake_temporarily
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import categories as C
+from ..cuda.pinned_memory import PinnedFakeStorages, pinning_available
 from ..kernels.cuda import COLLECTIVE_NAMESPACES
 from ..errors import DataDependentError, Location
 from .dynamic_sizes import bounded_result, has_bound
@@ -35,11 +37,10 @@ _WAIT_TENSOR = getattr(getattr(torch.ops, "_c10d_functional", None), "wait_tenso
 _WAIT_TENSOR = _WAIT_TENSOR.default if _WAIT_TENSOR is not None else None
 # Ops FakeTensorMode has no fake kernel for (it would run them on real data and fail): what
 # they mean for memory. record_stream delays the block's return to its pool (the ledger tells
-# the allocator model); pinning copies to host memory (below, so that the copy is booked).
+# the allocator model); pinning copies to host memory (below, so that the copy is booked), and
+# a fake copy remembers it is pinned (cuda/pinned_memory.py).
 _RECORD_STREAM = aten.record_stream.default
-_NO_FAKE_KERNEL = {
-    aten.is_pinned.default: lambda t, device=None: False,
-}
+_IS_PINNED = aten.is_pinned.default
 _PIN_MEMORY = aten._pin_memory.default
 _PLAIN_TYPES = (torch.Tensor, torch._subclasses.FakeTensor, torch.nn.Parameter)
 
@@ -70,6 +71,9 @@ class Accountant(TorchDispatchMode):
         self.placeholders: list[tuple[int, str, object]] = []  # (stack, op, value answered)
         self._noted: set = set()
         self._all_fake = 0  # inside made_fake(): no op runs on the host
+        self._copying_real = 0  # inside copying_real(): host ops run on the host
+        self.pinned = PinnedFakeStorages(self.ledger)
+        self._one_op_at_a_time = threading.RLock()
 
     @classmethod
     def ignore_compile_internals(cls) -> bool:
@@ -87,12 +91,29 @@ class Accountant(TorchDispatchMode):
         finally:
             self._all_fake -= 1
 
+    @contextlib.contextmanager
+    def copying_real(self):
+        """A real tensor is being copied (`copy.deepcopy`): the copy is real, made from
+        nothing or not, in a module's constructor too (host_compute.runs_on_host)."""
+        self._copying_real += 1
+        try:
+            yield
+        finally:
+            self._copying_real -= 1
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        # Autograd runs backward on one thread per device: with several simulated GPUs (a
+        # DataParallel step) they run at once, and FakeTensorMode keeps its state in itself,
+        # not per thread. One op at a time, as the ledger wants too.
+        with self._one_op_at_a_time:
+            return self._dispatch(func, types, args, kwargs)
+
+    def _dispatch(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func.namespace == "profiler":  # record_function markers: no tensors, no memory
             return func(*args, **kwargs)
-        if _FakeTensor not in types and not self._all_fake and runs_on_host(func, types, args, kwargs,
-                                                     sys._getframe(1)):
+        if _FakeTensor not in types and not self._all_fake and runs_on_host(
+                func, types, args, kwargs, sys._getframe(2), self._copying_real > 0):
             return self._run_on_host(func, args, kwargs)
         if func in _PASSTHROUGH:
             return func(*args, **kwargs)
@@ -111,8 +132,9 @@ class Accountant(TorchDispatchMode):
             return args[0]
         if func is _RECORD_STREAM:
             return self._record_stream(*args)
-        if func in _NO_FAKE_KERNEL:
-            return _NO_FAKE_KERNEL[func](*args)
+        if func is _IS_PINNED:
+            return self.pinned.is_pinned(args[0])
+        pinned = func is _PIN_MEMORY or kwargs.get("pin_memory") is True
         if func is _PIN_MEMORY:  # FSDP's CPU offload: a copy in (page-locked) host memory
             func, args, kwargs = aten.clone.default, (args[0],), {}
         if not _plain(types):
@@ -133,6 +155,8 @@ class Accountant(TorchDispatchMode):
         if func in HEALTHY_OPS:
             note_healthy_value(func, args, out)
         booked = self._book_outputs(func, args, kwargs, out)
+        if pinned:
+            self.pinned.mark(out)
         if func.namespace in COLLECTIVE_NAMESPACES and self.tracer.collectives is not None:
             # Which NCCL stream it runs on and what its work keeps alive (nccl_work.py).
             self.tracer.collectives.issued(func, args, kwargs, out)
@@ -158,9 +182,10 @@ class Accountant(TorchDispatchMode):
             raise self.tracer.stop()
         if func is _RECORD_STREAM:
             return None  # a host tensor: no CUDA allocator holds it
-        if func in _NO_FAKE_KERNEL:
-            return _NO_FAKE_KERNEL[func](*args)
-        if func is _PIN_MEMORY:  # a page-locked copy in host memory: a copy, on the host
+        if (func is _IS_PINNED or func is _PIN_MEMORY) and not pinning_available():
+            # No CUDA hooks to pin with (a CPU target): a copy, on the host, never pinned.
+            if func is _IS_PINNED:
+                return False
             func, args, kwargs = aten.clone.default, (args[0],), {}
         with unset_fake_temporarily():
             out = func(*args, **kwargs)

@@ -167,6 +167,8 @@ class Classifier:
                     self.mark(p.grad, C.GRADIENT, self.modules.param_owner.get(id(p)))
 
     def _after_step(self, optimizer, args, kwargs) -> None:
+        # A step given a closure (Lightning) makes the gradients inside it, after the pre-hook.
+        self._before_step(optimizer, args, kwargs)
         for p, state in optimizer.state.items():
             owner = self.modules.param_owner.get(id(p))
             for value in _state_tensors(state):

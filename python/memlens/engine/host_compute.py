@@ -85,8 +85,11 @@ def _factory_bytes(func, args, kwargs) -> int:
         return n
 
 
-def runs_on_host(func, types, args, kwargs, caller_frame) -> bool:
-    """Whether `func(*args, **kwargs)` should run for real (see the module docstring)."""
+def runs_on_host(func, types, args, kwargs, caller_frame, copying_real: bool = False) -> bool:
+    """Whether `func(*args, **kwargs)` should run for real (see the module docstring).
+    `copying_real`: the op is part of copying a real tensor (`copy.deepcopy`, which makes its
+    new tensor from nothing with `new_empty` and sets a real storage into it): a copy of a real
+    tensor is real, in a module's constructor too."""
     for t in types:
         if t is not torch.Tensor and t is not torch.nn.Parameter:
             return False  # a fake tensor, or a subclass (DTensor) whose own dispatch decides
@@ -100,6 +103,8 @@ def runs_on_host(func, types, args, kwargs, caller_frame) -> bool:
     if tensors:
         # Real host tensors in, host tensor out. (Ops that move them to the simulated device
         # name the device, above.)
+        return True
+    if copying_real:
         return True
     # A tensor made from nothing: real unless it is model state in the making or large.
     if _factory_bytes(func, args, kwargs) > MAX_REAL_FACTORY_BYTES:

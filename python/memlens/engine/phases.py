@@ -57,6 +57,7 @@ class PhaseTracker:
         self.stepped = False  # an optimizer step has run
         self._backward_in_iteration = False
         self._backward_seen = False
+        self._closure_steps = 0  # steps whose closure has not returned yet (step_pre_hook)
         self._iteration_phase = -1  # index of the current iteration's first phase
         self._lead = None  # id of the module whose forward began this iteration
         self.on_phase = lambda name: None  # progress display
@@ -121,6 +122,36 @@ class PhaseTracker:
         if self.state != OPTIMIZER:
             self.state = OPTIMIZER
             self.begin(f"optimizer_step_iter_{self.iteration}")
+
+    def step_pre_hook(self, optimizer, args: tuple, kwargs: dict):
+        """optimizer.step's pre-hook. A step given a closure runs the iteration's forward and
+        backward inside it (Lightning's automatic optimization, LBFGS): the step begins when
+        the closure first returns, so those stay in the forward/backward phase."""
+        closure = kwargs["closure"] if "closure" in kwargs else (args[0] if args else None)
+        if not callable(closure):
+            self.on_step_begin()
+            return None
+        self._closure_steps += 1
+        began = False
+
+        def closure_then_step(*a, **k):
+            nonlocal began
+            result = closure(*a, **k)
+            if not began:
+                began = True
+                self._closure_steps -= 1
+                self.on_step_begin()
+            return result
+
+        if "closure" in kwargs:
+            return args, {**kwargs, "closure": closure_then_step}
+        return (closure_then_step, *args[1:]), kwargs
+
+    def step_post_hook(self, optimizer, args: tuple, kwargs: dict) -> None:
+        if self._closure_steps:  # a step that never called its closure
+            self._closure_steps -= 1
+            self.on_step_begin()
+        self.on_step_end()
 
     def on_step_end(self) -> None:
         self.in_step = max(0, self.in_step - 1)

@@ -100,7 +100,8 @@ class Tracer:
             undo.callback(self._patcher.undo)  # every patch below, last of all
             torch_core.apply(self._patcher, self._external_tensor, self.accountant.storage_resized,
                              mark_finite_check,
-                             lambda p: self.classifier.mark(p, C.PARAMETER))
+                             lambda p: self.classifier.mark(p, C.PARAMETER),
+                             self.accountant.copying_real)
             torch_data.apply(self._patcher)
             torch_values.apply(self._patcher, self.accountant.note_value)
             torch_loops.apply(self._patcher, self.phases.on_optimizer_created,
@@ -123,8 +124,8 @@ class Tracer:
             self.plugins.install()
             undo.callback(self.plugins.uninstall)
             self._step_hooks = [
-                o.register_optimizer_step_pre_hook(lambda *a: self.phases.on_step_begin()),
-                o.register_optimizer_step_post_hook(lambda *a: self.phases.on_step_end()),
+                o.register_optimizer_step_pre_hook(self.phases.step_pre_hook),
+                o.register_optimizer_step_post_hook(self.phases.step_post_hook),
             ]
             undo.callback(lambda: [h.remove() for h in self._step_hooks])
             if self.device.type == "cuda":
@@ -132,8 +133,13 @@ class Tracer:
                 from ..cuda.simulate import simulate_cuda
                 from ..patches import cuda_nvtx, torch_cuda_device, torch_cuda_semantics
 
+                from ..cuda import multi_gpu_comm
+
                 torch_cuda_semantics.apply(self._patcher, self)
                 cuda_nvtx.apply(self._patcher)
+                # DataParallel's copies between the simulated GPUs of one process.
+                multi_gpu_comm.apply(self._patcher,
+                                     lambda t: self.classifier.mark(t, C.PARAMETER))
                 torch_cuda_device.apply(self._patcher)
                 if self.compiled.gpu_inductor:
                     torch_inductor_cuda.apply(self._patcher, self.accountant.made_fake,

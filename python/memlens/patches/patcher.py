@@ -101,6 +101,7 @@ TESTED_VERSIONS: dict[str, tuple[str, str, str]] = {
     "cuda_simulate": ("torch", "2.13.0", "2.15.0"),
     "cuda_graphs": ("torch", "2.13.0", "2.14.0"),
     "cuda_nvtx": ("torch", "2.9.0", "2.16.0"),
+    "cuda_multi_gpu_comm": ("torch", "2.13.0", "2.15.0"),
     "megatron": ("megatron-core", "0.16.0", "0.17.0"),
     "torch_values": ("torch", "2.9.0", "2.16.0"),
     "hf_accelerate": ("accelerate", "1.1.0", "1.16.0"),

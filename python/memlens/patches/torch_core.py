@@ -23,7 +23,10 @@
   is handed to `on_finite_check` (engine/healthy_values.py: a healthy run's, all finite).
 - `Tensor.__deepcopy__`, `nn.Parameter.__deepcopy__`: an EMA model (`copy.deepcopy(model)`, `AveragedModel`) holds
   parameters that may never run a forward, where the classifier finds a model's; each copy is
-  handed to `on_parameter_copy` (a parameter, from birth).
+  handed to `on_parameter_copy` (a parameter, from birth). A real host tensor's copy is real:
+  `Tensor.__deepcopy__` makes the new tensor from nothing (`new_empty`) and sets the copied
+  storage into it, which in a module's constructor (torchmetrics' `add_state`) would make it
+  fake and fail ("set the storage of a tensor on device meta to a storage on ... cpu").
 - the foreach "supported types" lists of torch.optim and torch.utils: optimizers and
   clip_grad_norm_ take their multi-tensor (foreach) path only for exact Tensor/Parameter types,
   so fake parameters would silently take the per-tensor path a real run does not take.
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import copyreg
 import sys
+import warnings
 
 import torch
 
@@ -76,9 +80,20 @@ def _assign(t1: torch.Tensor, t2: torch.Tensor) -> None:
         _swap_despite_weakrefs(t1, t2)
 
 
-def _noting_parameter_copies(original, on_parameter_copy):
+def _noting_parameter_copies(original, on_parameter_copy, copying_real):
+    from torch._subclasses.fake_tensor import FakeTensor
+
     def __deepcopy__(self, memo):
-        copied = original(self, memo)
+        if type(self) in (torch.Tensor, torch.nn.Parameter) and self.device.type == "cpu" \
+                and not isinstance(self, FakeTensor):
+            with copying_real():  # a real tensor's copy is real (its storage is copied)
+                copied = original(self, memo)
+        else:
+            with warnings.catch_warnings():
+                # torch's own deepcopy asks a fake tensor for its data pointer (to take the
+                # clone path); the warning is about torch's code, not the script's.
+                warnings.filterwarnings("ignore", "Accessing the data pointer of FakeTensor")
+                copied = original(self, memo)
         if isinstance(copied, torch.nn.Parameter):
             on_parameter_copy(copied)
         return copied
@@ -86,7 +101,9 @@ def _noting_parameter_copies(original, on_parameter_copy):
 
 
 def apply(patcher: Patcher, on_external_tensor, on_storage_resized, on_finite_check,
-          on_parameter_copy) -> None:
+          on_parameter_copy, copying_real) -> None:
+    """`copying_real()`: a context in which the accountant runs host ops for real (a real
+    tensor being deep-copied)."""
     check_tested("torch_core", torch.__version__)
     original_swap = torch.utils.swap_tensors
 
@@ -149,7 +166,7 @@ def apply(patcher: Patcher, on_external_tensor, on_storage_resized, on_finite_ch
     # reads the mark): it is copied by Tensor.__deepcopy__, not Parameter.__deepcopy__.
     for owner in (torch.Tensor, torch.nn.Parameter):
         patcher.setattr(owner, "__deepcopy__", _noting_parameter_copies(
-            owner.__dict__["__deepcopy__"], on_parameter_copy))
+            owner.__dict__["__deepcopy__"], on_parameter_copy, copying_real))
 
     patcher.setattr(torch, "isfinite", finite_check(torch.isfinite))
     patcher.setattr(torch.Tensor, "isfinite", finite_check(torch.Tensor.isfinite))

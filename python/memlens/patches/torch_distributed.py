@@ -6,7 +6,9 @@ Applied by the Tracer only when a world size is given, undone when the trace end
   backend, init method or store the script uses, `init_process_group` (or `init_device_mesh`
   without it) makes a fake default group of the simulated world size and rank, with no
   rendezvous and no socket, and `new_group`/DeviceMesh sub-groups are fake too
-  (torch_distributed_bringup.py). Collectives then run their fake kernels: outputs are
+  (torch_distributed_bringup.py); the store answers the whole Store API
+  (torch_distributed_store.py); `split_group` and `monitored_barrier`, which the fake backend
+  refuses, work (torch_distributed_groups.py). Collectives then run their fake kernels: outputs are
   allocated (the ledger books them as any op output) and no data moves.
 - DeviceMesh is bookkeeping built from small integer CPU tensors (`arange(world)`, reshaped and
   read back with `.tolist()`): under FakeTensorMode those would be fake and unreadable. Its
@@ -31,7 +33,8 @@ from typing import Any, Callable
 
 import torch
 
-from . import torch_distributed_bringup, torch_distributed_users, torch_object_p2p
+from . import (torch_distributed_bringup, torch_distributed_groups, torch_distributed_users,
+               torch_object_p2p)
 from .patcher import Patcher, check_tested
 
 
@@ -66,6 +69,7 @@ def apply(patcher: Patcher, spec, layout, is_gradient: Callable[[torch.Tensor], 
 
         raise MemlensError("this torch build has no torch.distributed; cannot simulate a rank")
     torch_distributed_bringup.apply(patcher, spec, layout)
+    torch_distributed_groups.apply(patcher, layout, torch_distributed_bringup._bound_in)
     _device_mesh(patcher, layout)
     _object_collectives(patcher, spec)
     _cross_rank_checks(patcher)

@@ -8,8 +8,9 @@ ever opens a socket, waits for other ranks or reads a store they would write.
   every module that bound it, DeviceMesh's among them: `init_device_mesh` without a prior
   `init_process_group` calls its own copy (and would otherwise wait up to 30 minutes for the
   other ranks on a real TCPStore). Sub-groups (`new_group`, DeviceMesh's) are fake too.
-- `TCPStore`, which connects (or listens) when it is built, is an in-process store: a script
-  that builds one to pass as `store=` gets a store that works for this process alone.
+- The default group's store, and `TCPStore`, which connects (or listens) when it is built,
+  are an in-process store that answers the whole Store API as a simulated rank's job would
+  (torch_distributed_store.py).
 - NCCL, as a GPU build reports it: `is_nccl_available()` answers True, so scripts choose
   `nccl`; on a build without NCCL, torch's own code then tests `isinstance(pg,
   ProcessGroupNCCL)` on a name its module never defined (the NameError of `_set_pg_timeout`),
@@ -31,6 +32,7 @@ import functools
 import sys
 from typing import Any
 
+from . import torch_distributed_store
 from .patcher import Patcher
 
 
@@ -38,7 +40,7 @@ def apply(patcher: Patcher, spec, layout) -> None:
     """`spec`: the simulated RankSpec; `layout`: the recorder of the groups the rank builds."""
     _init_process_group(patcher, spec, layout)
     _get_backend(patcher, layout)
-    _stores(patcher)
+    torch_distributed_store.apply(patcher, _bound_in)
     _nccl(patcher)
 
 
@@ -57,7 +59,7 @@ def _init_process_group(patcher: Patcher, spec, layout) -> None:
     import torch
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
-    from torch.testing._internal.distributed.fake_pg import FakeStore
+    import torch.testing._internal.distributed.fake_pg  # noqa: F401 (registers "fake")
 
     original_init = c10d.init_process_group
     original_helper = c10d._new_process_group_helper
@@ -70,11 +72,13 @@ def _init_process_group(patcher: Patcher, spec, layout) -> None:
         layout.requested_backend = str(backend) if backend is not None else None
         # No rendezvous: the simulated rank and world size, whatever the script passes.
         return original_init("fake", timeout=timeout, world_size=spec.world_size,
-                             rank=spec.rank, store=FakeStore(), group_name=group_name,
-                             device_id=device_id, **kw)
+                             rank=spec.rank, store=torch_distributed_store.simulated_store(),
+                             group_name=group_name, device_id=device_id, **kw)
 
     def new_process_group_helper(group_size, group_rank, global_ranks_in_group, backend, store,
                                  group_name, backend_options=None, *args, **kwargs):
+        if str(backend) != "fake":  # a new_group(backend=...) of the script's
+            layout.group_backends[str(group_name)] = str(backend)
         pg = original_helper(group_size, group_rank, global_ranks_in_group, "fake", store,
                              group_name, None, *args, **kwargs)
         ranks = list(global_ranks_in_group) or list(range(spec.world_size))
@@ -100,45 +104,17 @@ def _get_backend(patcher: Patcher, layout) -> None:
         caller = sys._getframe(1).f_globals.get("__name__", "")
         if backend != "fake" or caller == "torch" or caller.startswith("torch."):
             return backend
-        # torch's name for a group made with no backend and no device is "undefined".
-        return c10d.Backend(layout.requested_backend or "undefined")
+        return c10d.Backend(requested_backend(layout, group))
 
     patcher.set_everywhere(_bound_in("get_backend", original, [c10d, dist]), "get_backend",
                            get_backend)
 
 
-class _InProcessStoreMixin:
-    """What a TCPStore reports about itself, for a store that never connects."""
-
-    def __init__(self, host_name: str = "127.0.0.1", port: int = 0, world_size=None,
-                 is_master: bool = False, timeout=None, wait_for_workers: bool = True,
-                 multi_tenant: bool = False, master_listen_fd=None, use_libuv: bool = True):
-        super().__init__()
-        self._memlens_host, self._memlens_port = host_name, int(port)
-        if timeout is not None:
-            self.set_timeout(timeout)
-
-    @property
-    def host(self) -> str:
-        return self._memlens_host
-
-    @property
-    def port(self) -> int:
-        return self._memlens_port
-
-    @property
-    def libuvBackend(self) -> bool:  # noqa: N802 (TCPStore's name)
-        return True
-
-
-def _stores(patcher: Patcher) -> None:
-    import torch.distributed as dist
-
-    original = dist.TCPStore
-    in_process = type("TCPStore", (_InProcessStoreMixin, dist.HashStore),
-                      {"__module__": __name__, "__doc__": "An in-process stand-in for "
-                       "TCPStore: a simulated rank has no other ranks to connect to."})
-    patcher.set_everywhere(_bound_in("TCPStore", original, [dist]), "TCPStore", in_process)
+def requested_backend(layout, group=None) -> str:
+    """The backend the script asked for `group` (None: the default group), whatever the fake
+    group runs on. torch's name for a group made with no backend and no device: "undefined"."""
+    named = layout.group_backends.get(str(group.group_name)) if group is not None else None
+    return named or layout.requested_backend or "undefined"
 
 
 class _NCCLOptions:

@@ -106,6 +106,30 @@ def _fsdp1(patcher: Patcher, layout, L) -> None:
     _after_init(patcher, FullyShardedDataParallel, record)
     for owner in (fsdp_common, flat_param, fsdp_runtime):
         patcher.setattr(owner, "_no_dispatch_record_stream", _record_stream)
+    _fsdp1_device_id_moves(patcher)
+
+
+def _fsdp1_device_id_moves(patcher: Patcher) -> None:
+    """FSDP1 given a `device_id` (Lightning's FSDPStrategy) moves a module still on the CPU by
+    `param.data = param.to(device)`, which leaves a fake tensor's device, a Python attribute,
+    on the CPU ("An FSDP-managed module unexpectedly has parameters on cpu"): it follows."""
+    import torch.distributed.fsdp._init_utils as init_utils
+
+    original = init_utils._move_states_to_device
+
+    @functools.wraps(original)
+    def _move_states_to_device(params, buffers, device_from_device_id):
+        original(params, buffers, device_from_device_id)
+        if device_from_device_id is None:
+            return
+        device = torch.device(device_from_device_id)
+        if device.index is None and device.type == "cuda":
+            device = torch.device("cuda", torch.cuda.current_device())
+        for t in (*params, *buffers, *(p.grad for p in params if p.grad is not None)):
+            if hasattr(t, "fake_device"):
+                t.fake_device = device
+
+    patcher.setattr(init_utils, "_move_states_to_device", _move_states_to_device)
 
 
 def _record_stream(tensor, stream) -> None:

@@ -29,11 +29,13 @@ def prepare_process(device: DeviceSpec | str, device_count: int = 1) -> None:
 def trace_target(target, device: DeviceSpec, iterations: int, progress_mode: str = "none",
                  console=None, command: list[str] | None = None,
                  max_allocations: int | None = None, rank=None,
-                 dynamic_sizes: str = "bound", sdpa_backend: str | None = None) -> dict[str, Any]:
+                 dynamic_sizes: str = "bound", sdpa_backend: str | None = None,
+                 device_count: int = 1) -> dict[str, Any]:
     """`rank`: a RankSpec to simulate that rank of a distributed job (the script target must
     already carry the rank's environment). A script stopped by a value the trace cannot make
     up raises DataDependentError carrying the snapshot of what was traced until then.
-    `sdpa_backend`: the attention kernel to try first (cuda/sdpa.py), else the device's order."""
+    `sdpa_backend`: the attention kernel to try first (cuda/sdpa.py), else the device's order.
+    `device_count`: the GPUs a single process sees (DataParallel; a rank sees its node's)."""
     from ..engine.interrupt import stop_on_interrupt
     from ..progress import Progress
     from ..snapshot import build_snapshot
@@ -44,7 +46,7 @@ def trace_target(target, device: DeviceSpec, iterations: int, progress_mode: str
     from ..errors import DataDependentError
 
     tracer = Tracer(device, iterations=iterations, rank=rank, dynamic_sizes=dynamic_sizes,
-                    sdpa_backend=sdpa_backend)
+                    sdpa_backend=sdpa_backend, device_count=device_count)
     try:
         with Progress(progress_mode, console, rank.rank if rank else None) as progress:
             tracer.phases.on_phase = progress.update

@@ -1,0 +1,51 @@
+"""Deep copies of tensors made in a module's constructor (patches/torch_core.py): a real
+tensor's copy is real there too (torchmetrics' `add_state` copies `torch.tensor(0.0)` made in
+`MeanMetric.__init__`; it failed with "Attempted to set the storage of a tensor on device meta
+to a storage on different device cpu"), fake ones copy as fake tensors, and a metric moved to
+the GPU and an EMA copy of the model copy as on the GPU.
+
+One trace of scripts/platform/deepcopy_states.py (needs torchmetrics)."""
+
+import json
+import re
+
+import pytest
+
+from support.paths import TESTS
+from support.ranks import model_state_bytes
+from support.runs import run_memlens
+
+pytestmark = pytest.mark.slow  # traces in a fresh process
+
+SCRIPT = TESTS / "scripts" / "platform" / "deepcopy_states.py"
+F32 = 4
+PSI = 256 * 256 + 256  # the Linear(256, 256)
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("deepcopy")
+    snap = tmp / "deepcopy.json"
+    out = run_memlens("run", "--device", "h100-80gb", "--json", "--progress", "none",
+                      "--snapshot", str(snap), "--", str(SCRIPT), cwd=tmp)
+    assert out.returncode == 0, out.stderr[-4000:]
+    return out.stderr, json.loads(snap.read_text())
+
+
+def test_copies_keep_their_device_and_shape(traced):
+    stderr, _ = traced
+    copies = re.findall(r"^COPY (\w+) (\S+) (.+)$", stderr, re.M)
+    assert copies == [("init_copy", "cpu", "(64, 256)"),          # copied in __init__, on host
+                      ("metric_default", "cuda:0", "()"),         # moved with the module
+                      ("ema_weight", "cuda:0", "(256, 256)"),
+                      # after the first step; the trace ends at the second step's end
+                      ("metric_copy", "cuda:0", "()")]
+    assert "Accessing the data pointer of FakeTensor" not in stderr
+
+
+def test_the_ema_copy_holds_a_second_set_of_parameters(traced):
+    _, snap = traced
+    # The model's and the EMA copy's parameters (fp32), the model's gradients; SGD without
+    # momentum keeps no state.
+    assert model_state_bytes(snap) == {"parameter": 2 * PSI * F32, "gradient": PSI * F32,
+                                       "optimizer_state": 0}
