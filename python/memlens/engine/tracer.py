@@ -105,9 +105,10 @@ class Tracer:
             torch_values.apply(self._patcher, self.accountant.note_value)
             torch_loops.apply(self._patcher, self.phases.on_optimizer_created,
                               self.phases.on_backward_end)
-            torch_compile.apply(self._patcher, self.compiled, self.add_note,
-                                self.accountant.made_fake, self._compiled_module_call,
-                                self._modes_entered, type(self.accountant))
+            torch_compile.apply(
+                self._patcher, self.compiled, self.add_note, self.accountant.made_fake,
+                self._compiled_module_call, self._modes_entered, type(self.accountant),
+                also_when_compiling=self._inductor_gpu_patches)
             torch_checkpoint.apply(self._patcher, self.classifier.mark_saved)
             if self.rank is not None:
                 from ..patches import torch_distributed
@@ -134,9 +135,6 @@ class Tracer:
 
                 torch_cuda_semantics.apply(self._patcher, self)
                 torch_cuda_device.apply(self._patcher)
-                if self.compiled.gpu_inductor:
-                    torch_inductor_cuda.apply(self._patcher, self.accountant.made_fake,
-                                              (self.device.major, self.device.minor))
                 # Before FakeTensorMode: entering it asks torch.cuda.is_available().
                 self._cuda = simulate_cuda(self.device, LedgerMemory(self.ledger),
                                            device_count=self.device_count, device=self.device_index)
@@ -150,6 +148,12 @@ class Tracer:
             undo.enter_context(self.accountant)
             self._undo = undo.pop_all()
         return self
+
+    def _inductor_gpu_patches(self) -> None:
+        """Inductor's GPU code generation without a GPU (CUDA targets), at the first compile."""
+        if self.compiled.gpu_inductor:
+            torch_inductor_cuda.apply(self._patcher, self.accountant.made_fake,
+                                      (self.device.major, self.device.minor))
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         self.mark_end()
