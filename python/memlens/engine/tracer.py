@@ -151,9 +151,14 @@ class Tracer:
 
     def _inductor_gpu_patches(self) -> None:
         """Inductor's GPU code generation without a GPU (CUDA targets), at the first compile."""
-        if self.compiled.gpu_inductor:
-            torch_inductor_cuda.apply(self._patcher, self.accountant.made_fake,
-                                      (self.device.major, self.device.minor))
+        if not self.compiled.gpu_inductor:
+            return
+        problem = torch_inductor_cuda.triton_import_problem()
+        if problem:
+            self.compiled.gpu_unavailable(problem)
+            return
+        torch_inductor_cuda.apply(self._patcher, self.accountant.made_fake,
+                                  (self.device.major, self.device.minor))
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         self.mark_end()

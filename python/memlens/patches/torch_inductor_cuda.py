@@ -52,6 +52,15 @@ def triton_missing() -> str:
     return ""
 
 
+def triton_import_problem() -> str:
+    """Why Triton, installed, cannot be imported ("" when it can): asked at the first compile."""
+    try:
+        import triton  # noqa: F401
+    except ImportError as e:
+        return f"Triton is not installed ({e}); install triton==3.8.0"
+    return ""
+
+
 def _delegate(name: str):
     return staticmethod(lambda *args, **kwargs: getattr(torch.cuda, name)(*args, **kwargs))
 
