@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 
 .PHONY: demo test setup setup-system setup-python setup-node setup-web setup-node24 \
 	setup-code-server setup-e2e build vsix test-python test-ts test-webview test-e2e \
-	test-cuda-build bench bench-ranks bench-megatron bench-webview bench-ext clean
+	test-cuda-build bench bench-startup bench-test-suite bench-ranks bench-megatron bench-webview bench-ext clean
 
 # -- set-up (each step is idempotent: quick when already done) -------------------------------
 setup-python:
@@ -49,12 +49,16 @@ vsix: setup-web
 demo: setup
 	$(PY) -m memlens run -- examples/gpt/train.py --batch-size 8
 
-test: setup test-python test-ts test-webview test-e2e
+# Each stage's wall time is printed (scripts/test-stages.sh): CI stops at 90 minutes.
+test:
+	@scripts/test-stages.sh setup test-python test-ts test-webview test-e2e
 
 # MEMLENS_STRICT_TESTS: what the set-up provides (Neovim, the panel bundle) must be there; tests
-# that would skip without it fail instead.
+# that would skip without it fail instead. PYTEST_WORKERS processes (pytest-xdist) share the
+# tests a file at a time, so a module's shared trace (a module-scoped fixture) still runs once.
+PYTEST_WORKERS ?= 2
 test-python: setup-system setup-python build
-	MEMLENS_STRICT_TESTS=1 $(PY) -m pytest python/tests -q
+	MEMLENS_STRICT_TESTS=1 $(PY) -m pytest python/tests -q -n $(PYTEST_WORKERS) --dist loadfile
 
 # The CUDA-path tests against a CUDA build of torch (no GPU needed): the fake-CUDA layer must
 # work there too. Needs ~6 GB of disk for .venv-cuda.
@@ -85,6 +89,14 @@ bench: setup
 	$(PY) bench/lsp_latency.py
 	$(PY) bench/host_rss_7b.py
 	$(PY) bench/dataloader_trace.py --repeat 2
+
+# `memlens run`'s start-up against `import torch`, as a ratio (a minute)
+bench-startup: setup
+	$(PY) bench/startup.py --repeat 5
+
+# `make test`'s stages and its 20 slowest Python tests, recorded into bench/README.md
+bench-test-suite: setup
+	$(PY) bench/test_suite_time.py
 
 # --ranks all against one rank at a time on an 8-rank FSDP2 job (several minutes)
 bench-ranks: setup

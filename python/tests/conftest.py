@@ -8,6 +8,7 @@ import pytest
 import pytest_asyncio
 
 from support.runs import run_memlens
+from support.slow_marks import ProcessWatch, SpawnReader, starts_processes
 
 
 @pytest.fixture
@@ -43,6 +44,10 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    reader = SpawnReader()
+    for item in items:
+        if "slow" not in item.keywords and starts_processes(item, reader):
+            item.add_marker(pytest.mark.slow)
     # Read the torch install from disk: importing torch here would defeat the tests that must
     # load the fake-CUDA shim before torch (they run in subprocesses anyway).
     from memlens.cuda.build import find_torch
@@ -53,3 +58,17 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "cuda_build" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _quick_tests_start_no_interpreter(request):
+    """A test the slow-mark reader (support/slow_marks.py) did not find slow must not start a
+    Python process: else `-m "not slow"` quietly stops being quick. Mark such a test slow."""
+    if "slow" in request.node.keywords:
+        yield
+        return
+    with ProcessWatch() as watch:
+        yield
+    assert not watch.started, (
+        "this test starts Python processes but is not marked slow (add @pytest.mark.slow): "
+        + "; ".join(watch.started))

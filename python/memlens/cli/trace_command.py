@@ -30,6 +30,10 @@ def trace(args, console, err) -> int:
     gpus = _single_process_gpus(args, spec)
     if getattr(args, "ranks", None):
         return trace_all_ranks(args, spec, job, target, device, command, console, err)
+    if job is not None:  # a missing script is said before torch is imported (seconds)
+        from ..targets.script import resolve
+
+        resolve(target)
 
     from ..targets.session import prepare_process, trace_target
 

@@ -102,6 +102,10 @@ class CompiledPrograms:
         self.regions: list[Region] = []
         self._compiling: list[Region] = []  # the region whose graph is being partitioned
 
+    def gpu_unavailable(self, why: str) -> None:
+        """Inductor's GPU code cannot be made after all (Triton failed to import)."""
+        self.gpu_missing, self.gpu_inductor = why, False
+
     def region(self, place: str, call: str) -> Region:
         found = next((r for r in self.regions if r.place == place and r.call == call), None)
         if found is None:

@@ -7,6 +7,7 @@ tuples of frame ids, innermost first, and are interned: each distinct stack is s
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 import sysconfig
@@ -22,12 +23,24 @@ def _prefix(path: str) -> str:
 def _own_roots() -> tuple[str, ...]:
     import torch  # torch is always importable where stacks are captured
 
-    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-
     package = os.path.dirname(os.path.dirname(__file__))  # memlens/, above engine/
     # Inductor's generated wrapper code: the compiled program's line is the caller's.
-    generated = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or default_cache_dir()
+    generated = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or _inductor_default_cache_dir(torch)
     return (_prefix(package), _prefix(os.path.dirname(torch.__file__)), _prefix(generated))
+
+
+def _inductor_default_cache_dir(torch) -> str:
+    """Inductor's default cache folder, read from its torch-free module file: importing it as
+    `torch._inductor.runtime.cache_dir_utils` runs `torch._inductor`'s package init, which
+    imports Dynamo (seconds per process) in every trace, compiled or not."""
+    name = "torch._inductor.runtime.cache_dir_utils"
+    module = sys.modules.get(name)
+    if module is None:
+        path = os.path.join(os.path.dirname(torch.__file__), *name.split(".")[1:]) + ".py"
+        spec = importlib.util.spec_from_file_location("_memlens_inductor_cache_dir", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return module.default_cache_dir()
 
 
 def _site_packages() -> tuple[str, ...]:

@@ -106,9 +106,10 @@ class Tracer:
             torch_values.apply(self._patcher, self.accountant.note_value)
             torch_loops.apply(self._patcher, self.phases.on_optimizer_created,
                               self.phases.on_backward_end)
-            torch_compile.apply(self._patcher, self.compiled, self.add_note,
-                                self.accountant.made_fake, self._compiled_module_call,
-                                self._modes_entered, type(self.accountant))
+            torch_compile.apply(
+                self._patcher, self.compiled, self.add_note, self.accountant.made_fake,
+                self._compiled_module_call, self._modes_entered, type(self.accountant),
+                also_when_compiling=self._inductor_gpu_patches)
             torch_checkpoint.apply(self._patcher, self.classifier.mark_saved)
             if self.rank is not None:
                 from ..patches import torch_distributed
@@ -141,9 +142,6 @@ class Tracer:
                 multi_gpu_comm.apply(self._patcher,
                                      lambda t: self.classifier.mark(t, C.PARAMETER))
                 torch_cuda_device.apply(self._patcher)
-                if self.compiled.gpu_inductor:
-                    torch_inductor_cuda.apply(self._patcher, self.accountant.made_fake,
-                                              (self.device.major, self.device.minor))
                 # Before FakeTensorMode: entering it asks torch.cuda.is_available().
                 self._cuda = simulate_cuda(self.device, LedgerMemory(self.ledger),
                                            device_count=self.device_count, device=self.device_index)
@@ -157,6 +155,17 @@ class Tracer:
             undo.enter_context(self.accountant)
             self._undo = undo.pop_all()
         return self
+
+    def _inductor_gpu_patches(self) -> None:
+        """Inductor's GPU code generation without a GPU (CUDA targets), at the first compile."""
+        if not self.compiled.gpu_inductor:
+            return
+        problem = torch_inductor_cuda.triton_import_problem()
+        if problem:
+            self.compiled.gpu_unavailable(problem)
+            return
+        torch_inductor_cuda.apply(self._patcher, self.accountant.made_fake,
+                                  (self.device.major, self.device.minor))
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         self.mark_end()

@@ -126,20 +126,13 @@ def _rng_operators_in(patcher: Patcher, accountant: type) -> None:
         patcher.defer(undo)
 
 
-def apply(patcher: Patcher, programs, add_note, made_fake, module_called, traced,
-          accountant: type) -> None:
-    """`programs`: engine.compiled.CompiledPrograms. `made_fake`: a context in which the
-    accountant makes every new tensor fake. `module_called(module, call)`: runs `call()` as a
-    call of `module` for the tracker of modules (a compiled call runs no hooks of its own).
-    `traced`: a context that puts the tracer's modes back while Dynamo compiles. `accountant`:
-    the type of the accountant's dispatch mode."""
-    check_tested("torch_compile", torch.__version__)
+def _patch_internals(patcher: Patcher, programs, made_fake, traced, accountant: type) -> None:
+    """Dynamo's and Inductor's side of a compiled region (see apply)."""
     import torch._functorch.config as functorch_config
     import torch._inductor.compile_fx as compile_fx
     import torch._inductor.config as inductor_config
     from torch._inductor.async_compile import AsyncCompile
 
-    original_compile = torch.compile
     patcher.setattr(inductor_config, "fx_graph_cache", False)
     patcher.setattr(inductor_config, "fx_graph_remote_cache", False)
     patcher.setattr(functorch_config, "enable_autograd_cache", False)
@@ -185,6 +178,49 @@ def apply(patcher: Patcher, programs, add_note, made_fake, module_called, traced
 
     patcher.setattr(OptimizerVariable, "call_method", call_method)
 
+
+def _compile_internals_first(patcher: Patcher, internals) -> None:
+    """Dynamo's own entry point (`torch._dynamo.optimize`, which libraries call without
+    `torch.compile`) applies the compile-time patches before it compiles."""
+    import torch._dynamo
+
+    optimize = torch._dynamo.optimize
+
+    @functools.wraps(optimize)
+    def optimize_after_patches(*args, **kwargs):
+        internals()
+        return optimize(*args, **kwargs)
+
+    patcher.setattr(torch._dynamo, "optimize", optimize_after_patches)
+
+
+def apply(patcher: Patcher, programs, add_note, made_fake, module_called, traced,
+          accountant: type, also_when_compiling=None) -> None:
+    """`programs`: engine.compiled.CompiledPrograms. `made_fake`: a context in which the
+    accountant makes every new tensor fake. `module_called(module, call)`: runs `call()` as a
+    call of `module` for the tracker of modules (a compiled call runs no hooks of its own).
+    `traced`: a context that puts the tracer's modes back while Dynamo compiles. `accountant`:
+    the type of the accountant's dispatch mode. `also_when_compiling`: more patches for the
+    first compile (Inductor's GPU code)."""
+    check_tested("torch_compile", torch.__version__)
+    original_compile = torch.compile
+    ready: list[bool] = []
+
+    def internals() -> None:
+        """Dynamo's and Inductor's side, patched when the trace first compiles: importing
+        Inductor's compiler costs seconds per process, which a trace that never compiles
+        should not pay (FakeTensorMode imports Dynamo itself, Inductor's compiler it does not). Imported with the trace's modes put aside: what their modules make at
+        import time is real, as it is outside a trace."""
+        if ready:
+            return
+        ready.append(True)
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        with _disable_current_modes():
+            _patch_internals(patcher, programs, made_fake, traced, accountant)
+            if also_when_compiling is not None:
+                also_when_compiling()
+
     def eager(target, place: str, call: str, why: str):
         region = programs.region(place, call)
         region.how, region.eager_because = "eager", why
@@ -204,6 +240,7 @@ def apply(patcher: Patcher, programs, add_note, made_fake, module_called, traced
         return compiled
 
     def compiled(target, place: str, call: str, kwargs: dict):
+        internals()
         backend = kwargs.get("backend", "inductor")
         if backend != "inductor":
             name = backend if isinstance(backend, str) else getattr(backend, "__name__", "custom")
@@ -256,6 +293,7 @@ def apply(patcher: Patcher, programs, add_note, made_fake, module_called, traced
 
     patcher.setattr(torch, "compile", compile)
     patcher.setattr(torch.nn.Module, "compile", module_compile)
+    _compile_internals_first(patcher, internals)
 
     def forget_compiled() -> None:
         """What was compiled in the trace has no-op kernels: after it (the Python API runs in

@@ -6,6 +6,7 @@ import pytest
 
 from memlens.worker.protocol import snapshot_folder_name
 from support.paths import TESTS
+from support.trace_cache import traced
 
 pytestmark = pytest.mark.slow  # traces in fresh processes
 
@@ -27,10 +28,14 @@ def test_run_prints_the_report_and_writes_a_snapshot(memlens, tmp_path):
         "peak_bytes"]
 
 
-def test_json_puts_one_object_on_stdout(memlens, tmp_path):
-    snap = tmp_path / "s.json"
-    out = memlens("run", "--device", "cpu", "--json", "--snapshot", str(snap), "--",
-                  str(SCRIPTS / "patterns.py"))
+def _patterns_json():
+    """patterns.py traced on the CPU with --json, once per session (support/trace_cache.py)."""
+    return traced("run", "--device", "cpu", "--json", "--", str(SCRIPTS / "patterns.py"))
+
+
+def test_json_puts_one_object_on_stdout():
+    run = _patterns_json()
+    out, snap = run.out, run.snapshot_path
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)  # nothing else on stdout: not even the script's prints
     for key in ("peak_bytes", "peak_phase", "device", "categories_at_peak", "category_peaks",
@@ -46,11 +51,10 @@ def test_json_puts_one_object_on_stdout(memlens, tmp_path):
     assert "Phases" in out.stderr  # the tables went to stderr
 
 
-def test_unmodified_script_patterns_work(memlens):
+def test_unmodified_script_patterns_work():
     """.to(dtype) after building, deepcopy (nn.TransformerEncoder, an EMA copy), init that reads
     values: the trace runs and answers the value reads with neutral placeholders."""
-    out = memlens("run", "--device", "cpu", "--json", "--no-snapshot", "--",
-                  str(SCRIPTS / "patterns.py"))
+    out = _patterns_json().out
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     lines = {(p["line"], p["value"]) for p in data["placeholders"]}

@@ -6,9 +6,8 @@ scripts/sdpa_block.py: one attention block in bf16, batch 2, 4 heads, 100 tokens
 that saves aten._scaled_dot_product_flash_attention, the kernel's outputs stay alive until
 backward in checkpointing's own cache, not through autograd's saved-tensor hooks."""
 
-import json
-
 from support.paths import TESTS
+from support.trace_cache import traced
 
 SCRIPT = TESTS / "scripts" / "sdpa_block.py"
 LOSS_LINE = next(i for i, text in enumerate(SCRIPT.read_text().splitlines(), 1)
@@ -22,11 +21,10 @@ FLASH_BLOCKS = 102_400 + 3_584 + 512 + 512  # each rounded up to 512 B by the al
 
 
 def trace(memlens, tmp_path, *args):
-    path = tmp_path / "s.json"
-    out = memlens("run", "--device", "a100-80gb", "--iterations", "1", "--snapshot", str(path),
-                  "--", str(SCRIPT), *args)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(path.read_text())
+    """The block traced with ARGS, once per session (support/trace_cache.py)."""
+    run = traced("run", "--device", "a100-80gb", "--iterations", "1", "--", str(SCRIPT), *args)
+    assert run.out.returncode == 0, run.out.stderr[-3000:]
+    return run.snapshot()
 
 
 def rows(snap, op=None, backward=None):

@@ -32,12 +32,14 @@ CASES = {"fits": (160, {}), "oom": (320, {}),
 def exported(request, tmp_path_factory):
     from support.runs import run_memlens
 
+    from support.trace_cache import grow_trace
+
     batch, env = CASES[request.param]
     tmp = tmp_path_factory.mktemp(request.param)
-    snap_path, out_path = tmp / "s.json", tmp / "s.pickle"
-    run = run_memlens("run", "--device", "h100-80gb", "--snapshot", str(snap_path), "--",
-                      str(SCRIPT), "--batch", str(batch), env=env)
-    assert run.returncode == 0, run.stderr
+    out_path = tmp / "s.pickle"
+    run = grow_trace(batch, env)  # the traces test_oom.py reads too, once per session
+    snap_path = run.snapshot_path
+    assert run.out.returncode == 0, run.out.stderr
     export = run_memlens("export", str(snap_path), "--memory-viz", str(out_path))
     assert export.returncode == 0, export.stderr
     raw = out_path.read_bytes()

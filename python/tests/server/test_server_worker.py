@@ -32,6 +32,7 @@ def run(coro):
     return asyncio.run(coro)
 
 
+@pytest.mark.slow  # starts a worker process (its server-side runner)
 def test_worker_reads_progress_lines_and_the_json_on_stdout(tmp_path):
     code = textwrap.dedent("""
         import json, sys
@@ -79,6 +80,7 @@ def _gone(*pids, timeout=10.0):
     return True
 
 
+@pytest.mark.slow  # starts a worker process (its server-side runner)
 def test_stop_ends_the_worker_and_its_children(tmp_path):
     pid_file = tmp_path / "pids"
 
@@ -96,6 +98,7 @@ def test_stop_ends_the_worker_and_its_children(tmp_path):
     assert _gone(worker, child)
 
 
+@pytest.mark.slow  # starts a worker process (its server-side runner)
 def test_time_limit_ends_the_worker_and_its_children(tmp_path):
     pid_file = tmp_path / "pids"
     w = Worker([PY, "-c", _tree_script(pid_file)], str(tmp_path), dict(os.environ), 2, None)
@@ -155,6 +158,7 @@ def test_time_limit_ends_a_daemon_that_dropped_its_environment(tmp_path):
     assert _gone(w.pid, daemon)
 
 
+@pytest.mark.slow  # starts a worker process (its server-side runner)
 def test_memory_limit_applies_to_the_worker(tmp_path):
     code = "b = bytearray(1024 * 1024 * 1024)\nprint('{\"allocated\": true}')"
     limited = run(Worker([PY, "-c", code], str(tmp_path), dict(os.environ), 60,
@@ -164,6 +168,7 @@ def test_memory_limit_applies_to_the_worker(tmp_path):
     assert free.status == "ok" and free.output == {"allocated": True}
 
 
+@pytest.mark.slow  # starts a worker process (its server-side runner)
 def test_a_missing_interpreter_is_an_error_not_a_crash(tmp_path):
     with pytest.raises(OSError):
         run(Worker(["/nonexistent/python", "-c", "pass"], str(tmp_path), {}, 5, None).run())

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from support.paths import TESTS
+from support.trace_cache import grow_trace, traced
 
 pytestmark = pytest.mark.slow  # traces in fresh processes
 
@@ -23,8 +24,8 @@ def _line(marker: str) -> int:
 
 
 def _run(memlens, batch: int, env=None):
-    out = memlens("run", "--device", "h100-80gb", "--json", "--no-snapshot", "--",
-                  str(SCRIPT), "--batch", str(batch), env=env)
+    # the traces test_export_memory_viz.py exports, once per session (support/trace_cache.py)
+    out = grow_trace(batch, env).out
     assert out.returncode == 0, out.stderr  # a predicted OOM is a successful trace
     return json.loads(out.stdout), out.stderr
 
@@ -87,9 +88,9 @@ def test_a_malformed_alloc_conf_names_the_variable(memlens):
     assert "'maybe'" in message and "Traceback" not in out.stderr
 
 
-def test_a_cpu_target_compares_the_allocated_peak_with_the_host(memlens):
-    out = memlens("run", "--device", "cpu", "--json", "--no-snapshot", "--",
-                  str(TESTS / "scripts" / "patterns.py"))
+def test_a_cpu_target_compares_the_allocated_peak_with_the_host():
+    # the trace test_cli.py's JSON tests read too, once per session (support/trace_cache.py)
+    out = traced("run", "--device", "cpu", "--json", "--", str(TESTS / "scripts" / "patterns.py")).out
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["reserved_peak_bytes"] is None and data["outside_allocator"] is None
