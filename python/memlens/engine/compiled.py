@@ -101,6 +101,12 @@ class CompiledPrograms:
         self.add_note = add_note
         self.regions: list[Region] = []
         self._compiling: list[Region] = []  # the region whose graph is being partitioned
+        self._calling: list[Region] = []  # the regions whose compiled calls are running
+        # One backend for every region, as Inductor is one backend on a GPU: Dynamo keeps a
+        # compiled graph only for the backend that made it (its BACKEND_MATCH test), so a new
+        # backend per torch.compile call recompiled each of torchtitan's per-block compiled
+        # blocks, and fullgraph=True failed past the recompile limit (8 blocks).
+        self.backend = self._make_backend()
 
     def gpu_unavailable(self, why: str) -> None:
         """Inductor's GPU code cannot be made after all (Triton failed to import)."""
@@ -133,8 +139,10 @@ class CompiledPrograms:
             pass
 
     # -- the backend Dynamo calls for each graph ------------------------------------------
-    def backend(self, region: Region):
+    def _make_backend(self):
         def compile_graph(gm: torch.fx.GraphModule, example_inputs):
+            # the region whose call Dynamo is compiling (a graph break's resumed frame too)
+            region = self._calling[-1] if self._calling else self.region("", "torch.compile")
             region.graphs += 1
             self._compiling.append(region)
             saved = region.saved_bytes, region.eager_saved_bytes
@@ -200,13 +208,16 @@ class CompiledPrograms:
                                 decompositions=select_decomp_table())(gm, example_inputs)
 
     @contextlib.contextmanager
-    def counting_breaks(self, region: Region):
-        """Dynamo's graph-break counter, read around a call of the region (breaks are counted
-        when a frame is compiled, inside the call)."""
+    def calling(self, region: Region):
+        """A call of the region's compiled code: the graphs Dynamo compiles in it are the
+        region's, and so are the graph breaks it counts (when a frame is compiled, inside the
+        call)."""
         from torch._dynamo.utils import counters
 
         before = sum(counters["graph_break"].values())
+        self._calling.append(region)
         try:
             yield
         finally:
+            self._calling.pop()
             region.graph_breaks += sum(counters["graph_break"].values()) - before

@@ -191,7 +191,10 @@ class ModuleTracker:
         self._stops.append(frozenset(t.grad_fn for t in _tensors(args) if t.grad_fn is not None))
 
     def post_forward(self, module: nn.Module, args: Any, output: Any) -> None:
-        if not self.stack or _compiling() or getattr(module, COMPILED_GRAPH, False):
+        # _compiling() first: Dynamo traces this hook into each compiled block, and reading
+        # the stack there would guard the graph on its contents (which blocks are open), so
+        # each of torchtitan's identical blocks recompiled
+        if _compiling() or not self.stack or getattr(module, COMPILED_GRAPH, False):
             return
         idx = self.stack.pop()
         stops = self._stops.pop()

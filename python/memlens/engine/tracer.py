@@ -27,6 +27,7 @@ from ..errors import StopTracing
 from .ledger import Ledger
 from .modules import ModuleTracker
 from ..patches import Patcher
+from ..patches.patcher import versions_noted
 from ..patches import (torch_checkpoint, torch_compile, torch_core, torch_data,
                        torch_inductor_cuda, torch_loops, torch_values)
 from .healthy_values import mark_finite_check
@@ -98,6 +99,7 @@ class Tracer:
         self.started = time.time()
         with contextlib.ExitStack() as undo:
             undo.callback(self._patcher.undo)  # every patch below, last of all
+            undo.enter_context(versions_noted(self.add_note))  # before the first check
             torch_core.apply(self._patcher, self._external_tensor, self.accountant.storage_resized,
                              mark_finite_check,
                              lambda p: self.classifier.mark(p, C.PARAMETER),

@@ -250,7 +250,7 @@ def apply(patcher: Patcher, programs, add_note, made_fake, module_called, traced
             add_note(f"{place}: {call}: compiled with Inductor's default settings (its mode and "
                      "options choose kernels by benchmarking them, which a trace cannot)")
         dynamo = original_compile(target._call_impl if isinstance(target, torch.nn.Module)
-                                  else target, backend=programs.backend(region),
+                                  else target, backend=programs.backend,
                                   **_dynamo_kwargs(kwargs))
 
         if isinstance(target, torch.nn.Module):
@@ -259,7 +259,7 @@ def apply(patcher: Patcher, programs, add_note, made_fake, module_called, traced
             def call_module(*args, **kw):
                 if torch.compiler.is_compiling():  # inside another region: inlined there
                     return module._call_impl(*args, **kw)
-                with programs.counting_breaks(region):
+                with programs.calling(region):
                     return module_called(module, args, lambda: dynamo(*args, **kw))
 
             module._compiled_call_impl = call_module
@@ -269,7 +269,7 @@ def apply(patcher: Patcher, programs, add_note, made_fake, module_called, traced
         def call_function(*args, **kw):
             if torch.compiler.is_compiling():  # inside another region: inlined there
                 return target(*args, **kw)
-            with programs.counting_breaks(region):
+            with programs.calling(region):
                 return dynamo(*args, **kw)
 
         return call_function

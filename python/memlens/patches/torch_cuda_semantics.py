@@ -1,7 +1,9 @@
 """What a CUDA GPU would do, on whatever torch build traces the step.
 
 - `F.scaled_dot_product_attention`: the fused kernel PyTorch picks on the simulated GPU
-  (see memlens/cuda/sdpa.py) instead of the host build's math decomposition.
+  (see memlens/cuda/sdpa.py) instead of the host build's math decomposition; in a compiled
+  region, through an op of memlens' (`memlens::scaled_dot_product_attention`) that is that
+  choice, defined for the trace only.
 - `torch.version.cuda`, `torch.backends.cuda.is_built()`: scripts that branch on the build see
   a CUDA build.
 - `aten::_thnn_fused_gru_cell` (and its backward): `nn.GRU` on a CUDA tensor without cuDNN takes
@@ -47,6 +49,22 @@ def _register_gru_cell(patcher: Patcher) -> None:
     patcher.defer(lib._destroy)
 
 
+_SDPA_SCHEMA = ("scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, "
+                "Tensor? attn_mask=None, float dropout_p=0.0, bool is_causal=False, "
+                "float? scale=None, bool enable_gqa=False) -> Tensor")
+
+
+def _composite_op(patcher: Patcher, implementation):
+    """`memlens::scaled_dot_product_attention`, implemented by `implementation` for every
+    backend and for autograd (it calls ATen ops that have their own), defined for the trace and
+    removed after it."""
+    lib = torch.library.Library("memlens", "FRAGMENT")
+    lib.define(_SDPA_SCHEMA)
+    lib.impl("scaled_dot_product_attention", implementation, "CompositeImplicitAutograd")
+    patcher.defer(lib._destroy)
+    return torch.ops.memlens.scaled_dot_product_attention.default
+
+
 def apply(patcher: Patcher, tracer) -> None:
     check_tested("torch_cuda_semantics", torch.__version__)
     _register_gru_cell(patcher)
@@ -67,18 +85,24 @@ def apply(patcher: Patcher, tracer) -> None:
                         enable_gqa, math)
 
     # Dynamo cannot trace the choice (it reads torch._C's SDPA flags): in a compiled region the
-    # call is opaque to Dynamo and AOTAutograd traces it, so the graph holds the chosen kernel.
-    opaque = torch._dynamo.nonstrict_trace(scaled_dot_product_attention)
+    # call is one op of memlens' whose implementation is that choice, CompositeImplicitAutograd,
+    # so AOTAutograd traces through it and the graph holds the chosen kernel. It was a
+    # nonstrict_trace'd function, whose argument spec (a pytree TreeSpec) broke graphs where
+    # the call sat inside a higher-order op's body (a compiled torch.utils.checkpoint block)
+    # under dynamic shapes.
+    opaque = _composite_op(patcher, scaled_dot_product_attention)
 
     @functools.wraps(math)
-    def dispatch(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+    def dispatch(query, key, value, attn_mask=None, dropout_p=None, is_causal=False, scale=None,
                  enable_gqa=False):
-        # A nonstrict_trace'd function takes no None (`scale=None`, as torchtitan passes it):
-        # what is None is left to the defaults.
-        given = {name: v for name, v in (("attn_mask", attn_mask), ("scale", scale))
-                 if v is not None}
-        return opaque(query, key, value, dropout_p=dropout_p, is_causal=is_causal,
-                      enable_gqa=enable_gqa, **given)
+        # No float default: under dynamic shapes Dynamo makes a float it reads from a function's
+        # defaults a symbolic input, and a second checkpointed block's graph then referred to
+        # the first block's (an AssertionError in lift_tracked_freevar_to_input).
+        dropout_p = 0.0 if dropout_p is None else dropout_p
+        if not torch.compiler.is_compiling():
+            return scaled_dot_product_attention(query, key, value, attn_mask, dropout_p,
+                                                is_causal, scale, enable_gqa)
+        return opaque(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
 
     patcher.setattr(F, "scaled_dot_product_attention", dispatch)
     if torch.version.cuda is None:

@@ -50,7 +50,8 @@ _DATA = (
 
 def set_up(args: Any, iterations: int) -> list[str]:
     """Change validated `args` for a trace of `iterations` training iterations; returns notes."""
-    notes = ["Megatron-LM run for a trace: no checkpoint load or save, no evaluation, no "
+    notes = ["Megatron-LM run for a trace: no checkpoint load or save (nor asynchronous "
+             "saving or its checkpoint worker), no evaluation, no "
              "logging services or profiler, no NaN/inf or spiky-loss checks (they read values a "
              "trace does not have), dataset helpers not compiled"]
     megatron_batch.check(args)
@@ -58,10 +59,30 @@ def set_up(args: Any, iterations: int) -> list[str]:
     for name, value in _OFF:
         if hasattr(args, name):
             setattr(args, name, value)
+    _no_saving(args)
     notes += megatron_batch.set_up(args)
     _iterations(args, iterations)
     notes += _tokenizer(args) + _implementation(args) + _moe(args)
     return [n for n in notes if n]
+
+
+# The checkpoint format, and the flag Megatron derives from it: FSDP's set-up reads them too.
+_CHECKPOINT_FORMAT = ("ckpt_format", "use_dist_ckpt")
+
+
+def _no_saving(args: Any) -> None:
+    """Nothing is saved (--save is off), so every option about how, when or where to save or
+    checkpoint is off with it, found by what it is about rather than listed: an argument named
+    for saving (a `save` word) or for checkpoint files (a `ckpt` word). Its switches are turned
+    off and its values unset (a conversion's format, a worker count, an interval), but for the
+    checkpoint format. A Megatron-LM version's new options follow: 0.19's --async-save and
+    --use-persistent-ckpt-worker start a checkpoint worker in initialize, which needs
+    nvidia-resiliency-ext, although nothing is saved. Activation checkpointing is `recompute_*`
+    in Megatron's words and is left as the user set it."""
+    for name, value in list(vars(args).items()):
+        if not set(name.split("_")) & {"save", "ckpt"} or name in _CHECKPOINT_FORMAT:
+            continue
+        setattr(args, name, False if isinstance(value, bool) else None)
 
 
 def _data(args: Any) -> str:

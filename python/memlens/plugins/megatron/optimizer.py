@@ -15,10 +15,20 @@ from __future__ import annotations
 import functools
 
 
+def _megatron_version() -> str:
+    try:
+        from megatron.core import package_info
+
+        return f"megatron-core {package_info.__version__}"
+    except ImportError:
+        return "megatron-core"
+
+
 @functools.cache
 def fused_adam_class():
     """A class with FusedAdam's constructor (TE's and apex's: `adam_w_mode`,
-    `bias_correction`)."""
+    `bias_correction`, `capturable`), as megatron-core 0.16 to 0.19 call it
+    (megatron/core/optimizer/__init__.py; 0.19 passes `capturable=` to every Adam)."""
     import torch
 
     class FusedAdam(torch.optim.Optimizer):
@@ -27,14 +37,19 @@ def fused_adam_class():
 
         def __init__(self, params, lr=1e-3, bias_correction=True, betas=(0.9, 0.999),
                      eps=1e-8, adam_w_mode=True, weight_decay=0.0, amsgrad=False,
-                     **precision_aware):
-            if precision_aware or amsgrad:
+                     capturable=False, **precision_aware):
+            # capturable=False is what a job without --optimizer-cuda-graph passes: the plain
+            # kernel, this stand-in. True (CUDA-graph capture of the step) and the
+            # precision-aware options are Transformer Engine's alone.
+            unsupported = sorted(precision_aware) + ["amsgrad"] * bool(amsgrad) + \
+                ["capturable=True (--optimizer-cuda-graph)"] * bool(capturable)
+            if unsupported:
                 from ...errors import MemlensError
 
                 raise MemlensError(
-                    "FusedAdam's " + ", ".join(sorted(precision_aware) or ["amsgrad"]) +
-                    " needs Transformer Engine, which is not installed here; memlens' "
-                    "stand-in (memlens/plugins/megatron/optimizer.py) has none")
+                    f"{_megatron_version()} asked FusedAdam for {', '.join(unsupported)}, which "
+                    "needs Transformer Engine, not installed here; memlens' stand-in "
+                    "(memlens/plugins/megatron/optimizer.py) has none")
             super().__init__(params, dict(lr=lr, bias_correction=bias_correction,
                                           betas=betas, eps=eps, weight_decay=weight_decay))
             self.adam_w_mode = adam_w_mode

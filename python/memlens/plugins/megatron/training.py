@@ -60,10 +60,18 @@ def training_utils(plugin, mod: ModuleType) -> None:
     """Whether every model-parallel rank stepped is read back out of an all-reduced tensor:
     every rank of the simulated job runs the same step, so it is this rank's answer."""
     if hasattr(mod, "logical_and_across_model_parallel_group"):
-        plugin.replace(mod, "logical_and_across_model_parallel_group", lambda value: bool(value))
+        plugin.replace(mod, "logical_and_across_model_parallel_group",
+                       logical_and_across_model_parallel_group)
     if hasattr(mod, "get_batch_on_this_tp_rank"):
         plugin.replace(mod, "get_batch_on_this_tp_rank",
                        _as_first_tp_rank(mod.get_batch_on_this_tp_rank))
+
+
+def logical_and_across_model_parallel_group(input, group=None) -> bool:
+    """Megatron-LM's signature up to core_v0.16 is `(input)`; core_v0.19 (in
+    megatron/training/utils/common_utils.py) adds `group=None`, the model-parallel group its
+    training step passes. Every rank of the simulated job answers as this one does."""
+    return bool(input)
 
 
 def _as_first_tp_rank(get_batch):
