@@ -1,7 +1,15 @@
 """The snapshot: a versioned JSON document, the contract between the engine and its readers."""
 
-from .build import FORMAT, VERSION, build_snapshot
-from .io import read_snapshot, validate_snapshot, write_snapshot
+from .io import FORMAT, VERSION, read_snapshot, validate_snapshot, write_snapshot
 
 __all__ = ["FORMAT", "VERSION", "build_snapshot", "read_snapshot", "validate_snapshot",
            "write_snapshot"]
+
+
+def __getattr__(name: str):
+    # build.py imports torch (seconds); a reader of snapshots (`memlens show`) needs none of it.
+    if name == "build_snapshot":
+        from .build import build_snapshot
+
+        return build_snapshot
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
