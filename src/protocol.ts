@@ -97,7 +97,7 @@ export interface TraceParams {
   targetId?: string;
   /** a target given in full (kind and uri, plus symbol for a model) */
   target?: Target;
-  /** Default: the `memlens.device` setting. */
+  /** Default: the `memlens.device` setting, else the recipe's, else h100-80gb. */
   device?: string;
   worldSize?: number;
   rank?: number;
@@ -221,7 +221,7 @@ export interface FitParams {
   /** `memlens fit` options of the space, e.g. ["--micro-batch", "1,2,4", "--axis",
    * "micro-batch=--batch-size"]; they win over [tool.memlens.fit], axis by axis. */
   space?: string[];
-  /** Default: the `memlens.device` setting. */
+  /** Default: the `memlens.device` setting, else the recipe's, else h100-80gb. */
   device?: string;
   iterations?: number;
   /** The frontier's order; default: the config's, else "peak". */
@@ -321,7 +321,7 @@ export interface FitResult {
 /** The `memlens` settings section as the server reads it (initializationOptions.settings or
  * workspace/configuration). The extension's own settings are mapped onto it: src/config.ts. */
 export interface Settings {
-  /** Default "h100-80gb". */
+  /** Absent: the recipe's or launch configuration's device, else "h100-80gb". */
   device?: string;
   /** "70GiB" or bytes; default: the device's total memory. */
   budget?: string | number | null;

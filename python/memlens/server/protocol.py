@@ -286,7 +286,7 @@ class Settings(TypedDict, total=False):
     """The `memlens` settings section (initializationOptions.settings or
     workspace/configuration)."""
 
-    device: str  # default "h100-80gb"
+    device: str  # absent: the recipe's or launch configuration's device, else "h100-80gb"
     budget: Union[str, int, None]  # "70GiB" or bytes; default: the device's total memory
     iterations: Union[int, None]  # default: the recipe's, else 2
     timeLimitSeconds: float  # default 300
