@@ -62,6 +62,10 @@ export interface SnapshotInfo {
   deviceTotalBytes: number;
   /** The budget diagnostics compare the peak with. */
   budgetBytes: number;
+  /** The snapshot's verdict: the device's memory less (reserved peak + outside the allocator),
+   * as `memlens show` and the panel say it (common/headroom.ts); null for a snapshot without one. */
+  fits: boolean | null;
+  headroomBytes: number | null;
   rank: number;
   worldSize: number;
 }

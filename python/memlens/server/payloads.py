@@ -32,6 +32,7 @@ def snapshot_info(e: SnapshotEntry, target: TargetInfo | None, budget: int) -> P
             "kind": m["targetKind"], "created": m["created"], "peakBytes": s["peakBytes"],
             "peakPhase": s["peakPhase"], "device": m["deviceName"],
             "deviceTotalBytes": m["deviceTotalBytes"], "budgetBytes": budget,
+            "fits": s.get("fits"), "headroomBytes": s.get("headroomBytes"),
             "rank": m["rank"], "worldSize": m["worldSize"]}
 
 

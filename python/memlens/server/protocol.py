@@ -68,6 +68,10 @@ class SnapshotInfo(TypedDict):
     device: str  # meta.device.name
     deviceTotalBytes: int
     budgetBytes: int  # the budget diagnostics compare the peak with
+    # The snapshot's verdict: the device's memory less (reserved peak + outside the allocator),
+    # as `memlens show` and the panel say it; None for a snapshot without one.
+    fits: Union[bool, None]
+    headroomBytes: Union[int, None]
     rank: int
     worldSize: int
 
