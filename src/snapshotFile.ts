@@ -51,6 +51,13 @@ function baseName(p: string): string {
 /** Snapshot files are `.memlens/<target>/<timestamp>.json` under a workspace folder. */
 export const SNAPSHOT_GLOB = '**/.memlens/**/*.json';
 
+/** A file a `memlens fit` run folder keeps for itself (`.memlens/fit/<search>/fit.json`, a
+ * point's `job.json` and `result.json`): not a snapshot, and not an unreadable one either. A
+ * point's `snapshot.json` is a snapshot. */
+export function isFitRunFile(p: string): boolean {
+  return /(^|[\\/])\.memlens[\\/]fit[\\/]/.test(p) && !/[\\/]snapshot\.json$/.test(p);
+}
+
 /** A snapshot's path (dot files, such as a snapshot still being written, are not). */
 export function isSnapshotPath(p: string): boolean {
   return /(^|[\\/])\.memlens[\\/](.+[\\/])?[^.\\/][^\\/]*\.json$/.test(p);
