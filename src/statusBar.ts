@@ -4,6 +4,7 @@
 import * as vscode from 'vscode';
 import { formatBytes, formatDate, formatPeakOfBudget } from '../common/format';
 import { verdictOf } from '../common/headroom';
+import { snapshotAriaLabel } from './statusAria';
 import type { SnapshotInfo } from './protocol';
 
 export type ServerState =
@@ -47,6 +48,7 @@ export class MemoryStatus implements vscode.Disposable {
     const item = this.item;
     item.backgroundColor = undefined;
     item.color = undefined;
+    item.accessibilityInformation = undefined; // the plain text and tooltip of the other states
     if (this.server.kind === 'untrusted') {
       item.text = '$(shield) Memlens';
       item.tooltip = 'Torch Memory Lens is in Restricted Mode: snapshots can be opened, but nothing is traced until you trust this workspace.';
@@ -98,6 +100,7 @@ export class MemoryStatus implements vscode.Disposable {
     md.appendMarkdown('Click to open the memory report.');
     this.item.tooltip = md;
     this.item.command = { title: 'Open Memory Report', command: 'memlens.openMemoryReport', arguments: [s.path] };
+    this.item.accessibilityInformation = { label: snapshotAriaLabel(s), role: 'button' };
     if (over) {
       this.item.backgroundColor = new vscode.ThemeColor('statusBarItem.warningBackground');
       this.item.color = new vscode.ThemeColor('statusBarItem.warningForeground');
