@@ -43,9 +43,12 @@ export class Ctx implements vscode.Disposable {
   private annotationsHidden = false;
   private readonly targets = new Map<string, P.Target>();
   private readonly running = new Map<string, string>();
+  /** The device setting as last seen: a change offers to trace the shown target again. */
+  private device: string;
 
   constructor(readonly extension: vscode.ExtensionContext) {
     const config = currentConfig();
+    this.device = config.device;
     this.status = new MemoryStatus();
     this.painter = new AnnotationPainter(config);
     this.tree = new SnapshotTree(this.log);
@@ -256,12 +259,31 @@ export class Ctx implements vscode.Disposable {
   private onConfigChange(restart: boolean): void {
     const c = this.config();
     this.painter.configure(c.annotationStyle, c.annotationThreshold);
+    if (c.device !== this.device) {
+      this.device = c.device;
+      this.offerTraceAgain(c.device);
+    }
     if (restart) {
       this.log.info('a setting that decides how the server starts changed: restarting it');
       void this.restart();
     } else {
       this.pushSettings();
     }
+  }
+
+  /** After Select Device or a settings edit the annotations still show the old device's trace:
+   * say so, and offer to trace the shown target on the new one. */
+  private offerTraceAgain(device: string): void {
+    const shown = this.status.current;
+    if (!shown?.targetId) return;
+    const targetId = shown.targetId;
+    const again = 'Trace Again';
+    const now = device || "the recipe's device (else h100-80gb)";
+    void vscode.window
+      .showInformationMessage(`Memlens: traces now target ${now}; ${shown.targetName} shows its trace on ${shown.device}.`, again)
+      .then((choice) => {
+        if (choice === again) void vscode.commands.executeCommand('memlens.traceMemory', { targetId });
+      });
   }
 
   private pushSettings(): void {
