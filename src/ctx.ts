@@ -16,6 +16,7 @@ import { registerMemoryPanel } from './panel/register';
 import { pipInstallArgs, verdict } from './probe';
 import * as P from './protocol';
 import { currentConfig, onDidChangeConfig, openSettings } from './settings';
+import { OPEN_REPORT, traceDoneMessage } from './traceDone';
 import { SnapshotTree } from './snapshotTree';
 import { MemoryStatus } from './statusBar';
 import { TraceTimer } from './timings';
@@ -357,6 +358,12 @@ export class Ctx implements vscode.Disposable {
     const name = this.targets.get(r.targetId)?.name ?? r.targetId;
     this.log.info(`trace of ${name}: ${r.status} in ${r.durationS.toFixed(1)} s`);
     if (r.status === 'failed' || r.status === 'timeout') this.showTraceError(name, r);
+    if (r.status === 'ok' && r.snapshot) {
+      const snapshot = r.snapshot.path;
+      void vscode.window.showInformationMessage(traceDoneMessage(name, r.snapshot), OPEN_REPORT).then((choice) => {
+        if (choice === OPEN_REPORT) this.showReport(snapshot);
+      });
+    }
   }
 
   private showTraceError(name: string, r: P.TraceResult): void {
