@@ -170,7 +170,7 @@ export interface Annotation {
   kind: AnnotationKind;
   /** The module group (h.*.attn) or file:line. */
   label: string;
-  /** What an inlay hint shows, e.g. "≈ 1.3 GiB params·grads·optim │ 6.1 GiB act ×32". */
+  /** What an inlay hint shows, e.g. "≈ 7.4 GiB · 6.1 GiB act ×32". */
   text: string;
   /** Bytes alive at the peak that this annotation accounts for. */
   bytes: number;

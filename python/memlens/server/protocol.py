@@ -166,7 +166,7 @@ class Annotation(TypedDict):
     line: int  # 0-based, in the document as it is now
     kind: AnnotationKind  # a traced module class, a line constructing submodules, a hot line
     label: str  # the module group (h.*.attn) or file:line
-    text: str  # what an inlay hint shows, e.g. "≈ 1.3 GiB params·grads·optim │ 6.1 GiB act ×32"
+    text: str  # what an inlay hint shows, e.g. "≈ 7.4 GiB · 6.1 GiB act ×32"
     bytes: int  # bytes alive at the peak that this annotation accounts for
     share: float  # bytes / peak bytes, 0..1
     hover: str  # markdown
