@@ -58,6 +58,14 @@ export function isFitRunFile(p: string): boolean {
   return /(^|[\\/])\.memlens[\\/]fit[\\/]/.test(p) && !/[\\/]snapshot\.json$/.test(p);
 }
 
+/** The point of a fit search a snapshot was traced for, as its axes and values ("gpus=1,
+ * micro-batch=4"), from its folder (`points/<axis=value_…>-<hash>/snapshot.json`); undefined
+ * for any other snapshot. */
+export function fitPointOf(p: string): string | undefined {
+  const m = /[\\/]\.memlens[\\/]fit[\\/][^\\/]+[\\/]points[\\/]([^\\/]+)-[0-9a-f]{8}[\\/]snapshot\.json$/.exec(p);
+  return m ? m[1]!.split('_').join(', ') : undefined;
+}
+
 /** A snapshot's path (dot files, such as a snapshot still being written, are not). */
 export function isSnapshotPath(p: string): boolean {
   return /(^|[\\/])\.memlens[\\/](.+[\\/])?[^.\\/][^\\/]*\.json$/.test(p);
