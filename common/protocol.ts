@@ -62,6 +62,10 @@ export interface SnapshotInfo {
   deviceTotalBytes: number;
   /** The budget diagnostics compare the peak with. */
   budgetBytes: number;
+  /** The snapshot's verdict: the device's memory less (reserved peak + outside the allocator),
+   * as `memlens show` and the panel say it (common/headroom.ts); null for a snapshot without one. */
+  fits: boolean | null;
+  headroomBytes: number | null;
   rank: number;
   worldSize: number;
 }
@@ -97,7 +101,7 @@ export interface TraceParams {
   targetId?: string;
   /** a target given in full (kind and uri, plus symbol for a model) */
   target?: Target;
-  /** Default: the `memlens.device` setting. */
+  /** Default: the `memlens.device` setting, else the recipe's, else h100-80gb. */
   device?: string;
   worldSize?: number;
   rank?: number;
@@ -166,7 +170,7 @@ export interface Annotation {
   kind: AnnotationKind;
   /** The module group (h.*.attn) or file:line. */
   label: string;
-  /** What an inlay hint shows, e.g. "≈ 1.3 GiB params·grads·optim │ 6.1 GiB act ×32". */
+  /** What an inlay hint shows, e.g. "≈ 7.4 GiB · 6.1 GiB act ×32". */
   text: string;
   /** Bytes alive at the peak that this annotation accounts for. */
   bytes: number;
@@ -221,7 +225,7 @@ export interface FitParams {
   /** `memlens fit` options of the space, e.g. ["--micro-batch", "1,2,4", "--axis",
    * "micro-batch=--batch-size"]; they win over [tool.memlens.fit], axis by axis. */
   space?: string[];
-  /** Default: the `memlens.device` setting. */
+  /** Default: the `memlens.device` setting, else the recipe's, else h100-80gb. */
   device?: string;
   iterations?: number;
   /** The frontier's order; default: the config's, else "peak". */
@@ -321,7 +325,7 @@ export interface FitResult {
 /** The `memlens` settings section as the server reads it (initializationOptions.settings or
  * workspace/configuration). The extension's own settings are mapped onto it: src/config.ts. */
 export interface Settings {
-  /** Default "h100-80gb". */
+  /** Absent: the recipe's or launch configuration's device, else "h100-80gb". */
   device?: string;
   /** "70GiB" or bytes; default: the device's total memory. */
   budget?: string | number | null;

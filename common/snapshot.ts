@@ -101,6 +101,9 @@ export interface Summary {
   /** CUDA targets: the allocator model's reserved peak and the rows next to it. */
   reserved_peak_bytes?: number | null;
   outside_allocator?: OutsideItem[] | null;
+  /** The verdict (common/headroom.ts): the device's memory less reserved peak + outside. */
+  fits?: boolean;
+  headroom_bytes?: number;
 }
 
 /** Bytes of one category that have a name of their own; the category's total counts them. */

@@ -278,7 +278,11 @@ async function selectDevice(ctx: Ctx): Promise<void> {
       description: d.description,
       name: d.name,
     })),
-    { title: 'Memlens: the device to estimate memory for', placeHolder: `Now: ${current}`, matchOnDescription: true },
+    {
+      title: 'Memlens: the device to estimate memory for',
+      placeHolder: `Now: ${current || "a recipe's device, else h100-80gb"}`,
+      matchOnDescription: true,
+    },
   );
   if (!picked || picked.name === current) return;
   await updateSetting('device', picked.name);

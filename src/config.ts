@@ -8,6 +8,8 @@ export type AnnotationStyle = 'decorations' | 'inlayHints' | 'off';
 export type LogLevel = 'error' | 'warning' | 'info' | 'debug' | 'trace';
 
 export interface Config {
+  /** "" when not set: the recipe's or launch configuration's device, else h100-80gb (the
+   * setting's default must not win over a recipe's `device`). */
   device: string;
   /** "" for the device's memory, else a size such as "70GiB" (the server parses it). */
   budget: string;
@@ -31,7 +33,7 @@ export interface Config {
 }
 
 export const DEFAULTS: Readonly<Config> = {
-  device: 'h100-80gb',
+  device: '',
   budget: '',
   worldSize: null,
   rank: 0,
@@ -86,7 +88,7 @@ export function readConfig(get: (key: string) => unknown): Config {
   const threshold = raw('annotationThreshold');
   const timeout = raw('traceTimeout');
   return {
-    device: str('device', DEFAULTS.device) || DEFAULTS.device,
+    device: str('device', DEFAULTS.device).toLowerCase(),
     budget: str('budget', ''),
     worldSize: int(raw('worldSize'), 1) ?? null,
     rank: int(raw('rank'), 0) ?? 0,
@@ -106,7 +108,7 @@ export function readConfig(get: (key: string) => unknown): Config {
  * didChangeConfiguration). Inlay hints come from the server only in the "inlayHints" style. */
 export function serverSettings(c: Config): Settings {
   return {
-    device: c.device,
+    ...(c.device ? { device: c.device } : {}),
     budget: c.budget === '' ? null : c.budget,
     iterations: c.iterations,
     timeLimitSeconds: c.traceTimeout,
@@ -131,7 +133,9 @@ export interface TraceOptions {
  * asks for them: a world size (setting or option), a rank other than 0, or all ranks.
  */
 export function traceParams(targetId: string, c: Config, options: TraceOptions = {}): TraceParams {
-  const p: TraceParams = { targetId, device: options.device ?? c.device };
+  const p: TraceParams = { targetId };
+  const device = options.device ?? c.device;
+  if (device) p.device = device;
   if (c.iterations !== null) p.iterations = c.iterations;
   const world = options.worldSize ?? c.worldSize;
   if (world !== null) p.worldSize = world;

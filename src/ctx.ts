@@ -16,6 +16,7 @@ import { registerMemoryPanel } from './panel/register';
 import { pipInstallArgs, verdict } from './probe';
 import * as P from '../common/protocol';
 import { currentConfig, onDidChangeConfig, openSettings } from './settings';
+import { OPEN_REPORT, traceDoneMessage } from './traceDone';
 import { SnapshotTree } from './snapshotTree';
 import { MemoryStatus } from './statusBar';
 import { TraceTimer } from './timings';
@@ -43,9 +44,12 @@ export class Ctx implements vscode.Disposable {
   private annotationsHidden = false;
   private readonly targets = new Map<string, P.Target>();
   private readonly running = new Map<string, string>();
+  /** The device setting as last seen: a change offers to trace the shown target again. */
+  private device: string;
 
   constructor(readonly extension: vscode.ExtensionContext) {
     const config = currentConfig();
+    this.device = config.device;
     this.status = new MemoryStatus();
     this.painter = new AnnotationPainter(config);
     this.tree = new SnapshotTree(this.log);
@@ -256,12 +260,31 @@ export class Ctx implements vscode.Disposable {
   private onConfigChange(restart: boolean): void {
     const c = this.config();
     this.painter.configure(c.annotationStyle, c.annotationThreshold);
+    if (c.device !== this.device) {
+      this.device = c.device;
+      this.offerTraceAgain(c.device);
+    }
     if (restart) {
       this.log.info('a setting that decides how the server starts changed: restarting it');
       void this.restart();
     } else {
       this.pushSettings();
     }
+  }
+
+  /** After Select Device or a settings edit the annotations still show the old device's trace:
+   * say so, and offer to trace the shown target on the new one. */
+  private offerTraceAgain(device: string): void {
+    const shown = this.status.current;
+    if (!shown?.targetId) return;
+    const targetId = shown.targetId;
+    const again = 'Trace Again';
+    const now = device || "the recipe's device (else h100-80gb)";
+    void vscode.window
+      .showInformationMessage(`Memlens: traces now target ${now}; ${shown.targetName} shows its trace on ${shown.device}.`, again)
+      .then((choice) => {
+        if (choice === again) void vscode.commands.executeCommand('memlens.traceMemory', { targetId });
+      });
   }
 
   private pushSettings(): void {
@@ -335,6 +358,12 @@ export class Ctx implements vscode.Disposable {
     const name = this.targets.get(r.targetId)?.name ?? r.targetId;
     this.log.info(`trace of ${name}: ${r.status} in ${r.durationS.toFixed(1)} s`);
     if (r.status === 'failed' || r.status === 'timeout') this.showTraceError(name, r);
+    if (r.status === 'ok' && r.snapshot) {
+      const snapshot = r.snapshot.path;
+      void vscode.window.showInformationMessage(traceDoneMessage(name, r.snapshot), OPEN_REPORT).then((choice) => {
+        if (choice === OPEN_REPORT) this.showReport(snapshot);
+      });
+    }
   }
 
   private showTraceError(name: string, r: P.TraceResult): void {

@@ -54,7 +54,8 @@ export function parseSpace(text: string): SpaceInput {
 /** The memlens.fit parameters of a search of `targetId` over `space` (empty: the workspace's
  * [tool.memlens.fit] alone). */
 export function fitParams(targetId: string, c: Config, space: string[]): FitParams {
-  const p: FitParams = { targetId, device: c.device };
+  const p: FitParams = { targetId };
+  if (c.device) p.device = c.device;
   if (space.length) p.space = space;
   if (c.iterations !== null) p.iterations = c.iterations;
   return p;

@@ -51,6 +51,21 @@ function baseName(p: string): string {
 /** Snapshot files are `.memlens/<target>/<timestamp>.json` under a workspace folder. */
 export const SNAPSHOT_GLOB = '**/.memlens/**/*.json';
 
+/** A file a `memlens fit` run folder keeps for itself (`.memlens/fit/<search>/fit.json`, a
+ * point's `job.json` and `result.json`): not a snapshot, and not an unreadable one either. A
+ * point's `snapshot.json` is a snapshot. */
+export function isFitRunFile(p: string): boolean {
+  return /(^|[\\/])\.memlens[\\/]fit[\\/]/.test(p) && !/[\\/]snapshot\.json$/.test(p);
+}
+
+/** The point of a fit search a snapshot was traced for, as its axes and values ("gpus=1,
+ * micro-batch=4"), from its folder (`points/<axis=value_…>-<hash>/snapshot.json`); undefined
+ * for any other snapshot. */
+export function fitPointOf(p: string): string | undefined {
+  const m = /[\\/]\.memlens[\\/]fit[\\/][^\\/]+[\\/]points[\\/]([^\\/]+)-[0-9a-f]{8}[\\/]snapshot\.json$/.exec(p);
+  return m ? m[1]!.split('_').join(', ') : undefined;
+}
+
 /** A snapshot's path (dot files, such as a snapshot still being written, are not). */
 export function isSnapshotPath(p: string): boolean {
   return /(^|[\\/])\.memlens[\\/](.+[\\/])?[^.\\/][^\\/]*\.json$/.test(p);

@@ -5,7 +5,7 @@ import * as path from 'node:path';
 import * as vscode from 'vscode';
 import { formatBytes, formatDate, formatRank } from '../common/format';
 import { groupSnapshots, type SnapshotEntry, type SnapshotGroup } from './grouping';
-import { readSnapshotEntry, SNAPSHOT_GLOB, type SnapshotRead } from './snapshotFile';
+import { fitPointOf, isFitRunFile, readSnapshotEntry, SNAPSHOT_GLOB, type SnapshotRead } from './snapshotFile';
 
 const MAX_FILES = 2000;
 const REFRESH_DELAY_MS = 300;
@@ -86,6 +86,7 @@ export class SnapshotTree implements vscode.TreeDataProvider<Node>, vscode.Dispo
     for (const uri of uris) {
       const file = uri.fsPath;
       if (path.basename(file).startsWith('.')) continue; // being written
+      if (isFitRunFile(file)) continue; // a fit search's own records, not snapshots
       seen.add(file);
       try {
         const st = await vscode.workspace.fs.stat(uri);
@@ -132,9 +133,11 @@ export class SnapshotTree implements vscode.TreeDataProvider<Node>, vscode.Dispo
       return item;
     }
     const e = node.entry;
-    const item = new vscode.TreeItem(`${formatBytes(e.peakBytes)} peak`, vscode.TreeItemCollapsibleState.None);
+    // A fit search's point says which configuration it is, not only its peak.
+    const point = fitPointOf(e.path);
+    const item = new vscode.TreeItem(`${formatBytes(e.peakBytes)} peak${point ? ` · ${point}` : ''}`, vscode.TreeItemCollapsibleState.None);
     item.id = `snapshot:${e.path}`;
-    item.description = `${e.device} · ${formatRank(e.rank, e.worldSize)} · ${formatDate(e.created)}`;
+    item.description = `${point ? 'fit · ' : ''}${e.device} · ${formatRank(e.rank, e.worldSize)} · ${formatDate(e.created)}`;
     const md = new vscode.MarkdownString();
     md.appendMarkdown(`**${formatBytes(e.peakBytes)}** peak of ${formatBytes(e.deviceTotalBytes)} · `);
     md.appendText(`${e.targetName} (${e.targetKind})\n`);

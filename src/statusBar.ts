@@ -1,9 +1,11 @@
-// The status bar item: the last peak against its budget ("$(pulse) 71.3 / 80 GiB · rank 0"),
+// The status bar item: the last peak against its budget ("$(pulse) 71.3 / 80 GiB", "· rank 3" of several),
 // in the warning colours above the budget, opening the report on click; otherwise what the
 // server is doing (starting, tracing, stopped) or why nothing is traced (Restricted Mode).
 import * as vscode from 'vscode';
 import { formatBytes, formatDate, formatPeakOfBudget } from '../common/format';
 import type { SnapshotInfo } from '../common/protocol';
+import { verdictOf } from '../common/headroom';
+import { snapshotAriaLabel } from './statusAria';
 
 export type ServerState =
   | { kind: 'starting' }
@@ -46,6 +48,7 @@ export class MemoryStatus implements vscode.Disposable {
     const item = this.item;
     item.backgroundColor = undefined;
     item.color = undefined;
+    item.accessibilityInformation = undefined; // the plain text and tooltip of the other states
     if (this.server.kind === 'untrusted') {
       item.text = '$(shield) Memlens';
       item.tooltip = 'Torch Memory Lens is in Restricted Mode: snapshots can be opened, but nothing is traced until you trust this workspace.';
@@ -79,16 +82,25 @@ export class MemoryStatus implements vscode.Disposable {
 
   private renderSnapshot(s: SnapshotInfo): void {
     const over = s.peakBytes > s.budgetBytes;
-    this.item.text = `$(pulse) ${formatPeakOfBudget(s.peakBytes, s.budgetBytes)} · rank ${s.rank}`;
+    // A rank only where there are several: "· rank 0" on a single-process job says nothing.
+    const rank = s.worldSize > 1 ? ` · rank ${s.rank}` : '';
+    this.item.text = `$(pulse) ${formatPeakOfBudget(s.peakBytes, s.budgetBytes)}${rank}`;
     const md = new vscode.MarkdownString(undefined, true);
     md.appendMarkdown(`**Peak ${formatBytes(s.peakBytes)}** of a budget of ${formatBytes(s.budgetBytes)}`);
     md.appendMarkdown(over ? ` — **over by ${formatBytes(s.peakBytes - s.budgetBytes)}**\n\n` : '\n\n');
-    md.appendText(`${s.targetName} (${s.kind}) on ${s.device}, rank ${s.rank} of ${s.worldSize}`);
+    const verdict = verdictOf({ fits: s.fits, headroom_bytes: s.headroomBytes });
+    if (verdict) {
+      md.appendText(verdict.fits
+        ? `Fits on ${s.device}: ${formatBytes(verdict.headroomBytes)} headroom (reserved peak + outside the allocator)\n\n`
+        : `Does not fit on ${s.device}: over by ${formatBytes(-verdict.headroomBytes)}\n\n`);
+    }
+    md.appendText(`${s.targetName} (${s.kind}) on ${s.device}` + (s.worldSize > 1 ? `, rank ${s.rank} of ${s.worldSize}` : ''));
     if (s.peakPhase) md.appendText(`, peak in ${s.peakPhase}`);
     md.appendText(`\ntraced ${formatDate(s.created)}\n\n`);
     md.appendMarkdown('Click to open the memory report.');
     this.item.tooltip = md;
     this.item.command = { title: 'Open Memory Report', command: 'memlens.openMemoryReport', arguments: [s.path] };
+    this.item.accessibilityInformation = { label: snapshotAriaLabel(s), role: 'button' };
     if (over) {
       this.item.backgroundColor = new vscode.ThemeColor('statusBarItem.warningBackground');
       this.item.color = new vscode.ThemeColor('statusBarItem.warningForeground');

@@ -7,13 +7,25 @@ def format_bytes(n: int, precision: int = 1) -> str:
     """1536 -> '1.5 KiB'; negative numbers keep their sign (deltas)."""
     sign = "-" if n < 0 else ""
     value = float(abs(n))
-    unit = 0
-    while value >= 1024 and unit < len(_IEC) - 1:
+    if value < 1024:
+        return f"{sign}{_rounded(value, 0)} B"
+    value /= 1024
+    unit = 1
+    # The rounded value decides, so 1023.96 KiB reads "1.0 MiB", not "1024.0 KiB": as
+    # common/format.ts's formatBytes, so that the editor and the CLI print one format
+    # (test/unit/format-parity.test.ts).
+    while float(_rounded(value, precision)) >= 1024 and unit < len(_IEC) - 1:
         value /= 1024
         unit += 1
-    if unit == 0:
-        return f"{sign}{int(value)} B"
-    return f"{sign}{value:.{precision}f} {_IEC[unit]}"
+    return f"{sign}{_rounded(value, precision)} {_IEC[unit]}"
+
+
+def _rounded(value: float, places: int) -> str:
+    """`value` to `places` decimals, a tie rounded up, as JavaScript's toFixed does (Python's
+    format rounds a tie to even: 1.25 KiB would read "1.2 KiB" here and "1.3 KiB" there)."""
+    from decimal import ROUND_HALF_UP, Decimal
+
+    return str(Decimal(value).quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP))
 
 
 _SUFFIX = {"": 1, "b": 1, "k": 1024, "kb": 1000, "kib": 1024, "m": 1024**2, "mb": 1000**2,

@@ -43,7 +43,6 @@ test('values are read from their setting keys and trimmed', () => {
 
 test('the server gets its own names; inlay hints only in the inlay-hint style', () => {
   assert.deepEqual(serverSettings(config({ budget: '70GiB', traceTimeout: 60, hotLines: 3 })), {
-    device: 'h100-80gb',
     budget: '70GiB',
     iterations: null,
     timeLimitSeconds: 60,
@@ -57,14 +56,22 @@ test('the server gets its own names; inlay hints only in the inlay-hint style', 
   assert.equal(serverSettings(config()).budget, null);
 });
 
+test("the device is sent only when the user set it: a recipe's device wins over the default", () => {
+  assert.equal(readConfig(() => undefined).device, '');
+  assert.equal(readConfig((k) => (k === 'device' ? '' : undefined)).device, '');
+  assert.equal('device' in serverSettings(config()), false);
+  assert.equal(serverSettings(config({ device: 'a100-40gb' })).device, 'a100-40gb');
+  assert.equal('device' in traceParams('model:GPT', config()), false);
+  assert.equal(traceParams('t', config(), { device: 'h200' }).device, 'h200');
+});
+
 test('trace parameters carry distributed options only when something asks for them', () => {
-  assert.deepEqual(traceParams('model:GPT', config()), { targetId: 'model:GPT', device: 'h100-80gb' });
+  assert.deepEqual(traceParams('model:GPT', config({ device: 'h100-80gb' })), { targetId: 'model:GPT', device: 'h100-80gb' });
   assert.deepEqual(traceParams('t', config({ iterations: 3, device: 'cpu' })), { targetId: 't', device: 'cpu', iterations: 3 });
-  assert.deepEqual(traceParams('t', config({ worldSize: 8, rank: 2 })), { targetId: 't', device: 'h100-80gb', worldSize: 8, rank: 2 });
-  assert.deepEqual(traceParams('t', config({ rank: 2 })), { targetId: 't', device: 'h100-80gb', rank: 2 });
+  assert.deepEqual(traceParams('t', config({ worldSize: 8, rank: 2 })), { targetId: 't', worldSize: 8, rank: 2 });
+  assert.deepEqual(traceParams('t', config({ rank: 2 })), { targetId: 't', rank: 2 });
   assert.deepEqual(traceParams('t', config({ rank: 2 }), { allRanks: true, worldSize: 4 }), {
     targetId: 't',
-    device: 'h100-80gb',
     worldSize: 4,
     allRanks: true,
   });
@@ -86,7 +93,10 @@ test('every Config field is a setting of the manifest, in a titled section, desc
     const p = props.get(`memlens.${key}`);
     assert.ok(p, `memlens.${key} (${field}) is not contributed`);
     assert.ok(typeof p['markdownDescription'] === 'string' || typeof p['description'] === 'string', `memlens.${key} is not described`);
-    assert.deepEqual(p['default'] ?? null, DEFAULTS[field as keyof Config] === '' ? '' : DEFAULTS[field as keyof Config], `default of memlens.${key}`);
+    // A string setting whose unset value means something ("" for the device: the recipe's)
+    // declares no default; VS Code then reads it as "".
+    const expected = DEFAULTS[field as keyof Config];
+    assert.deepEqual(p['default'] ?? (expected === '' && p['type'] === 'string' ? '' : null), expected, `default of memlens.${key}`);
     if (Array.isArray(p['enum'])) {
       assert.equal((p['enumDescriptions'] as unknown[] | undefined)?.length, p['enum'].length, `memlens.${key} describes each value`);
     }

@@ -97,7 +97,7 @@ test('the command sends the target, the device and iterations of the settings, a
     space,
   });
   // no space: the workspace's [tool.memlens.fit] alone; no iterations: the recipe's
-  assert.deepEqual(fitParams('launch:a', DEFAULTS, []), { targetId: 'launch:a', device: 'h100-80gb' });
+  assert.deepEqual(fitParams('launch:a', DEFAULTS, []), { targetId: 'launch:a' }); // the recipe's device, else the default
 });
 
 test('a FitReport as the server sends it passes the panel’s check', () => {

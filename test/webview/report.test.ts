@@ -99,6 +99,9 @@ test('the numbers shown are the snapshot’s', T, async () => {
   const s = a.summary;
   assert.equal(await bytesOf(o, '#summary-peak'), s.peak_bytes);
   assert.equal(await o.page.textContent('#summary-peak'), formatBytes(s.peak_bytes));
+  // The verdict is the snapshot's headroom (common/headroom.ts), the number memlens show prints.
+  const verdict = (await o.page.textContent('.peak-row .verdict')) ?? '';
+  assert.ok(s.fits && verdict.endsWith(`· fits, ${formatBytes(s.headroom_bytes!)} headroom`), verdict);
   for (const c of CATEGORIES) {
     assert.equal(await bytesOf(o, `#category-legend [data-category=${c}]`), s.categories_at_peak[c], c);
   }

@@ -3,6 +3,7 @@
 import { CATEGORY_LABELS } from '../data/categories';
 import { categoryVariable } from '../data/colors';
 import { formatBytes, formatShare } from '../data/format';
+import { verdictOf } from '../../common/headroom';
 import { CATEGORIES, type Meta, type Summary } from '../../common/snapshot';
 import type { Context } from '../context';
 import { el, replace, swatch } from '../dom';
@@ -14,7 +15,8 @@ export function renderHeader(root: HTMLElement, ctx: Context): void {
   const budget = device.total_memory_bytes;
   const peak = summary.peak_bytes;
   const target = meta.target;
-  const fits = peak <= budget;
+  const over = peak > budget; // where the bar draws the card's line, not the verdict
+  const verdict = verdictOf(summary); // the snapshot's: reserved peak + outside the allocator
 
   const title = el(
     'div',
@@ -34,7 +36,7 @@ export function renderHeader(root: HTMLElement, ctx: Context): void {
     seg.style.setProperty('background', `var(${categoryVariable(c)})`);
     bar.appendChild(seg);
   }
-  if (!fits) {
+  if (over) {
     const mark = el('div', { class: 'budget-mark', title: `device memory ${formatBytes(budget)}` });
     mark.style.setProperty('left', `${(100 * budget) / scale}%`);
     bar.appendChild(mark);
@@ -53,10 +55,12 @@ export function renderHeader(root: HTMLElement, ctx: Context): void {
     bar,
     el(
       'span',
-      { class: fits ? 'verdict ok' : 'verdict over' },
-      fits
-        ? `${formatShare(peak, budget)} · fits, ${formatBytes(budget - peak)} headroom`
-        : `${formatShare(peak, budget)} · does not fit, over by ${formatBytes(peak - budget)}`,
+      { class: !verdict ? 'verdict' : verdict.fits ? 'verdict ok' : 'verdict over' },
+      !verdict
+        ? formatShare(peak, budget)
+        : verdict.fits
+          ? `${formatShare(peak, budget)} · fits, ${formatBytes(verdict.headroomBytes)} headroom`
+          : `${formatShare(peak, budget)} · does not fit, over by ${formatBytes(-verdict.headroomBytes)}`,
     ),
   );
 

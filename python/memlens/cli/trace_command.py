@@ -49,7 +49,8 @@ def trace(args, console, err) -> int:
         progress_mode = "rich" if err.is_terminal else "none"
     # With --json, stdout carries one JSON object: what the script prints goes to stderr.
     quiet = _stdout_to_stderr() if args.json else contextlib.nullcontext()
-    with quiet:
+    torch_log = _torch_log(args, target)
+    with quiet, torch_log:
         try:
             snap = trace_target(target, device, iterations, progress_mode=progress_mode,
                                 console=err, command=command,
@@ -89,6 +90,30 @@ def trace(args, console, err) -> int:
         print(json.dumps(summary))
     # Ctrl-C ended the trace: the report of what was traced, then the status of an interrupt.
     return EXIT_INTERRUPTED if snap["meta"].get("interrupted") else 0
+
+
+@contextlib.contextmanager
+def _torch_log(args, target):
+    """torch's own log records (fake_tensor's traceback of an op that failed, before memlens'
+    one clean error) go to `.memlens/logs/` beside the snapshots, named like the language
+    server's trace logs; one line says where. A worker's stderr is its trace log already
+    (the server files it), and --debug shows everything."""
+    if args.progress == "json" or args.debug:
+        yield
+        return
+    from ..engine.torch_logs import TraceLogFile, torch_logs_to
+
+    snapshot = Path(cli_snapshot_path(target.to_json(), os.getcwd()))
+    log = TraceLogFile(str(snapshot.parent.parent / "logs" /
+                           f"{snapshot.parent.name}-{snapshot.stem}.log"))
+    try:
+        with torch_logs_to(log):
+            yield
+    finally:
+        log.close()
+        if log.records:
+            s = "" if log.records == 1 else "s"
+            print(f"torch logged {log.records} message{s}: {log.path}", file=sys.stderr)
 
 
 @contextlib.contextmanager

@@ -48,7 +48,11 @@ def apply_point(job, axes: list[Axis], point: Point):
     for axis, value in zip(axes, point.values):
         t = axis.target
         if t.kind == "world":
-            job.world_size = int(value)
+            # One GPU of a job launched as a plain process (`python train.py`, no world size)
+            # stays one process: a one-rank torchrun job would set RANK/WORLD_SIZE and send
+            # the script down its DDP path, which is not what the user runs on one GPU.
+            single = int(value) == 1 and job.world_size is None
+            job.world_size = None if single else int(value)
         elif t.kind == "env":
             job.target.env[t.name] = value
         elif t.kind == "flag" and axis.values and set(axis.values) <= set(SWITCH):

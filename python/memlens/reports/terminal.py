@@ -349,9 +349,11 @@ def verdict_line(snap: dict[str, Any]) -> str:
     used = reserved + outside
     text = (f"peak reserved {format_bytes(reserved)} + outside {format_bytes(outside)} = "
             f"{format_bytes(used)} of {format_bytes(total)}")
+    # The snapshot's headroom (device_memory.py), the one number every view shows.
+    headroom = summary.get("headroom_bytes", total - used)
     if summary.get("fits"):
-        return f"[bold green]Fits:[/] {text} ({format_bytes(total - used)} headroom)"
-    return f"[bold red]DOES NOT FIT:[/] {text} (over by {format_bytes(used - total)})"
+        return f"[bold green]Fits:[/] {text} ({format_bytes(headroom)} headroom)"
+    return f"[bold red]DOES NOT FIT:[/] {text} (over by {format_bytes(-headroom)})"
 
 
 def _oom_line(oom: dict[str, Any], outside: int, total: int) -> str:

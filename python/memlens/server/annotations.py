@@ -6,9 +6,12 @@ Three kinds of annotation, each on one line of the file:
 - `line`: the lines outside `__init__` (forward, helpers, a script's body) that hold the most
   bytes at the peak.
 
-Module texts read `≈ 1.3 GiB params·grads·optim │ 6.1 GiB act ×32`: per instance, with the
-instance count; the hover has per instance, all instances, what is alive at the peak, and the
-share of the peak.
+Module texts read `≈ 7.4 GiB · 6.1 GiB act ×32`: per instance, the most important number first
+(parameters, gradients, optimizer state and activations together, then the activations), no
+zero segment, the instance count; at most ~40 characters, so that neither the minimap nor an
+inlay hint's truncation hides them. The colour is the share of the peak of the same total. The
+hover has the detail: per instance, all instances, what is alive at the peak, and the share of
+the peak. Line texts read `≈ 2.0 MiB at peak (15.8%) · act` (the largest category).
 """
 
 from __future__ import annotations
@@ -115,11 +118,14 @@ def _module_annotation(kind: str, line: int, mods: list[dict[str, Any]], peak: i
     alive = sum(at_peak.values())
     state = sum(total[c] for c in MODEL_STATE)
     act = total["activation"]
-    if not (state or act or alive):
+    if not (state or act):  # only temporaries: the hot lines show them
         return None
-    text = (f"≈ {format_bytes(state // n)} params·grads·optim │ {format_bytes(act // n)} act"
+    text = (f"≈ {format_bytes((state + act) // n)}"
+            + (f" · {format_bytes(act // n)} act" if act // n else "")
             + (f" ×{n}" if n > 1 else ""))
-    share = alive / peak if peak else 0.0
+    # The colour's share is of the number the text says (all instances), not of what is alive
+    # at the peak: two lines that read alike are coloured alike.
+    share = min(1.0, (state + act) / peak) if peak else 0.0
     label = _label(mods, root_name)
     classes = sorted({m["cls"] for m in mods})
     names = ", ".join(md_code(m["fqn"] or root_name) for m in mods[:4]) + (", …" if n > 4 else "")
@@ -136,7 +142,8 @@ def _module_annotation(kind: str, line: int, mods: list[dict[str, Any]], peak: i
         rows.append(f"| {LABELS[c]} | {format_bytes(total[c] // n)} | {format_bytes(total[c])} "
                     f"| {format_bytes(at_peak[c])} | {share_text(at_peak[c] / peak if peak else 0)}"
                     " |")
-    rows.append(f"| **total** | | | **{format_bytes(alive)}** | **{share_text(share)}** |")
+    rows.append(f"| **total** | | | **{format_bytes(alive)}** | "
+                f"**{share_text(alive / peak if peak else 0)}** |")
     note = ("*per instance* and *× " + str(n) + "*: the most each category held during training; "
             "*at the peak*: what was alive at the moment of the peak.")
     body = "\n".join([head, "", *rows, "", note])
@@ -186,10 +193,7 @@ def line_annotations(digest: dict[str, Any], path: str, skip: set[int],
         share = b / peak if peak else 0.0
         cats = sorted(((c, v) for c, v in ln["categories"].items() if v > 0),
                       key=lambda cv: -cv[1])
-        if len(cats) == 1:
-            what = SHORT.get(cats[0][0], cats[0][0])
-        else:
-            what = ", ".join(f"{SHORT.get(c, c)} {format_bytes(v)}" for c, v in cats[:3])
+        what = SHORT.get(cats[0][0], cats[0][0]) if cats else ""  # the rest in the hover
         text = f"≈ {format_bytes(b)} at peak ({share_text(share)})" + (f" · {what}" if what else "")
         rows = ["| | at the peak | share of peak |", "|:--|--:|--:|"]
         for c, v in cats:

@@ -162,7 +162,8 @@ class TraceCommands:
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
                 raise MemlensError(f"{key} must be a non-negative integer, got {v!r}")
             ints[key] = v
-        device = get_device(str(params.get("device") or settings.device)).name  # the table
+        asked = params.get("device") or settings.device  # else the recipe's, as on the CLI
+        device = get_device(str(asked)).name if asked else None  # a name of the table
         return TraceRequest(t, device, ints["iterations"] or settings.iterations,
                             ints["worldSize"], ints["rank"], bool(params.get("allRanks", False)))
 

@@ -38,7 +38,7 @@ FINISHED = {"ok": "done", "failed": "failed", "timeout": "timed out", "cancelled
 @dataclass
 class FitRequest:
     target: TargetInfo
-    device: str
+    device: str | None  # None: the recipe's / [tool.memlens.fit]'s, else the default
     iterations: int | None
     space: list[str]  # `--flag=value` options of the space
     sort: str | None = None
@@ -70,8 +70,8 @@ def space_options(raw: Any) -> list[str]:
 def fit_command(req: FitRequest, python: str) -> tuple[list[str], str, dict[str, str]]:
     """argv, cwd and environment of the worker that runs the search."""
     t = req.target
-    argv = [python, "-m", "memlens", "fit", "--json", "--progress", "json", "--device",
-            req.device, "--jobs", str(req.jobs)]
+    argv = [python, "-m", "memlens", "fit", "--json", "--progress", "json"] + (
+        ["--device", req.device] if req.device else []) + ["--jobs", str(req.jobs)]
     if req.iterations:
         argv += ["--iterations", str(req.iterations)]
     if req.sort:

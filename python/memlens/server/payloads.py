@@ -32,6 +32,7 @@ def snapshot_info(e: SnapshotEntry, target: TargetInfo | None, budget: int) -> P
             "kind": m["targetKind"], "created": m["created"], "peakBytes": s["peakBytes"],
             "peakPhase": s["peakPhase"], "device": m["deviceName"],
             "deviceTotalBytes": m["deviceTotalBytes"], "budgetBytes": budget,
+            "fits": s.get("fits"), "headroomBytes": s.get("headroomBytes"),
             "rank": m["rank"], "worldSize": m["worldSize"]}
 
 
@@ -143,7 +144,7 @@ def inlay_hints(state: DocState, first: int, last: int, line_end: LineEnd
 
 
 def code_lenses(targets: Iterable[TargetInfo], running: Collection[str],
-                newest: Callable[[TargetInfo], SnapshotEntry | None], device: str
+                newest: Callable[[TargetInfo], SnapshotEntry | None], device: str | None
                 ) -> list[lsp.CodeLens]:
     """Per target: trace it (or cancel its running trace), and open its newest report."""
     out = []
@@ -157,7 +158,8 @@ def code_lenses(targets: Iterable[TargetInfo], running: Collection[str],
         else:
             out.append(lsp.CodeLens(range=rng, command=lsp.Command(
                 title="Trace Memory", command=P.CMD_TRACE, arguments=[arg],
-                tooltip=f"Estimate the memory of one training step of {t.name} on {device}")))
+                tooltip=f"Estimate the memory of one training step of {t.name}"
+                        + (f" on {device}" if device else ""))))
         e = newest(t)
         if e is not None:
             peak = format_bytes(e.digest["summary"]["peakBytes"])

@@ -68,6 +68,10 @@ class SnapshotInfo(TypedDict):
     device: str  # meta.device.name
     deviceTotalBytes: int
     budgetBytes: int  # the budget diagnostics compare the peak with
+    # The snapshot's verdict: the device's memory less (reserved peak + outside the allocator),
+    # as `memlens show` and the panel say it; None for a snapshot without one.
+    fits: Union[bool, None]
+    headroomBytes: Union[int, None]
     rank: int
     worldSize: int
 
@@ -162,7 +166,7 @@ class Annotation(TypedDict):
     line: int  # 0-based, in the document as it is now
     kind: AnnotationKind  # a traced module class, a line constructing submodules, a hot line
     label: str  # the module group (h.*.attn) or file:line
-    text: str  # what an inlay hint shows, e.g. "≈ 1.3 GiB params·grads·optim │ 6.1 GiB act ×32"
+    text: str  # what an inlay hint shows, e.g. "≈ 7.4 GiB · 6.1 GiB act ×32"
     bytes: int  # bytes alive at the peak that this annotation accounts for
     share: float  # bytes / peak bytes, 0..1
     hover: str  # markdown
@@ -286,7 +290,7 @@ class Settings(TypedDict, total=False):
     """The `memlens` settings section (initializationOptions.settings or
     workspace/configuration)."""
 
-    device: str  # default "h100-80gb"
+    device: str  # absent: the recipe's or launch configuration's device, else "h100-80gb"
     budget: Union[str, int, None]  # "70GiB" or bytes; default: the device's total memory
     iterations: Union[int, None]  # default: the recipe's, else 2
     timeLimitSeconds: float  # default 300

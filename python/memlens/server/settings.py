@@ -7,13 +7,14 @@ import os
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ..devices import DEFAULT_DEVICE  # a table, no torch
 from ..units import parse_bytes
 
 
 @dataclass
 class Settings:
-    device: str = DEFAULT_DEVICE
+    # None: not set; the worker uses the recipe's device, else the default (h100-80gb), as
+    # `memlens trace` does. The setting's default must not win over a recipe's `device`.
+    device: str | None = None
     budget: int | None = None  # bytes; None: the traced device's total memory
     iterations: int | None = None
     timeLimitSeconds: float = 300.0
@@ -88,7 +89,7 @@ def _int(v: Any) -> int:
 
 
 _PARSERS = {
-    "device": lambda v: str(v).strip().lower() or DEFAULT_DEVICE,
+    "device": lambda v: str(v).strip().lower() or None if v is not None else None,
     "budget": _budget,
     "iterations": _opt_iterations,
     "timeLimitSeconds": _positive(float),

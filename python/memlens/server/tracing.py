@@ -27,7 +27,7 @@ _PHASE = re.compile(r"^(forward_backward|optimizer_step)_iter_(\d+)$")
 @dataclass
 class TraceRequest:
     target: TargetInfo
-    device: str
+    device: str | None  # None: the recipe's, else the CLI's default
     iterations: int | None = None
     world_size: int | None = None
     rank: int | None = None

@@ -1,21 +1,17 @@
 """The snapshot: a versioned JSON document, the contract between the engine and its readers.
 
-Its names are imported when first used: the language server imports `snapshot.digest` and
-must not import torch, which the builder's modules do."""
+The builder is imported when first used: build.py imports torch (seconds), which a reader of
+snapshots (`memlens show`, the language server's `snapshot.digest`) must not."""
 
-from __future__ import annotations
-
-import importlib
-from typing import Any
-
-_WHERE = {"FORMAT": "build", "VERSION": "build", "build_snapshot": "build",
-          "read_snapshot": "io", "validate_snapshot": "io", "write_snapshot": "io"}
+from .io import FORMAT, VERSION, read_snapshot, validate_snapshot, write_snapshot
 
 __all__ = ["FORMAT", "VERSION", "build_snapshot", "read_snapshot", "validate_snapshot",
            "write_snapshot"]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+def __getattr__(name: str):
+    if name == "build_snapshot":
+        from .build import build_snapshot
+
+        return build_snapshot
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,12 +16,11 @@ from .. import __version__
 from .. import categories as C
 from .analysis import DeviceStats, group_key, live_at, replay
 from .device_memory import device_memory
+from .io import FORMAT, VERSION  # noqa: F401  (the reader owns them: it needs no torch)
 
 if TYPE_CHECKING:  # the ledger is handed in (ledger_facts.py); never the engine
     from .ledger_facts import LedgerFacts
 
-FORMAT = "memlens.snapshot"
-VERSION = 1
 DEFAULT_MAX_ALLOCATIONS = 1_000_000
 
 

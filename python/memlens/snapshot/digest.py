@@ -101,6 +101,8 @@ def digest(doc: dict[str, Any], path: str) -> dict[str, Any]:
             "precision": meta.get("precision"),
         },
         "summary": {"peakBytes": int(summary["peak_bytes"]), "peakPhase": summary["peak_phase"],
+                    # the verdict every view shows (snapshot/device_memory.py); None: none
+                    "fits": summary.get("fits"), "headroomBytes": summary.get("headroom_bytes"),
                     "categoriesAtPeak": _cats(summary["categories_at_peak"]),
                     "subcategories": [{"label": str(sub["label"]),
                                        "atPeakBytes": int(sub["at_peak_bytes"]),

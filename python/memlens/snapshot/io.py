@@ -10,11 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SnapshotError
-from .build import FORMAT, VERSION
 from .references import check_references
 
+FORMAT = "memlens.snapshot"
+VERSION = 1
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
 MAX_SNAPSHOT_BYTES = 2 * 1024**3
+MAX_NESTING = 64  # levels of lists and objects; a snapshot has under 10
 
 
 @lru_cache(maxsize=1)
@@ -25,10 +27,12 @@ def schema() -> dict[str, Any]:
 @lru_cache(maxsize=1)
 def _validator():
     # Compiled to Python once per process: several times faster than jsonschema on snapshots of
-    # 100,000 tensors (bench/README.md), which the language server reads on every open.
+    # 100,000 tensors (bench/README.md), which the language server reads on every open. With
+    # the `$ref`s inlined: fastjsonschema calls a referenced definition with a name built by
+    # `.format(**locals())` of its one huge function, for every tensor (10x the time).
     import fastjsonschema
 
-    return fastjsonschema.compile(schema())
+    return fastjsonschema.compile({k: v for k, v in _inlined(schema()).items() if k != "$defs"})
 
 
 def write_snapshot(snapshot: dict[str, Any], path: str | os.PathLike) -> Path:
@@ -67,8 +71,31 @@ def read_snapshot(path: str | os.PathLike, keep_allocations: bool = True) -> dic
     del text
     if not keep_allocations and isinstance(doc, dict) and doc.get("allocations") is not None:
         doc["allocations"] = None
+    if _nesting_exceeds(doc, MAX_NESTING):
+        raise SnapshotError(f"{path}: not a snapshot (values nested more than {MAX_NESTING} "
+                            "deep)")
     validate_snapshot(doc, str(path))
     return doc
+
+
+def _nesting_exceeds(doc: Any, limit: int) -> bool:
+    """Whether a list or object lies more than `limit` levels down. json reads ~1,000 levels;
+    every reader after it (the schema, the report's escaping) walks values recursively, and a
+    snapshot's own nesting is a handful of levels. Iterative, over containers only."""
+    level = [doc] if type(doc) in (dict, list) else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > limit:
+            return True
+        below = []
+        for c in level:
+            values = c.values() if type(c) is dict else c
+            kinds = set(map(type, values))  # at C speed: most lists hold only numbers
+            if dict in kinds or list in kinds:
+                below.extend(v for v in values if type(v) is dict or type(v) is list)
+        level = below
+    return False
 
 
 class _NotJSON(ValueError):

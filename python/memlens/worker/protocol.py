@@ -105,7 +105,7 @@ class TraceTarget(Protocol):
 class TraceAsk(Protocol):
     """What `trace_command` reads of a request (server/tracing.TraceRequest)."""
     target: TraceTarget
-    device: str
+    device: str | None  # None: no --device (the recipe's, else the default)
     iterations: int | None
     world_size: int | None
     rank: int | None
@@ -116,8 +116,8 @@ def trace_command(req: TraceAsk, snapshot: str, python: str
                   ) -> tuple[list[str], str, dict[str, str]]:
     """argv, cwd and environment of the worker for one trace the language server asks for."""
     t = req.target
-    common = ["--device", req.device, "--json", "--progress", "json", "--with-digest",
-              "--snapshot", snapshot]
+    common = (["--device", req.device] if req.device else []) + [
+        "--json", "--progress", "json", "--with-digest", "--snapshot", snapshot]
     if req.iterations:
         common += ["--iterations", str(req.iterations)]
     # Distributed options: only when asked for, or when the launch configuration itself says

@@ -111,8 +111,8 @@ async def test_inlay_hints_show_module_and_line_bytes(client: MemlensClient, wor
     assert state >= 4 * 198_272 * 4  # AdamW: params + grads + exp_avg + exp_avg_sq
     act = sum(m["activation_bytes"] for m in blocks) // 2
     line = line_of(path, "class Block(")
-    assert got[line].label == f"≈ {format_bytes(state)} params·grads·optim │ " \
-                              f"{format_bytes(act)} act ×2"
+    # The total first (params, grads, optimizer state and activations), then the activations.
+    assert got[line].label == f"≈ {format_bytes(state + act)} · {format_bytes(act)} act ×2"
     assert got[line].position.character == len(text[line])
     assert got[line].padding_left
 
@@ -124,7 +124,7 @@ async def test_inlay_hints_show_module_and_line_bytes(client: MemlensClient, wor
     root = next(m for m in snap["modules"] if m["fqn"] == "")
     root_state = root["parameter_bytes"] + root["gradient_bytes"] + root["optimizer_state_bytes"]
     gpt_line = line_of(path, "class GPT(")
-    assert got[gpt_line].label == (f"≈ {format_bytes(root_state)} params·grads·optim │ "
+    assert got[gpt_line].label == (f"≈ {format_bytes(root_state + root['activation_bytes'])} · "
                                    f"{format_bytes(root['activation_bytes'])} act")
 
     # The hottest line inside a forward: MLP's one-liner, by the snapshot's own line table.

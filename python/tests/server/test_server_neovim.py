@@ -107,8 +107,7 @@ def test_neovim_reads_a_hover_and_the_inlay_hints(tmp_path):
     state = sum(m["parameter_bytes"] + m["gradient_bytes"] + m["optimizer_state_bytes"]
                 for m in blocks) // 2
     act = sum(m["activation_bytes"] for m in blocks) // 2
-    assert hints[block]["label"] == (f"≈ {format_bytes(state)} params·grads·optim │ "
-                                     f"{format_bytes(act)} act ×2")
+    assert hints[block]["label"] == f"≈ {format_bytes(state + act)} · {format_bytes(act)} act ×2"
     assert hints[block]["position"]["character"] == len(text[block])
     assert line_of(ws / "model.py", "class GPT(") in hints
 

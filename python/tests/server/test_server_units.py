@@ -32,20 +32,22 @@ def by_line(anns):
 
 def test_module_annotations_per_instance_with_the_count():
     anns = by_line(annotate(NET, F, lambda n: 11 <= n <= 20, top_lines=2))
-    assert anns[10].text == "≈ 32.0 MiB params·grads·optim │ 40.0 MiB act"
-    assert anns[30].text == "≈ 8.0 MiB params·grads·optim │ 10.0 MiB act ×4"
+    assert anns[10].text == "≈ 72.0 MiB · 40.0 MiB act"  # total first, then activations
+    assert anns[30].text == "≈ 18.0 MiB · 10.0 MiB act ×4"
     assert anns[30].kind == "class" and anns[30].label == "layers.*"
-    assert anns[30].bytes == 48 * MiB and anns[30].share == pytest.approx(0.48)
+    # The colour's share is of the text's total (4 x 18 MiB of a 100 MiB peak); the bytes
+    # alive at the peak stay the annotation's bytes.
+    assert anns[30].bytes == 48 * MiB and anns[30].share == pytest.approx(0.72)
     # The ModuleList line reads as its blocks; a mixed Sequential stays one module; a module
     # with no bytes (Dropout) gets no annotation.
     assert anns[14].text == anns[30].text and anns[14].kind == "construct"
-    assert anns[15].label == "head" and anns[15].text.endswith("0 B act")
+    assert anns[15].label == "head" and "act" not in anns[15].text  # no zero segment
     assert 16 not in anns
 
 
 def test_hot_lines_skip_init_and_keep_the_top_n():
     anns = by_line(annotate(NET, F, lambda n: 11 <= n <= 20, top_lines=2))
-    assert anns[40].text == "≈ 30.0 MiB at peak (30.0%) · act 20.0 MiB, tmp 10.0 MiB"
+    assert anns[40].text == "≈ 30.0 MiB at peak (30.0%) · act"  # the rest in the hover
     assert anns[41].text == "≈ 5.0 MiB at peak (5.0%) · act"
     assert 12 not in anns and 42 not in anns  # in __init__; beyond the top 2
     assert 1 not in anns  # another file's line
