@@ -99,9 +99,11 @@ def test_payloads_have_the_shapes_protocol_py_declares():
         _keys_fit(a, P.Annotation)
     by_line = {a["line"] + 1: a for a in anns["annotations"]}
     # NET's lines (support/digests.py): four Blocks of 2 MiB parameters and 10 MiB activations
-    # alive at the peak, 48 MiB of a 100 MiB peak
+    # alive at the peak, 48 MiB of a 100 MiB peak; the colour's share is of the number the label
+    # says: 4 x (2 + 2 + 4 MiB of model states + 10 MiB of activations) = 72 MiB of 100 MiB
     assert sorted(by_line) == [10, 12, 14, 15, 30, 40, 41, 42]
-    assert (by_line[30]["bytes"], by_line[30]["share"]) == (48 * MiB, 0.48)
+    assert (by_line[30]["bytes"], by_line[30]["share"]) == (48 * MiB, 0.72)
+    assert by_line[30]["text"] == "≈ 18.0 MiB · 10.0 MiB act ×4"
     assert not anns["stale"] and anns["snapshot"] is info
 
     hover = payloads.hover(doc, 29, 80 * 1024**3, None, len)
