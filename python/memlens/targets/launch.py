@@ -150,10 +150,9 @@ ACCELERATE_FLAGS = frozenset({
 })
 
 
-def parse_accelerate_args(words: list[str]) -> dict[str, Any]:
-    """`accelerate launch` options as written, in parse_torchrun_args's shape: processes per
-    machine from --num_processes (over all machines) and --num_machines; `config_file` when
-    accelerate reads the counts from a file instead (accelerate_launch.py reads it)."""
+def accelerate_options(words: list[str]) -> tuple[dict[str, str], list[str]]:
+    """accelerate launch's options (name -> value, spelt with underscores) and what follows them
+    (the script and its arguments)."""
     options: dict[str, str] = {}
     i = 0
     while i < len(words) and words[i].startswith("-"):
@@ -163,7 +162,14 @@ def parse_accelerate_args(words: list[str]) -> dict[str, Any]:
             i += 1
         options[name] = value
         i += 1
-    rest = words[i:]
+    return options, words[i:]
+
+
+def parse_accelerate_args(words: list[str]) -> dict[str, Any]:
+    """`accelerate launch` options as written, in parse_torchrun_args's shape: processes per
+    machine from --num_processes (over all machines) and --num_machines; `config_file` when
+    accelerate reads the counts from a file instead (accelerate_launch.py reads it)."""
+    options, rest = accelerate_options(words)
     module = "module" in options or "m" in options
     total, machines = _int(options.get("num_processes", "")), _int(
         options.get("num_machines", "1"))

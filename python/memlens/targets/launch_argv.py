@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .accelerate_launch import needs_accelerate, resolve as resolve_accelerate
-from .launch import ACCELERATE_FLAGS as _ACCELERATE_FLAGS, parse_torchrun_args
+from .launch import accelerate_options, parse_torchrun_args
 
 @dataclass
 class LaunchedScript:
@@ -34,7 +34,7 @@ def launched_script(launcher: str, args: list[str], cwd: str | None = None) -> L
     if launcher == "python":
         return LaunchedScript(args[0], None, args[1:], None, None, distributed=False)
     if launcher == "accelerate":
-        options, rest = _accelerate_options(args)
+        options, rest = accelerate_options(args)
         if needs_accelerate(list(options)):
             return _accelerate_configured(resolve_accelerate(args, cwd))
         return _accelerate(options, rest)
@@ -95,20 +95,6 @@ def _nproc_problem(text: str) -> str:
     if text == "":
         return "--nproc_per_node is empty when the script runs"
     return f"--nproc_per_node {text!r} is not a number"
-
-
-def _accelerate_options(args: list[str]) -> tuple[dict[str, str], list[str]]:
-    """accelerate launch's options (name -> value) and what follows them (the script...)."""
-    options: dict[str, str] = {}
-    i = 0
-    while i < len(args) and args[i].startswith("-"):
-        name, eq, value = args[i].lstrip("-").replace("-", "_").partition("=")
-        if name not in _ACCELERATE_FLAGS and not eq:
-            value = args[i + 1] if i + 1 < len(args) else ""
-            i += 1
-        options[name] = value
-        i += 1
-    return options, args[i:]
 
 
 def _accelerate(options: dict[str, str], rest: list[str]) -> LaunchedScript:
