@@ -4,11 +4,23 @@ Tests live in one folder per room of memlens (engine/, allocator/, plugins/, ser
 no __init__.py: pytest's default import mode puts each test's folder and this one on sys.path
 (so `support` imports from anywhere), and a test file's name must be unique across folders."""
 
+import os
+
 import pytest
 import pytest_asyncio
 
 from support.runs import run_memlens
 from support.slow_marks import ProcessWatch, SpawnReader, starts_processes
+
+# pytest-xdist starts its workers with COLUMNS=80 and LINES=24, which every process a test starts
+# inherits: a report then wraps at 80 columns where a user's pipe gets its full width. A size
+# set where pytest was started is kept (the controller passes that on).
+if "PYTEST_XDIST_WORKER" in os.environ:
+    if not os.environ.get("MEMLENS_TESTS_TERMINAL_SIZE"):
+        os.environ.pop("COLUMNS", None)
+        os.environ.pop("LINES", None)
+else:
+    os.environ["MEMLENS_TESTS_TERMINAL_SIZE"] = "1" if "COLUMNS" in os.environ else ""
 
 
 @pytest.fixture

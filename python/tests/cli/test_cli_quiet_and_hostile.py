@@ -8,7 +8,7 @@ import pytest
 
 from memlens.errors import SnapshotError
 from memlens.snapshot.io import MAX_NESTING, _nesting_exceeds, read_snapshot
-from memlens.worker_protocol import snapshot_folder_name
+from memlens.worker.protocol import snapshot_folder_name
 from support.paths import REPO
 from support.runs import run_memlens
 
