@@ -44,7 +44,7 @@ async function waitLong<T>(attempt: () => Promise<T>, ms: number): Promise<T> {
 
 test('Find What Fits searches the [fit] table and shows the frontier in a panel', { timeout: timeouts.test * 2 }, async () => {
   await session.step('open-script', (wb) => wb.openFile('fit_gpt.py'));
-  await session.step('run-command', (wb) => wb.runCommand('Memlens: Find What Fits'));
+  await session.step('run-command', (wb) => wb.runCommand('Memlens: Find What Fits', { opensInput: true }));
   await session.step('space-box', async (wb) => {
     // the input box names the table it found; Enter searches it as it is
     await wb.page.locator('.quick-input-widget .quick-input-message, .quick-input-widget .quick-input-title').filter({ hasText: /memlens\.toml \[fit\]|Find What Fits/ }).first().waitFor({ timeout: timeouts.ui });

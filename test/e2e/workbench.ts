@@ -83,9 +83,11 @@ export class Workbench {
   }
 
   /** Runs a command from the palette (F1) by its visible label, e.g. "Memlens: Trace Memory". */
-  async runCommand(label: string): Promise<void> {
+  /** `opensInput`: the command asks for input in the same quick-input widget at once (Find
+   * What Fits): the palette's close may never be seen, so the caller waits for that input. */
+  async runCommand(label: string, opts: { opensInput?: boolean } = {}): Promise<void> {
     await this.quickInput(`>${label}`);
-    await this.pickRow(label);
+    await this.pickRow(label, !opts.opensInput);
   }
 
   private async quickInput(value: string): Promise<void> {
@@ -98,7 +100,7 @@ export class Workbench {
   }
 
   /** Clicks the first quick-input row labelled exactly `label`, waiting for it to appear. */
-  private async pickRow(label: string): Promise<void> {
+  private async pickRow(label: string, waitClosed = true): Promise<void> {
     const exact = new RegExp(`^${label.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}$`);
     const row = this.page
       .locator(sel.quickInputRows)
@@ -106,7 +108,7 @@ export class Workbench {
       .first();
     await row.waitFor({ timeout: timeouts.ui });
     await row.click();
-    await this.page.locator(sel.quickInput).waitFor({ state: 'hidden', timeout: timeouts.ui });
+    if (waitClosed) await this.page.locator(sel.quickInput).waitFor({ state: 'hidden', timeout: timeouts.ui });
   }
 
   /** Text of an open modal dialog (e.g. "Command ... resulted in an error"), if any. */
