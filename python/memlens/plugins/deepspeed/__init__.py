@@ -21,11 +21,11 @@ from . import op_builders, zero_states
 class Plugin(LibraryPlugin):
     watches = {"deepspeed.ops.op_builder.builder": "op_builder",
                "deepspeed.runtime.zero.utils": "zero_utils",
-               "deepspeed.runtime.zero.stage_1_and_2": "zero_stage_1_and_2",
-               "deepspeed.runtime.zero.stage3": "zero_stage3",
-               "deepspeed.runtime.bf16_optimizer": "bf16_optimizer",
-               "deepspeed.runtime.fp16.fused_optimizer": "fp16_optimizer",
-               "deepspeed.runtime.fp16.unfused_optimizer": "fp16_unfused_optimizer",
+               "deepspeed.runtime.zero.stage_1_and_2": "optimizer_wrapper",
+               "deepspeed.runtime.zero.stage3": "optimizer_wrapper",
+               "deepspeed.runtime.bf16_optimizer": "optimizer_wrapper",
+               "deepspeed.runtime.fp16.fused_optimizer": "optimizer_wrapper",
+               "deepspeed.runtime.fp16.unfused_optimizer": "optimizer_wrapper",
                "deepspeed.comm.comm": "comm"}
 
     def comm(self, mod: ModuleType) -> None:
@@ -65,25 +65,11 @@ class Plugin(LibraryPlugin):
 
         self.patcher.setattr(mod.OpBuilder, "load", load)
 
-    def zero_stage_1_and_2(self, mod: ModuleType) -> None:
+    def optimizer_wrapper(self, mod: ModuleType) -> None:
+        """A ZeRO stage's or a 16-bit optimizer's module: its wrapper is named by the module's
+        last part (zero_states._BUFFERS: stage_1_and_2, stage3, bf16_optimizer, ...)."""
         _version()
-        zero_states.patch(self, mod, "stage_1_and_2")
-
-    def zero_stage3(self, mod: ModuleType) -> None:
-        _version()
-        zero_states.patch(self, mod, "stage3")
-
-    def bf16_optimizer(self, mod: ModuleType) -> None:
-        _version()
-        zero_states.patch(self, mod, "bf16_optimizer")
-
-    def fp16_optimizer(self, mod: ModuleType) -> None:
-        _version()
-        zero_states.patch(self, mod, "fused_optimizer")
-
-    def fp16_unfused_optimizer(self, mod: ModuleType) -> None:
-        _version()
-        zero_states.patch(self, mod, "unfused_optimizer")
+        zero_states.patch(self, mod, mod.__name__.rsplit(".", 1)[1])
 
     def zero_utils(self, mod: ModuleType) -> None:
         """ZeRO-3 checks at each step that every rank traced the same submodule order: rank 0's

@@ -55,6 +55,16 @@ def _pin_buckets(classifier, optimizer) -> None:
             classifier.pin(t, C.GRADIENT)
 
 
+def _then_pin_buckets(method, classifier):
+    @functools.wraps(method)
+    def then_pin(self, *args, **kwargs):
+        out = method(self, *args, **kwargs)
+        _pin_buckets(classifier, self)
+        return out
+
+    return then_pin
+
+
 def patch(plugin, mod, stage: str) -> None:
     """Wrap the stage's optimizer so that its buffers are classified once it is built."""
     name, params, masters, grads = _BUFFERS[stage]
@@ -76,23 +86,9 @@ def patch(plugin, mod, stage: str) -> None:
         _pin_buckets(classifier, self)
 
     plugin.patcher.setattr(cls, "__init__", __init__)
-    setup = cls.__dict__.get("setup_buckets")
-    if setup is not None:  # stage 1/2 make their bucket buffers anew at each micro-step
-
-        @functools.wraps(setup)
-        def setup_buckets(self, *args, **kwargs):
-            out = setup(self, *args, **kwargs)
-            _pin_buckets(classifier, self)
-            return out
-
-        plugin.patcher.setattr(cls, "setup_buckets", setup_buckets)
-    copy = cls.__dict__.get("copy_grads_in_partition")
-    if copy is not None:  # stage 2's buffer of reduced gradients, made on first use
-
-        @functools.wraps(copy)
-        def copy_grads_in_partition(self, *args, **kwargs):
-            out = copy(self, *args, **kwargs)
-            _pin_buckets(classifier, self)
-            return out
-
-        plugin.patcher.setattr(cls, "copy_grads_in_partition", copy_grads_in_partition)
+    # Stages 1/2 make their bucket buffers anew at each micro-step (setup_buckets); stage 2
+    # makes its buffer of reduced gradients on first use (copy_grads_in_partition).
+    for name in ("setup_buckets", "copy_grads_in_partition"):
+        method = cls.__dict__.get(name)
+        if method is not None:
+            plugin.patcher.setattr(cls, name, _then_pin_buckets(method, classifier))
