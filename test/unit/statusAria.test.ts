@@ -1,14 +1,9 @@
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
-import type { SnapshotInfo } from '../../common/protocol';
+import { GiB, snapshotInfo } from './snapshotInfoFixture';
 import { snapshotAriaLabel } from '../../src/statusAria';
 
-const GiB = 2 ** 30;
-const info: SnapshotInfo = {
-  path: '/ws/.memlens/script-train.py-1/s.json', uri: 'file:///ws/.memlens/script-train.py-1/s.json', targetId: 'script:train.py',
-  targetName: 'train.py', kind: 'script', created: '2026-12-02T03:00:00+00:00', peakBytes: 7.8 * GiB, peakPhase: 'forward_backward_iter_1',
-  device: 'h100-80gb', deviceTotalBytes: 80 * GiB, budgetBytes: 80 * GiB, fits: true, headroomBytes: 70.7 * GiB, rank: 0, worldSize: 1,
-};
+const info = snapshotInfo();
 
 test('the status bar speaks plain text: no markdown, no codicon, the headroom every view shows', () => {
   const label = snapshotAriaLabel(info);

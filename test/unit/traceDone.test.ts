@@ -1,14 +1,11 @@
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
-import type { SnapshotInfo } from '../../common/protocol';
+import { GiB, snapshotInfo } from './snapshotInfoFixture';
 import { traceDoneMessage } from '../../src/traceDone';
 
-const GiB = 2 ** 30;
-const info: SnapshotInfo = {
-  path: '/ws/.memlens/script-train.py-1/s.json', uri: 'file:///ws/.memlens/script-train.py-1/s.json', targetId: 'script:train.py',
-  targetName: 'train.py', kind: 'script', created: '2026-12-02T03:00:00+00:00', peakBytes: 7.8 * GiB, peakPhase: 'forward_backward_iter_1',
-  device: 'a100-40gb', deviceTotalBytes: 40 * GiB, budgetBytes: 40 * GiB, fits: true, headroomBytes: 29.4 * GiB, rank: 0, worldSize: 1,
-};
+const info = snapshotInfo({
+  device: 'a100-40gb', deviceTotalBytes: 40 * GiB, budgetBytes: 40 * GiB, headroomBytes: 29.4 * GiB,
+});
 
 test('a trace that ends says its peak, its device and the headroom every view shows', () => {
   assert.equal(traceDoneMessage('train.py', info), 'Memlens: train.py traced. Peak 7.8 GiB on a100-40gb — fits, 29.4 GiB headroom.');
