@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..worker.process_tree import WorkerProcess
+from ..worker import warm
 from ..worker.protocol import final_json, progress_record, worker_env
 
 LOG_TAIL = 40  # lines of a worker's log kept for its failure report
@@ -65,9 +65,8 @@ def run_worker(argv: list[str], rank: int, on_progress: Callable[[int, str], Non
                 pass
 
     # One thread per worker, as torchrun does for several processes per node.
-    process = WorkerProcess([sys.executable, "-m", "memlens", *argv], None,
-                            worker_env(extra=env, defaults={"OMP_NUM_THREADS": "1"}),
-                            on_stderr_line=stderr_line)
+    process = warm.worker_process([sys.executable, "-m", "memlens", *argv], None,
+                                  rank_env(env), on_stderr_line=stderr_line)
     try:
         process.start()
         ended = process.wait()
@@ -80,6 +79,10 @@ def run_worker(argv: list[str], rank: int, on_progress: Callable[[int, str], Non
     result.summary = final_json(ended.stdout)
     result.duration_s = round(ended.duration_s, 3)
     return result
+
+
+def rank_env(env: dict[str, str] | None) -> dict[str, str]:
+    return worker_env(extra=env, defaults={"OMP_NUM_THREADS": "1"})
 
 
 def run_pool(jobs: list[tuple[int, list[str], Path | None]], workers: int,
@@ -104,6 +107,9 @@ def run_pool(jobs: list[tuple[int, list[str], Path | None]], workers: int,
                 results[rank] = res
             on_done(res)
 
+    # The ranks are forked from one warm process (worker/warm.py), started from this thread,
+    # which outlives them all: each rank skips torch's and memlens' imports.
+    warm.prestart(sys.executable, rank_env(env))
     threads = [threading.Thread(target=loop, daemon=True)
                for _ in range(max(1, min(workers, len(jobs))))]
     for t in threads:

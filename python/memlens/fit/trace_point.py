@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..worker.process_tree import WorkerProcess
+from ..worker import warm
 from ..worker.protocol import final_json, progress_record, worker_env
 
 JOB_FILE, SNAPSHOT_FILE, LOG_FILE = "job.json", "snapshot.json", "trace.log"
@@ -41,6 +41,10 @@ def worker_argv(request: dict[str, Any], folder: Path) -> list[str]:
     return (["--debug"] if request.get("debug") else []) + argv
 
 
+def point_env() -> dict[str, str]:
+    return worker_env(defaults={"OMP_NUM_THREADS": "1"})
+
+
 def trace(request: dict[str, Any], folder: Path, running: set | None = None) -> dict[str, Any]:
     """Run the point's trace into `folder` and return its result. The worker and everything it
     starts (the rank workers of `--ranks all`) end together (worker/process_tree): `running` holds
@@ -54,9 +58,9 @@ def trace(request: dict[str, Any], folder: Path, running: set | None = None) -> 
         if progress_record(line) is None:
             lines.append(line)
 
-    env = worker_env(defaults={"OMP_NUM_THREADS": "1"})
-    process = WorkerProcess([sys.executable, "-m", "memlens", *worker_argv(request, folder)],
-                            request.get("cwd"), env, on_stderr_line=stderr_line)
+    process = warm.worker_process([sys.executable, "-m", "memlens",
+                                   *worker_argv(request, folder)],
+                                  request.get("cwd"), point_env(), on_stderr_line=stderr_line)
     if running is not None:
         running.add(process)
     try:

@@ -62,6 +62,7 @@ def register(ls: MemlensServer) -> MemlensServer:
         ls.log(f"memlens language server {ls.version} ({ls.server_info()['python']}); "
                f"workspace: {', '.join(ls.folders) or 'none'}")
         await ls.pull_settings()
+        ls.warm_up()
         await ls.refresh_index()
         ls.spawn(ls.poll())
         await ls.scan(force=True)

@@ -31,6 +31,9 @@ from .settings import Settings, parse_settings
 from .targets import RecipeCache, TargetInfo, document_targets, scan_workspace
 from .traced import TracedTexts
 from .tracing import TraceRunner
+from .worker import python_executable
+from ..worker import warm
+from ..worker.protocol import worker_env
 
 POLL_SECONDS = 2.0
 SCAN_MAX_AGE = 10.0
@@ -124,6 +127,13 @@ class MemlensServer(LanguageServer):
             self.publish_annotations(state)
         self.update_budget_diagnostics()
         self.client.refresh_views()
+        if old.python != self.settings.python:
+            self.warm_up()
+
+    def warm_up(self) -> None:
+        """Start the warm worker of the configured interpreter (worker/warm.py) from the event
+        loop's thread, so that the first trace is forked, not started cold."""
+        warm.prestart(python_executable(self.settings.python), worker_env())
 
     async def pull_settings(self) -> None:
         if not self.client.can("workspace", "configuration"):

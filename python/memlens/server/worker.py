@@ -15,6 +15,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..worker import warm
 from ..worker.process_tree import Ended, WorkerProcess
 from ..worker.protocol import final_json, progress_record
 
@@ -45,19 +46,27 @@ class Worker:
                  on_output: Callable[[str], None] = lambda line: None):
         self.argv, self.time_limit = argv, time_limit
         self.on_progress, self.on_output = on_progress, on_output
-        self.process = WorkerProcess(argv, cwd, env, memory_limit, self._stderr_line)
+        self.cwd, self.env, self.memory_limit = cwd, env, memory_limit
+        self.process: WorkerProcess | None = None  # cold, or forked from the warm worker
         self._tail: collections.deque = collections.deque(maxlen=_STDERR_TAIL)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_reason: str | None = None  # "cancelled", "replaced" or "timeout"
 
     @property
     def pid(self) -> int | None:
-        return self.process.pid
+        return self.process.pid if self.process is not None else None
 
     async def start(self) -> None:
         """Start the process, from the event loop's thread: the worker dies with the thread that
         started it (PR_SET_PDEATHSIG), and this one lives as long as the server."""
         self._loop = asyncio.get_running_loop()
+        if self.process is None:
+            if self.argv[1:3] == ["-m", "memlens"]:  # from this thread: see warm.prestart
+                warm.prestart(self.argv[0], self.env)
+            self.process = await _in_thread(warm.worker_process, self.argv, self.cwd,
+                                            self.env, self.memory_limit, self._stderr_line)
+            if self._stop_reason is not None:
+                self.process.stop()
         if self.process.proc is None:
             self.process.start()
 
@@ -65,7 +74,8 @@ class Worker:
         """End the worker and its children now (idempotent)."""
         if self._stop_reason is None:
             self._stop_reason = reason
-        self.process.stop()
+        if self.process is not None:
+            self.process.stop()
 
     def _stderr_line(self, line: str) -> None:  # a reader thread
         try:
