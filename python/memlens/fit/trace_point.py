@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..worker import warm
+from ..worker.command import WorkerCommand
 from ..worker.protocol import final_json, progress_record, worker_env
 
 JOB_FILE, SNAPSHOT_FILE, LOG_FILE = "job.json", "snapshot.json", "trace.log"
@@ -27,18 +28,15 @@ LOG_TAIL = 10
 
 
 def worker_argv(request: dict[str, Any], folder: Path) -> list[str]:
-    argv = ["run", "--json", "--progress", "json", "--recorded-job", str(folder / JOB_FILE),
-            "--device", request["device"]]
-    argv += ["--snapshot", str(folder / SNAPSHOT_FILE)] if request.get("snapshots", True) \
-        else ["--no-snapshot"]
-    if request.get("iterations") is not None:
-        argv += ["--iterations", str(request["iterations"])]
     world = request.get("world_size") or 1
-    if world > 1:
-        argv += ["--world-size", str(world), "--ranks", "all", "--jobs", "1"]
-        if request.get("nproc_per_node"):
-            argv += ["--nproc-per-node", str(request["nproc_per_node"])]
-    return (["--debug"] if request.get("debug") else []) + argv
+    several = world > 1  # all its ranks, one worker at a time (the search runs points at once)
+    return WorkerCommand(
+        ["--recorded-job", str(folder / JOB_FILE)], device=request["device"],
+        world_size=world if several else None,
+        nproc_per_node=request.get("nproc_per_node") or None if several else None,
+        all_ranks=several, jobs=1 if several else None, iterations=request.get("iterations"),
+        snapshot=str(folder / SNAPSHOT_FILE) if request.get("snapshots", True) else False,
+        debug=bool(request.get("debug"))).args()
 
 
 def point_env() -> dict[str, str]:

@@ -19,6 +19,7 @@ from ..fit.axes_from_options import load_config
 from ..fit.report import SORT_KEYS
 from ..fit.space import BUILTIN_AXES
 from ..units import format_bytes
+from ..worker.command import WorkerCommand
 from ..worker.protocol import worker_env
 from . import payloads
 from . import protocol as P
@@ -70,24 +71,21 @@ def space_options(raw: Any) -> list[str]:
 def fit_command(req: FitRequest, python: str) -> tuple[list[str], str, dict[str, str]]:
     """argv, cwd and environment of the worker that runs the search."""
     t = req.target
-    argv = [python, "-m", "memlens", "fit", "--json", "--progress", "json"] + (
-        ["--device", req.device] if req.device else []) + ["--jobs", str(req.jobs)]
-    if req.iterations:
-        argv += ["--iterations", str(req.iterations)]
-    if req.sort:
-        argv += ["--sort", req.sort]
-    argv += req.space
+    extra = list(req.space)
     # A launch configuration of several processes: its world size, unless the space varies it.
     if t.kind == "launch" and (t.world_size or 1) > 1 and \
             not any(o.startswith("--gpus=") for o in req.space):
-        argv.append(f"--gpus={t.world_size}")
+        extra.append(f"--gpus={t.world_size}")
     if t.kind == "torchrun":  # the CLI runs the shell script with recording launchers
-        argv += ["--from-script", f"{t.path}:{t.line + 1}"]
+        job = ["--from-script", f"{t.path}:{t.line + 1}"]
     elif t.kind in ("script", "launch"):
-        argv += ["--"] + ([t.program] if t.program else ["-m", t.module or ""]) + list(t.args)
+        job = ["--"] + ([t.program] if t.program else ["-m", t.module or ""]) + list(t.args)
     else:
         raise MemlensError(f"{t.name} is a model class: a search runs a training script, a "
                            "launch configuration or a torchrun line (each point is a job)")
+    argv = WorkerCommand(job, "fit", device=req.device, jobs=req.jobs,
+                         iterations=req.iterations or None, options=(("--sort", req.sort),),
+                         extra=extra).argv(python)
     return argv, cwd_of(t), worker_env(extra={} if t.kind == "torchrun" else t.env)
 
 

@@ -183,9 +183,9 @@ def _target(kind, **kw):
 def test_worker_command_lines():
     model = TraceRequest(_target("model", symbol="GPT"), "h100-80gb", iterations=3)
     argv, cwd, env = trace_command(model, "/ws/.memlens/s.json", "/py")
-    assert argv == ["/py", "-m", "memlens", "trace", "/ws/model.py:GPT", "--device", "h100-80gb",
-                    "--json", "--progress", "json", "--with-digest", "--snapshot",
-                    "/ws/.memlens/s.json", "--iterations", "3"]
+    assert argv == ["/py", "-m", "memlens", "trace", "/ws/model.py:GPT", "--json", "--progress",
+                    "json", "--with-digest", "--device", "h100-80gb", "--iterations", "3",
+                    "--snapshot", "/ws/.memlens/s.json"]
     assert cwd == "/ws" and env["PYTHONPATH"].split(os.pathsep)[0] == str(TESTS.parent)
     launch = _target("launch", program="/ws/train.py", args=["--lr", "1"], world_size=8,
                      env={"OMP_NUM_THREADS": "1"}, cwd="/ws/run")
