@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     from .features import create_server
 
     server = create_server()
-    atexit.register(server.runner.stop_all, "cancelled")
+    atexit.register(server.runner.running.stop_all, "cancelled")
     if args.tcp:
         server.start_tcp("127.0.0.1", args.tcp)
     else:

@@ -128,10 +128,10 @@ class TraceCommands:
         self.last_requests: dict[str, TraceRequest] = {}  # by target id: what on-save repeats
 
     def on_cancel_request(self, msg_id: Any) -> None:
-        self._cancel(self.runner.by_msg_id(msg_id))
+        self._cancel(self.runner.running.by_msg_id(msg_id))
 
     def on_progress_cancel(self, token: Any) -> None:
-        self._cancel(self.runner.by_token(token))
+        self._cancel(self.runner.running.by_token(token))
 
     def _cancel(self, run: RunningTrace | None) -> None:
         if run is not None:
@@ -194,7 +194,7 @@ class TraceCommands:
         out: P.TraceResult = {"targetId": t.id, "status": "cancelled",
                               "durationS": round(result.duration_s, 3) if result else 0.0}
         if result is None:
-            out["status"] = run.cancelled_before_start or "cancelled"
+            out["status"] = run.stopped_before_start or "cancelled"
         elif result.status == "ok":
             # The worker's final line carries the snapshot's digest: no process reads it again.
             digest = (result.output or {}).get("digest")

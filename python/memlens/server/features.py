@@ -130,8 +130,8 @@ def register(ls: MemlensServer) -> MemlensServer:
 
     @ls.feature(lsp.SHUTDOWN)
     def shutdown(ls: MemlensServer, *args):
-        ls.runner.stop_all("cancelled")
-        ls.fits.stop_all("cancelled")
+        ls.runner.running.stop_all("cancelled")
+        ls.fits.running.stop_all("cancelled")
 
     # -- reading the annotations -----------------------------------------------------------
     @ls.feature(lsp.TEXT_DOCUMENT_HOVER)

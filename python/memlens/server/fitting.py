@@ -27,6 +27,7 @@ from .client import LspClient
 from .settings import Settings
 from .targets import TargetInfo
 from .tracing import TraceRequest, explain_failure
+from .jobs import Runs, WorkerRun, start
 from .worker import Worker, WorkerResult, python_executable
 
 # The options of `memlens fit` that shape the space; anything else is the server's to choose.
@@ -94,18 +95,8 @@ def cwd_of(t: TargetInfo) -> str:
 
 
 @dataclass
-class RunningFit:
+class RunningFit(WorkerRun):
     request: FitRequest
-    msg_id: Any
-    token: str | None = None
-    worker: Worker | None = None
-    stopped: str | None = None  # why it ended before its worker started
-
-    def stop(self, reason: str) -> None:
-        if self.worker is not None:
-            self.worker.stop(reason)
-        elif self.stopped is None:
-            self.stopped = reason
 
 
 class FitCommands:
@@ -117,7 +108,7 @@ class FitCommands:
         self.client = client
         self.settings = settings
         self.trace_request = trace_request  # the target, device and iterations, as a trace's
-        self.running: dict[str, RunningFit] = {}
+        self.running: Runs[RunningFit] = Runs()
 
     async def request_from(self, params: dict[str, Any]) -> tuple[FitRequest, TraceRequest]:
         base = await self.trace_request(params)
@@ -142,23 +133,19 @@ class FitCommands:
         settings = self.settings()
         python = python_executable(settings.python or t.python)
         argv, cwd, env = fit_command(req, python)
-        old = self.running.get(t.id)
-        if old is not None:
-            old.stop("replaced")
-        run = RunningFit(req, msg_id)
-        self.running[t.id] = run
+        run = RunningFit(req, msg_id=msg_id)
+        self.running.begin(t.id, run)
         try:
-            result = await self._run(run, argv, cwd, env, settings)
+            result = await self._run(run, argv, cwd, env, settings, python)
         finally:
-            if self.running.get(t.id) is run:
-                del self.running[t.id]
+            self.running.end(t.id, run)
         out = self._result(run, result, base, settings, python)
         if run.token is not None:
             self.client.end_progress(run.token, FINISHED.get(out["status"], out["status"]))
         return out
 
     async def _run(self, run: RunningFit, argv: list[str], cwd: str, env: dict[str, str],
-                   settings: Settings) -> WorkerResult | None:
+                   settings: Settings, python: str) -> WorkerResult | None:
         token = await self.client.begin_progress(f"Finding what fits: {run.request.target.name}")
         run.token = token
         limit = settings.timeLimitSeconds
@@ -188,17 +175,13 @@ class FitCommands:
 
         worker = Worker(argv, cwd, env, None, settings.memory_limit_bytes(), on_progress,
                         on_output)
-        if run.stopped:
+        if run.stopped_before_start:
             return None
         run.worker = worker
         set_deadline(limit)  # until the space is known: the job is being read
-        try:
-            await worker.start()
-        except OSError as e:
-            return WorkerResult("failed", None, {"error": {
-                "kind": "WorkerNotStarted",
-                "message": f"Cannot start the fit worker with {argv[0]}: {e}. Check the "
-                           "memlens.python setting."}})
+        not_started = await start(worker, "fit", python)
+        if not_started is not None:
+            return not_started
         self.client.log(f"finding what fits for {run.request.target.name}: {' '.join(argv)} "
                         f"(pid {worker.pid})")
         try:
@@ -213,7 +196,7 @@ class FitCommands:
         out: P.FitResult = {"targetId": t.id, "status": "cancelled",
                             "durationS": round(result.duration_s, 3) if result else 0.0}
         if result is None:
-            out["status"] = run.stopped or "cancelled"  # type: ignore[typeddict-item]
+            out["status"] = run.stopped_before_start or "cancelled"  # type: ignore[typeddict-item]
             return out
         out["status"] = result.status  # type: ignore[typeddict-item]
         if result.status == "ok":
@@ -234,18 +217,14 @@ class FitCommands:
         return out
 
     def on_cancel_request(self, msg_id: Any) -> None:
-        for run in list(self.running.values()):
-            if run.msg_id == msg_id:
-                run.stop("cancelled")
+        run = self.running.by_msg_id(msg_id)
+        if run is not None:
+            run.stop("cancelled")
 
     def on_progress_cancel(self, token: Any) -> None:
-        for run in list(self.running.values()):
-            if run.token is not None and run.token == token:
-                run.stop("cancelled")
-
-    def stop_all(self, reason: str = "cancelled") -> None:
-        for run in list(self.running.values()):
-            run.stop(reason)
+        run = self.running.by_token(token)
+        if run is not None:
+            run.stop("cancelled")
 
 
 def progress_message(record: dict[str, Any]) -> tuple[str, int | None]:

@@ -149,7 +149,7 @@ def test_trace_commands_work_with_what_they_are_given(tmp_path):
     commands = TraceCommands(runner, index, lambda: settings, client, diagnostics=None,
                              traced=traced, workspace=None)
     run = RunningTrace(TraceRequest(GPT, "h100-80gb"), msg_id=7, token="tok",
-                       cancelled_before_start="replaced")
+                       stopped_before_start="replaced")
     out = asyncio.run(commands.finish_trace(run, None, str(tmp_path / "never.json")))
     assert out == {"targetId": GPT.id, "status": "replaced", "durationS": 0.0}
     assert client.sent == [("end", "replaced by a newer trace"), (P.NOTIFY_TRACE_FINISHED, out),
@@ -158,7 +158,7 @@ def test_trace_commands_work_with_what_they_are_given(tmp_path):
     runner.running[GPT.id] = waiting
     client.sent.clear()
     commands.on_progress_cancel("tok")  # another progress: nothing to stop
-    assert waiting.cancelled_before_start is None and client.sent == []
+    assert waiting.stopped_before_start is None and client.sent == []
     commands.on_progress_cancel("tok2")  # the cancel button of its progress
-    assert waiting.cancelled_before_start == "cancelled"
+    assert waiting.stopped_before_start == "cancelled"
     assert client.sent == [("log", "cancelling the trace of Net")]
