@@ -21,7 +21,8 @@ from typing import Any
 
 from ..worker import warm
 from ..worker.command import WorkerCommand
-from ..worker.protocol import final_json, progress_record, worker_env
+from ..worker.protocol import progress_record, worker_env
+from ..worker.result import ended_result
 
 JOB_FILE, SNAPSHOT_FILE, LOG_FILE = "job.json", "snapshot.json", "trace.log"
 LOG_TAIL = 10
@@ -69,8 +70,9 @@ def trace(request: dict[str, Any], folder: Path, running: set | None = None) -> 
         if running is not None:
             running.discard(process)
     (folder / LOG_FILE).write_text("\n".join(lines) + "\n", encoding="utf-8", errors="replace")
-    result = read_result(final_json(ended.stdout), ended.returncode, lines)
-    result["duration_s"] = round(ended.duration_s, 3)
+    worker = ended_result(ended, lines)
+    result = read_result(worker.output, worker.returncode, worker.log)
+    result["duration_s"] = worker.duration_s
     return result
 
 

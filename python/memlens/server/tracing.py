@@ -85,7 +85,7 @@ def explain_failure(result: WorkerResult, req: TraceRequest, settings: Settings,
                 "message": f"The trace of {name} ran past its time limit of "
                            f"{settings.timeLimitSeconds:g} s and was stopped "
                            "(setting memlens.timeLimitSeconds)."}
-    tail = "\n".join(result.stderr_tail)
+    tail = "\n".join(result.log)
     limit = settings.memory_limit_bytes()
     limit_text = f" (the worker's memory limit is {format_bytes(limit)}; setting " \
                  "memlens.memoryLimitMB)" if limit else ""
@@ -115,7 +115,7 @@ def explain_failure(result: WorkerResult, req: TraceRequest, settings: Settings,
         return {"kind": "OutOfMemory",
                 "message": f"The trace worker ran out of memory{limit_text}.",
                 "traceback": tail}
-    last = next((ln.strip() for ln in reversed(result.stderr_tail) if ln.strip()), "")
+    last = next((ln.strip() for ln in reversed(result.log) if ln.strip()), "")
     if rc is not None and rc < 0:
         try:
             sig = signal.Signals(-rc).name

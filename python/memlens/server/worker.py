@@ -12,29 +12,14 @@ import asyncio
 import collections
 import sys
 import threading
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..worker import warm
 from ..worker.process_tree import Ended, WorkerProcess
-from ..worker.protocol import final_json, progress_record
+from ..worker.protocol import progress_record
+from ..worker.result import WorkerResult, ended_result
 
 _STDERR_TAIL = 200
-
-
-@dataclass
-class WorkerResult:
-    status: str  # ok | failed | cancelled | replaced | timeout
-    returncode: int | None
-    output: dict[str, Any] | None  # the JSON object the CLI printed on stdout
-    stderr_tail: list[str] = field(default_factory=list)
-    duration_s: float = 0.0
-
-    @property
-    def error(self) -> dict[str, Any] | None:
-        if self.output and isinstance(self.output.get("error"), dict):
-            return self.output["error"]
-        return None
 
 
 class Worker:
@@ -98,16 +83,7 @@ class Worker:
         except asyncio.CancelledError:
             self.stop("cancelled")
             raise
-        output = final_json(ended.stdout)
-        if self._stop_reason is not None:
-            status = self._stop_reason
-        elif ended.timed_out:
-            status = "timeout"
-        elif ended.returncode == 0 and output is not None and "error" not in output:
-            status = "ok"
-        else:
-            status = "failed"
-        return WorkerResult(status, ended.returncode, output, list(self._tail), ended.duration_s)
+        return ended_result(ended, list(self._tail), self._stop_reason)
 
 
 def _in_thread(fn, *args) -> asyncio.Future:

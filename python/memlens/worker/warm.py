@@ -4,9 +4,9 @@ of started, so that a trace pays for neither torch's import nor Dynamo's.
 
 `prestart(python, env)` starts the warm process (the language server at start and before each
 trace, `--ranks all` and `memlens fit` before their workers); `worker_process(argv, ...)` is
-what they start each worker with: a forked child where the warm process can stand for `argv` (the same
-interpreter, a `-m memlens` command, the same import-time environment, memlens' and torch's
-files unchanged since it started), else a cold process as before. Either is a WorkerProcess:
+what they start each worker with: a forked child where the warm process can stand for `argv`
+(the same interpreter, a `-m memlens` command, the same import-time environment, memlens' and
+torch's files unchanged since it started), else a cold process as before. Either is a WorkerProcess:
 its time limit, memory limit, cancel and the ending of every process it starts are the same.
 A warm process whose files changed is replaced; one that cannot start (no compiler for the
 shim, say) leaves its parent on cold workers. `MEMLENS_WARM_WORKER=0` turns it off.

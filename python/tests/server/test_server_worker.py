@@ -163,7 +163,7 @@ def test_memory_limit_applies_to_the_worker(tmp_path):
     code = "b = bytearray(1024 * 1024 * 1024)\nprint('{\"allocated\": true}')"
     limited = run(Worker([PY, "-c", code], str(tmp_path), dict(os.environ), 60,
                          512 * 1024 * 1024).run())
-    assert limited.status == "failed" and "MemoryError" in "\n".join(limited.stderr_tail)
+    assert limited.status == "failed" and "MemoryError" in "\n".join(limited.log)
     free = run(Worker([PY, "-c", code], str(tmp_path), dict(os.environ), 60, None).run())
     assert free.status == "ok" and free.output == {"allocated": True}
 

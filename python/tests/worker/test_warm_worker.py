@@ -114,7 +114,7 @@ def test_the_child_is_forked_from_the_warm_process_and_sees_its_own_job(server, 
                   open({str(out)!r}, "w"))
     """)
     worker, result = _trace(script, tmp_path, environment=env(MY_FLAG="on"))
-    assert result.status == "ok", result.stderr_tail[-20:]
+    assert result.status == "ok", result.log[-20:]
     assert worker.process.forked
     seen = json.loads(out.read_text())
     assert seen == {"ppid": server._proc.pid, "cwd": str(tmp_path), "path0": str(tmp_path),
@@ -181,7 +181,7 @@ def test_a_cpu_target_runs_cold_without_the_cuda_shim(server, tmp_path):
                    "why": os.environ.get("MEMLENS_WARM_FALLBACK")}}, open({str(out)!r}, "w"))
     """)
     worker, result = _trace(script, tmp_path, "--device", "cpu")
-    assert result.status == "ok", result.stderr_tail[-20:]
+    assert result.status == "ok", result.log[-20:]
     assert worker.process.forked  # forked, then replaced by a cold interpreter
     assert json.loads(out.read_text()) == {
         "cuda": False, "why": "a cpu target needs a process without the CUDA shim"}
