@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
 from ..worker.protocol import SNAPSHOT_DIR, worker_env
+from ..snapshot.digest import Digest, DigestError
 GITIGNORE = "# Snapshots of Torch Memory Lens; regenerate them with \"Trace Memory\".\n*\n"
 
 
@@ -25,7 +26,7 @@ class SnapshotEntry:
     dir: str  # .memlens/<slug>
     path: str
     mtime: float
-    digest: dict[str, Any] | None = None
+    digest: Digest | None = None
     error: str | None = None
     files: frozenset = field(default_factory=frozenset)
 
@@ -163,7 +164,7 @@ class SnapshotIndex:
                 e.files = frozenset(r.get("files", ()))
             self.entries[e.dir] = e
 
-    def add(self, path: str, digest: dict[str, Any]) -> SnapshotEntry | None:
+    def add(self, path: str, digest: Digest | DigestError) -> SnapshotEntry | None:
         """A snapshot whose digest came with it (the worker's final line): known without a
         helper process reading it again; `refresh` sees it unchanged. None if it is not
         there."""

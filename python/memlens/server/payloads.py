@@ -18,6 +18,7 @@ from .documents import DocState
 from .index import SnapshotEntry
 from .targets import TargetInfo
 from .tracing import traceback_frames
+from ..snapshot.digest import Digest
 
 # How wide a line is in the client's units (UTF-16 code units, usually): an end of line.
 LineEnd = Callable[[str], int]
@@ -183,7 +184,7 @@ def target_range(t: TargetInfo) -> lsp.Range:
     return lsp.Range(lsp.Position(t.line, t.start), lsp.Position(t.line, max(t.end, t.start)))
 
 
-def budget_diagnostic(t: TargetInfo, digest: dict, budget: int) -> lsp.Diagnostic | None:
+def budget_diagnostic(t: TargetInfo, digest: Digest, budget: int) -> lsp.Diagnostic | None:
     """A warning on a target whose peak exceeds the budget."""
     meta, summary = digest["meta"], digest["summary"]
     peak = summary["peakBytes"]

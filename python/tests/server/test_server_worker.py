@@ -260,6 +260,16 @@ def test_digest_of_a_real_snapshot(tiny_snapshot):
     assert tiny["source"] == [str((TESTS / "scripts" / "model_factory.py").resolve()), 4]
     for ln in d["lines"]:  # categories at the peak add up to the line's bytes at the peak
         assert sum(ln["categories"].values()) == ln["bytesAtPeak"]
+    # the digest has exactly the typed shape the server reads (snapshot/digest.py's Digest)
+    from memlens.snapshot import digest as D
+
+    def keys(typed):
+        return set(typed.__annotations__)
+
+    assert set(d) == keys(D.Digest)
+    assert set(d["meta"]) == keys(D.DigestMeta) and set(d["summary"]) == keys(D.DigestSummary)
+    assert all(set(m) == keys(D.DigestModule) for m in d["modules"]) and d["modules"]
+    assert all(set(ln) == keys(D.DigestLine) for ln in d["lines"]) and d["lines"]
 
 
 @pytest.mark.parametrize("text,message", [
