@@ -138,7 +138,7 @@ class Tracer:
 
                 from ..cuda import multi_gpu_comm
 
-                torch_cuda_semantics.apply(self._patcher, self)
+                torch_cuda_semantics.apply(self._patcher, self.device, self.sdpa)
                 cuda_nvtx.apply(self._patcher)
                 # DataParallel's copies between the simulated GPUs of one process.
                 multi_gpu_comm.apply(self._patcher,
