@@ -23,7 +23,7 @@ import torch
 from ..patches.patcher import Patcher, check_tested
 from . import build, graphs, streams
 from .device_state import SimulatedDevices
-from .rng import FakeCudaRNG
+from .rng import FakeCudaRNG, generator_type
 from .spec_types import DeviceSpec
 
 
@@ -273,6 +273,7 @@ def simulate_cuda(spec: DeviceSpec, memory_source: MemorySource, *, device_count
         cuda_mods = _modules("torch.cuda")
         for name, value in {**_cuda_api(dev, spec, FakeCudaRNG(device_count)), **memory}.items():
             patches.set_everywhere(cuda_mods, name, value)
+        patches.setattr(torch, "Generator", generator_type(dev.check))
         patches.setattr(torch.cuda, "_initialized", True)  # checkpoint reads it to save CUDA RNG state
         accel_mods = _modules("torch.accelerator")
         for name, value in _accelerator_api(dev, memory).items():

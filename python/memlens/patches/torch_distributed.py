@@ -29,12 +29,14 @@ from __future__ import annotations
 
 import copy
 import functools
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 import torch
 
 from . import (torch_distributed_bringup, torch_distributed_groups, torch_distributed_users,
                torch_object_p2p)
+from .inline_pool import InlineThreadPoolExecutor
 from .patcher import Patcher, check_tested
 
 
@@ -73,6 +75,7 @@ def apply(patcher: Patcher, spec, layout, is_gradient: Callable[[torch.Tensor], 
     _device_mesh(patcher, layout)
     _object_collectives(patcher, spec)
     _cross_rank_checks(patcher)
+    _checkpoints(patcher)
     _coalesced_collectives(patcher)
     _dtensor(patcher, dispatch_mode)
     _collective_results(patcher)
@@ -130,6 +133,25 @@ def _cross_rank_checks(patcher: Patcher) -> None:
     patcher.setattr(du, "_verify_param_shape_across_processes", _noop)
     if hasattr(ddp, "_verify_param_shape_across_processes"):
         patcher.setattr(ddp, "_verify_param_shape_across_processes", _noop)
+
+
+def _checkpoints(patcher: Patcher) -> None:
+    """`torch.distributed.checkpoint.save` gathers every rank's save plan on the coordinator
+    and checks that the chunks cover each tensor (OLMo-core saves a sharded checkpoint at step
+    0). The object collectives hand the coordinator this rank's plan for every rank, so an
+    FSDP-sharded tensor looks a quarter covered on 4 ranks ("Failed to validate global plan:
+    invalid fill"): the check of chunks other ranks send is skipped; nothing on the device
+    depends on it. `async_save` stages the state dict and writes it from a worker thread: the
+    writes run in the traced thread instead (inline_pool.py), the staging as before."""
+    try:
+        import torch.distributed.checkpoint._async_thread_executor as async_executor
+        import torch.distributed.checkpoint.default_planner as planner
+    except ImportError:  # a build without torch.distributed.checkpoint
+        return
+    if hasattr(planner, "_validate_global_plan"):
+        patcher.setattr(planner, "_validate_global_plan", lambda global_plan, metadata: [])
+    if getattr(async_executor, "ThreadPoolExecutor", None) is ThreadPoolExecutor:
+        patcher.setattr(async_executor, "ThreadPoolExecutor", InlineThreadPoolExecutor)
 
 
 # -- coalesced collectives ------------------------------------------------------------------
