@@ -167,6 +167,10 @@ def test_torch_cuda_queries_answer_from_the_memory_source(cache_dir):
             g3 = torch.Generator(device=torch.device("cuda", 3))
             torch.nn.init.normal_(torch.empty(4, 4, device="cuda"), generator=g)
             cpu = torch.Generator()
+            c.set_sync_debug_mode("warn")
+            warned = c.get_sync_debug_mode()
+            c.set_sync_debug_mode(0)
+            out["sync_debug"] = [warned, c.get_sync_debug_mode()]
             out["generator"] = [str(g.device), str(g3.device), g.initial_seed(),
                                 list(g.get_state().shape), str(cpu.device),
                                 isinstance(g, torch.Generator), isinstance(cpu, torch.Generator),
@@ -196,6 +200,7 @@ def test_torch_cuda_queries_answer_from_the_memory_source(cache_dir):
     assert r["in_stream"] is True and r["events"] == [True, 0.0, True]
     assert r["rng"] == [11, "torch.uint8", [16], "Tensor"]
     # current device 2; CUDA's state is 16 bytes (seed, Philox offset), a CPU one 5056.
+    assert r["sync_debug"] == [1, 0]  # OLMo-core's metric logging sets and restores it
     assert r["generator"] == ["cuda:2", "cuda:3", 5, [16], "cpu", True, True, True]
     assert "Invalid device id" in r["bad_index"]
 
