@@ -111,6 +111,7 @@ TESTED_VERSIONS: dict[str, tuple[str, str, str]] = {
     "deepspeed": ("deepspeed", "0.19.0", "0.20.0"),
     "bitsandbytes": ("bitsandbytes", "0.50.0", "0.51.0"),
     "triton": ("triton", "3.8.0", "3.10.0"),
+    "olmo_core": ("ai2-olmo-core", "3.0.0", "3.1.0"),
 }
 
 
