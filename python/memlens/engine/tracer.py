@@ -28,7 +28,7 @@ from .ledger import Ledger
 from .modules import ModuleTracker
 from ..patches import Patcher
 from ..patches.patcher import versions_noted
-from ..patches import (torch_checkpoint, torch_compile, torch_core, torch_data,
+from ..patches import (checkpoint_files, torch_checkpoint, torch_compile, torch_core, torch_data,
                        torch_inductor_cuda, torch_loops, torch_values)
 from .healthy_values import mark_finite_check
 from .phases import PhaseTracker
@@ -106,6 +106,7 @@ class Tracer:
                              self.accountant.copying_real)
             torch_data.apply(self._patcher)
             torch_values.apply(self._patcher, self.accountant.note_value)
+            checkpoint_files.apply(self._patcher, self.add_note)
             torch_loops.apply(self._patcher, self.phases.on_optimizer_created,
                               self.phases.on_backward_end)
             torch_compile.apply(

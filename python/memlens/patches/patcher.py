@@ -104,6 +104,7 @@ TESTED_VERSIONS: dict[str, tuple[str, str, str]] = {
     "cuda_multi_gpu_comm": ("torch", "2.13.0", "2.15.0"),
     "megatron": ("megatron-core", "0.16.0", "0.17.0"),
     "torch_values": ("torch", "2.9.0", "2.16.0"),
+    "checkpoint_files": ("torch", "2.13.0", "2.16.0"),
     "hf_accelerate": ("accelerate", "1.1.0", "1.16.0"),
     "hf_safetensors": ("safetensors", "0.4.0", "0.9.0"),
     "hf_transformers": ("transformers", "5.0.0", "5.30.0"),
