@@ -16,6 +16,7 @@ import { openSettings, updateSetting } from './settings';
 import { isSnapshotPath } from './snapshotFile';
 import { nodePath, type Node } from './snapshotTree';
 import { requireTrust } from './trust';
+import { traceItems } from './traceChoice';
 
 export function registerCommands(ctx: Ctx): void {
   const register = (id: string, fn: (...args: never[]) => unknown): void => {
@@ -38,6 +39,7 @@ export function registerCommands(ctx: Ctx): void {
   register('memlens.findWhatFits', (arg?: unknown) => findWhatFits(ctx, arg));
   register('memlens.openMemoryReport', (arg?: unknown) => openReport(ctx, arg));
   register('memlens.compareSnapshots', () => compareSnapshots(ctx));
+  register('memlens.pickTrace', () => pickTrace(ctx));
   register('memlens.selectDevice', () => selectDevice(ctx));
   register('memlens.toggleAnnotations', () => {
     const shown = ctx.toggleAnnotations();
@@ -66,6 +68,28 @@ export function registerCommands(ctx: Ctx): void {
     if (file) await vscode.commands.executeCommand('revealInExplorer', vscode.Uri.file(file));
   });
   register('memlens.snapshot.delete', (node?: Node) => deleteSnapshot(ctx, nodePath(node)));
+}
+
+// -- which trace the editors show ------------------------------------------------------------
+
+/** Memlens: Choose Trace: the traces covering the active file (else the workspace's); the
+ * server annotates with the one chosen, for the rest of the session. */
+async function pickTrace(ctx: Ctx): Promise<void> {
+  const c = await client(ctx);
+  if (!c) return;
+  const editor = vscode.window.activeTextEditor;
+  const params: P.DocumentTracesParams = editor ? { uri: c.code2ProtocolConverter.asUri(editor.document.uri) } : {};
+  const result = await c.sendRequest<P.DocumentTracesResult>(P.REQ_DOCUMENT_TRACES, params);
+  if (result.traces.length === 0) {
+    void vscode.window.showInformationMessage('Memlens: no trace covers this file yet. Run Memlens: Trace Memory first.');
+    return;
+  }
+  const picked = await vscode.window.showQuickPick(
+    traceItems(result, (p) => vscode.workspace.asRelativePath(p)),
+    { title: 'Choose Trace: the trace the editors show', matchOnDescription: true, matchOnDetail: true },
+  );
+  if (!picked) return;
+  await ctx.chooseTrace(picked.snapshot);
 }
 
 // -- tracing ---------------------------------------------------------------------------------
