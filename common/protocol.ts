@@ -267,11 +267,24 @@ export interface FitSpaceParams {
   target?: Target;
 }
 
+export interface ScriptFlag {
+  /** "--batch-size": an integer flag of the script's argparse. */
+  flag: string;
+  default: number | null;
+  help: string;
+  /** The built-in axis it is ("micro-batch", "seq"), else null. */
+  axis: string | null;
+  /** The `memlens fit` options making it an axis, e.g. ["--arg", "--n=1,2,4"]. */
+  space: string[];
+}
+
 export interface FitSpaceResult {
   /** "…/pyproject.toml [tool.memlens.fit]"; null: no such table. */
   source: string | null;
   /** The table's keys (its axes and options), sorted. */
   keys: string[];
+  /** The script's own integer flags, offered as axes. */
+  flags: ScriptFlag[];
 }
 
 export interface FitAxis {

@@ -8,7 +8,7 @@ import { uriKey } from './annotations';
 import { traceParams, type TraceOptions } from './config';
 import type { Ctx } from './ctx';
 import { formatBytes } from '../common/format';
-import { fitParams, parseSpace } from './fitSpace';
+import { fitParams, flagPick, parseSpace, spaceOfFlags } from './fitSpace';
 import { groupTargets, targetAtLine } from './grouping';
 import * as P from '../common/protocol';
 import { FitPanel } from './panel/fitPanel';
@@ -208,7 +208,18 @@ async function findWhatFits(ctx: Ctx, arg: unknown): Promise<P.FitResult | undef
   const target = await chooseTarget(c, arg, true);
   if (!target) return undefined;
   const known = await c.sendRequest<P.FitSpaceResult>(P.REQ_FIT_SPACE, { targetId: target.id } satisfies P.FitSpaceParams);
+  let value = '';
+  if (known.flags.length > 0) {
+    // The script's own integer flags, offered as axes; the picked ones fill the box below.
+    const picked = await vscode.window.showQuickPick(
+      known.flags.map((f) => ({ ...flagPick(f), flag: f, picked: f.axis === 'micro-batch' })),
+      { title: `Find What Fits: ${target.name} — the script's flags to vary`, placeHolder: 'Pick the flags to search over (values can be edited next)', canPickMany: true, ignoreFocusOut: true, matchOnDescription: true },
+    );
+    if (picked === undefined) return undefined;
+    value = spaceOfFlags(picked.map((p) => p.flag));
+  }
   const text = await vscode.window.showInputBox({
+    value,
     title: `Find What Fits: ${target.name}`,
     prompt: known.source
       ? `The space of ${known.source} (${known.keys.join(', ')}); options here add to it, axis by axis. Enter to search it as it is.`

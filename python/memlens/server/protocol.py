@@ -242,9 +242,18 @@ class FitSpaceParams(TypedDict, total=False):
     target: Target
 
 
+class ScriptFlag(TypedDict):
+    flag: str  # "--batch-size": an integer flag of the script's argparse
+    default: Union[int, None]
+    help: str
+    axis: Union[str, None]  # the built-in axis it is ("micro-batch", "seq"), else None
+    space: list[str]  # the `memlens fit` options making it an axis, e.g. ["--arg", "--n=1,2,4"]
+
+
 class FitSpaceResult(TypedDict):
     source: Union[str, None]  # "…/pyproject.toml [tool.memlens.fit]"; None: no such table
     keys: list[str]  # the table's keys (its axes and options), sorted
+    flags: list[ScriptFlag]  # the script's own integer flags, offered as axes
 
 
 class FitAxis(TypedDict):
@@ -350,7 +359,7 @@ TYPES = (Position, Range, SnapshotInfo, Target, TraceParams, TraceError, TraceRe
          TargetsParams, TargetsResult, DocumentParams, EmptyParams, Annotation,
          AnnotationsParams, SnapshotsResult, DocumentTracesParams, DocumentTracesResult,
          ChooseTraceParams, ChooseTraceResult, RunningTrace, ServerInfo, TraceStartedParams,
-         FitParams, FitSpaceParams, FitSpaceResult, FitAxis, FitRow, FitCounts, FitReport,
+         FitParams, FitSpaceParams, ScriptFlag, FitSpaceResult, FitAxis, FitRow, FitCounts, FitReport,
          FitResult, Settings)
 ALIASES = {"TargetKind": TargetKind, "TraceStatus": TraceStatus,
            "AnnotationKind": AnnotationKind, "FitVerdict": FitVerdict, "FitSort": FitSort}
