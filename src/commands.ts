@@ -50,7 +50,9 @@ export function registerCommands(ctx: Ctx): void {
     await ctx.restart();
   });
   register('memlens.showLog', () => ctx.log.show());
-  register('memlens.selectInterpreter', () => ctx.interpreters.select());
+  register('memlens.selectInterpreter', async () => {
+    if (await ctx.interpreters.select(ctx.python)) await ctx.restart();
+  });
   register('memlens.installMemlens', async () => {
     if (!requireTrust('Installing memlens')) return;
     await ctx.installMemlens();

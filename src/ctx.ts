@@ -55,7 +55,7 @@ export class Ctx implements vscode.Disposable {
     this.status = new MemoryStatus();
     this.painter = new AnnotationPainter(config);
     this.tree = new SnapshotTree(this.log);
-    this.interpreters = new Interpreters(this.log, extension.extensionPath);
+    this.interpreters = new Interpreters(this.log, extension.extensionPath, extension.workspaceState);
     this.subscriptions.push(this.log, this.status, this.painter, this.tree, this.interpreters);
     // The report panel (src/panel/, shared with the panel's own tests): its serializer and
     // memlens.openPanel.
@@ -133,7 +133,7 @@ export class Ctx implements vscode.Disposable {
     const config = currentConfig();
     const interpreter = await this.interpreters.resolve(config);
     this.python = interpreter.path;
-    const where = { setting: 'the memlens.python setting', pythonExtension: 'the Python extension', path: 'PATH' }[interpreter.source];
+    const where = { setting: 'the memlens.python setting', selected: 'Select Interpreter', pythonExtension: 'the Python extension', path: 'PATH' }[interpreter.source];
     this.log.info(`interpreter ${interpreter.path} (from ${where})`);
     const probe = await this.interpreters.probe(interpreter.path);
     if (probe instanceof Error) {
