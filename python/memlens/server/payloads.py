@@ -150,7 +150,8 @@ def code_lenses(targets: Iterable[TargetInfo], running: Collection[str],
     """Per target: trace it (or cancel its running trace); then the one snapshot the document
     shows (`shown`; None: none), as its target's "Open Report (peak …)", or on the first
     target when none of them is its target; a target with another snapshot offers to show
-    that one instead (no number: every number of an editor comes from `shown`)."""
+    that one instead (no number: every number of an editor comes from `shown`). A document
+    no trace covers (launch.json, a shell script) opens each target's newest."""
     out = []
     targets = list(targets)
     owners = [t for t in targets if shown is not None and _same(newest(t), shown)]
@@ -177,6 +178,13 @@ def code_lenses(targets: Iterable[TargetInfo], running: Collection[str],
                 arguments=[{"targetId": t.id, "snapshot": shown.path}],
                 tooltip=f"The trace this editor shows: {meta['targetName']} on "
                         f"{meta['deviceName']}, {meta['created']}")))
+        elif e is not None and e.digest is not None and shown is None:
+            # No trace covers this document (a launch.json, a shell script): each target
+            # opens its own, as no number of the editor can disagree with it.
+            out.append(lsp.CodeLens(range=rng, command=lsp.Command(
+                title=f"Open Report (peak {format_bytes(e.digest['summary']['peakBytes'])})",
+                command=P.CMD_OPEN_REPORT, arguments=[{"targetId": t.id, "snapshot": e.path}],
+                tooltip=f"The newest snapshot of {t.name}")))
         elif e is not None and e.digest is not None:
             out.append(lsp.CodeLens(range=rng, command=lsp.Command(
                 title="Show Its Trace", command=P.CMD_CHOOSE_TRACE,
