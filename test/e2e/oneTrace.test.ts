@@ -77,21 +77,21 @@ test('after a recipe trace and a script trace of model.py, every view names the 
   await session.step('open-script', (wb) => wb.openFile('train_small.py'));
   await session.step('script-ready', (wb) => wb.waitForCodeLens('Trace Memory'));
   await session.step('trace-script', (wb) => wb.runCommand('Memlens: Trace Memory'));
-  await session.step('script-status', (wb) => statusNaming(wb, 'train_small.py'));
+  await session.step('script-status', (wb) => statusNaming(wb, 'train_small'));
 
   // Back in model.py: the newest trace covering it is the script's, everywhere.
   await session.step('back-to-model', (wb) => wb.openFile('model.py'));
   await session.step('go-to-class-again', (wb) => wb.goToLine(gptLine));
-  const script = await session.step('model-status-script', (wb) => statusNaming(wb, 'train_small.py'));
+  const script = await session.step('model-status-script', (wb) => statusNaming(wb, 'train_small'));
   assert.notEqual(script.peak, recipe.peak, 'the two traces differ, or this test could not tell them apart');
-  const lenses = await session.step('model-codelens-script', (wb) => wb.waitForCodeLens(`Showing train_small.py (peak ${script.peak})`));
+  const lenses = await session.step('model-codelens-script', (wb) => wb.waitForCodeLens(`Showing train_small (peak ${script.peak})`));
   assert.ok(lenses.includes('Show Its Trace'), `the recipe's trace is offered without a number: ${JSON.stringify(lenses)}`);
   assert.ok(!lenses.some((l) => l.includes(recipe.peak)), `no CodeLens shows the other trace's peak: ${JSON.stringify(lenses)}`);
   const scriptDecorations = await session.step('model-annotation-script', (wb) =>
     wb.waitForDecoration(new RegExp(`^(?!${recipeText.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}$)≈ \\d`), gptLine),
   );
   const hover = await session.step('model-hover-script', (wb) => wb.hoverLine(gptLine, 'GPT'));
-  assert.match(hover, /script train_small\.py · traced/, `the hover's footer names the trace: ${hover}`);
+  assert.match(hover, /script train_small · traced/, `the hover's footer names the trace: ${hover}`);
   await session.step('dismiss-hover', (wb) => wb.dismissHover());
   await session.capture('01-model-shows-script-trace');
 
@@ -130,13 +130,13 @@ test('a fit search is one node of the Memory view: points by axis values, the la
     return { key: `micro-batch=${mb}`, point: { 'micro-batch': mb }, gpus: 1, folder, verdict, source: 'traced', snapshot: 'snapshot.json' };
   });
   writeFileSync(path.join(run, 'fit.json'), JSON.stringify({
-    format: 'memlens.fit', version: 1, fingerprint: '0', target: 'train_small.py', device: 'cpu', created: new Date().toISOString(),
+    format: 'memlens.fit', version: 1, fingerprint: '0', target: 'train_small', device: 'cpu', created: new Date().toISOString(),
     space: [{ name: 'micro-batch', values: ['32', '64', '16'], target: '--batch-size', direction: 'up' }], rows,
   }));
   await session.step('open-memory-view', (wb) => wb.openViewContainer('Memory'));
-  await session.step('fit-node', (wb) => wb.waitForViewRow('Snapshots', /^Find What Fits: train_small\.py cpu · 3 points · fits up to micro-batch=32$/));
+  await session.step('fit-node', (wb) => wb.waitForViewRow('Snapshots', /^Find What Fits: train_small cpu · 3 points · fits up to micro-batch=32$/));
   await session.step('expand-fit-node', async (wb) => {
-    await wb.page.locator('.part.sidebar .monaco-list-row').filter({ hasText: 'Find What Fits: train_small.py' }).first().click();
+    await wb.page.locator('.part.sidebar .monaco-list-row').filter({ hasText: 'Find What Fits: train_small' }).first().click();
   });
   const shown = await session.step('fit-points', (wb) => wb.waitForViewRow('Snapshots', /^micro-batch=64 /));
   const points = shown.filter((r) => r.startsWith('micro-batch='));
