@@ -240,6 +240,7 @@ async function findWhatFits(ctx: Ctx, arg: unknown): Promise<P.FitResult | undef
   const params = fitParams(target.id, ctx.config(), space);
   ctx.log.info(`Find What Fits: ${target.name} ${JSON.stringify(params)}`);
   const result = (await c.sendRequest(ExecuteCommandRequest.type, { command: P.CMD_FIT, arguments: [params] })) as P.FitResult;
+  ctx.tree.refreshSoon(); // the search's run folder: one node of the Memory view
   if (result.status === 'ok' && result.fit) {
     FitPanel.show(ctx.extension, target.id, result.fit, ctx.log);
   } else if (result.status === 'failed' || result.status === 'timeout') {

@@ -39,7 +39,12 @@ before(async () => {
     name: 'one-trace',
     fixture: examplesDir,
     prepare: (ws) => writeFileSync(path.join(ws, 'gpt', 'train_small.py'), SCRIPT),
-    settings: { 'memlens.python': repoPython(), 'memlens.device': 'cpu', 'memlens.traceTimeout': 600 },
+    settings: {
+      'memlens.python': repoPython(),
+      'memlens.device': 'cpu',
+      'memlens.traceTimeout': 600,
+      'workbench.view.alwaysShowHeaderActions': true, // the Memory view's Refresh button
+    },
   });
 }, { timeout: timeouts.test });
 
@@ -134,6 +139,9 @@ test('a fit search is one node of the Memory view: points by axis values, the la
     space: [{ name: 'micro-batch', values: ['32', '64', '16'], target: '--batch-size', direction: 'up' }], rows,
   }));
   await session.step('open-memory-view', (wb) => wb.openViewContainer('Memory'));
+  // What the server does not write, the file watcher reports (when the machine has watches to
+  // spare); the view's Refresh button reads the folder at once.
+  await session.step('refresh-view', (wb) => wb.page.locator('.part.sidebar [aria-label^="Refresh Snapshots"]').first().click());
   await session.step('fit-node', (wb) => wb.waitForViewRow('Snapshots', /^Find What Fits: train_small cpu · 3 points · fits up to micro-batch=32$/));
   await session.step('expand-fit-node', async (wb) => {
     await wb.page.locator('.part.sidebar .monaco-list-row').filter({ hasText: 'Find What Fits: train_small' }).first().click();

@@ -185,7 +185,7 @@ def code_lenses(targets: Iterable[TargetInfo], running: Collection[str],
                 title=f"Open Report (peak {format_bytes(e.digest['summary']['peakBytes'])})",
                 command=P.CMD_OPEN_REPORT, arguments=[{"targetId": t.id, "snapshot": e.path}],
                 tooltip=f"The newest snapshot of {t.name}")))
-        elif e is not None and e.digest is not None:
+        if e is not None and e.digest is not None and shown is not None and t not in owners:
             out.append(lsp.CodeLens(range=rng, command=lsp.Command(
                 title="Show Its Trace", command=P.CMD_CHOOSE_TRACE,
                 arguments=[{"snapshot": e.path}],

@@ -60,6 +60,10 @@ def test_codelens_names_only_the_shown_snapshot():
     # a snapshot of a target not in the file (a launch configuration): named on the first
     lens = payloads.code_lenses([MODEL], set(), lambda t: None, None, shown=SCRIPT_RUN)
     assert [c.command.title for c in lens] == ["Trace Memory", "Showing model.py (peak 15.0 GiB)"]
+    # ... and that target's own trace is offered beside it
+    lens = payloads.code_lenses([MODEL], set(), lambda t: RECIPE, None, shown=SCRIPT_RUN)
+    assert [c.command.title for c in lens] == ["Trace Memory", "Showing model.py (peak 15.0 GiB)",
+                                               "Show Its Trace"]
     # a document no trace covers (launch.json): each target opens its own newest
     lens = payloads.code_lenses([MODEL, SCRIPT], set(), lambda t: newest(t.id), None, shown=None)
     assert [c.command.title for c in lens] == ["Trace Memory", "Open Report (peak 2.0 GiB)",
