@@ -12,6 +12,7 @@ export const CMD_TRACE = 'memlens.trace'; // TraceParams -> TraceResult (when th
 export const CMD_CANCEL_TRACE = 'memlens.cancelTrace'; // CancelTraceParams -> CancelTraceResult
 export const CMD_OPEN_REPORT = 'memlens.openReport'; // OpenReportParams -> OpenReportResult
 export const CMD_FIT = 'memlens.fit'; // FitParams -> FitResult (when the search ends)
+export const CMD_CHOOSE_TRACE = 'memlens.chooseTrace'; // ChooseTraceParams -> ChooseTraceResult
 
 // -- requests, client -> server ---------------------------------------------------------------
 export const REQ_TARGETS = 'memlens/targets'; // TargetsParams -> TargetsResult
@@ -19,6 +20,7 @@ export const REQ_DOCUMENT_ANNOTATIONS = 'memlens/documentAnnotations'; // Docume
 export const REQ_SNAPSHOTS = 'memlens/snapshots'; // EmptyParams -> SnapshotsResult
 export const REQ_SERVER_INFO = 'memlens/serverInfo'; // EmptyParams -> ServerInfo
 export const REQ_FIT_SPACE = 'memlens/fitSpace'; // FitSpaceParams -> FitSpaceResult
+export const REQ_DOCUMENT_TRACES = 'memlens/documentTraces'; // DocumentTracesParams -> DocumentTracesResult
 
 // -- notifications, server -> client ----------------------------------------------------------
 export const NOTIFY_ANNOTATIONS = 'memlens/annotations'; // AnnotationsParams
@@ -188,11 +190,36 @@ export interface AnnotationsParams {
   stale: boolean;
   /** null: no snapshot covers this document. */
   snapshot: SnapshotInfo | null;
+  /** The snapshot is the one Choose Trace chose (else: the newest covering the document). */
+  chosen: boolean;
   annotations: Annotation[];
 }
 
 export interface SnapshotsResult {
   snapshots: SnapshotInfo[];
+}
+
+export interface DocumentTracesParams {
+  /** Absent: every snapshot of the workspace. */
+  uri?: string;
+}
+
+export interface DocumentTracesResult {
+  /** The snapshots covering the document, newest first. */
+  traces: SnapshotInfo[];
+  /** The path of the one its annotations come from. */
+  shown: string | null;
+  /** The path of the snapshot Choose Trace chose, if any. */
+  chosen: string | null;
+}
+
+export interface ChooseTraceParams {
+  /** A snapshot's path (its target's newest follows); null: the newest. */
+  snapshot?: string | null;
+}
+
+export interface ChooseTraceResult {
+  chosen: SnapshotInfo | null;
 }
 
 export interface RunningTrace {
@@ -240,11 +267,24 @@ export interface FitSpaceParams {
   target?: Target;
 }
 
+export interface ScriptFlag {
+  /** "--batch-size": an integer flag of the script's argparse. */
+  flag: string;
+  default: number | null;
+  help: string;
+  /** The built-in axis it is ("micro-batch", "seq"), else null. */
+  axis: string | null;
+  /** The `memlens fit` options making it an axis, e.g. ["--arg", "--n=1,2,4"]. */
+  space: string[];
+}
+
 export interface FitSpaceResult {
   /** "…/pyproject.toml [tool.memlens.fit]"; null: no such table. */
   source: string | null;
   /** The table's keys (its axes and options), sorted. */
   keys: string[];
+  /** The script's own integer flags, offered as axes. */
+  flags: ScriptFlag[];
 }
 
 export interface FitAxis {
@@ -364,6 +404,8 @@ export const METHODS: Readonly<Record<string, MethodDeclaration>> = {
   [REQ_SERVER_INFO]: { kind: 'request', params: 'EmptyParams', result: 'ServerInfo' },
   [CMD_FIT]: { kind: 'command', params: 'FitParams', result: 'FitResult' },
   [REQ_FIT_SPACE]: { kind: 'request', params: 'FitSpaceParams', result: 'FitSpaceResult' },
+  [REQ_DOCUMENT_TRACES]: { kind: 'request', params: 'DocumentTracesParams', result: 'DocumentTracesResult' },
+  [CMD_CHOOSE_TRACE]: { kind: 'command', params: 'ChooseTraceParams', result: 'ChooseTraceResult' },
   [NOTIFY_ANNOTATIONS]: { kind: 'notification', params: 'AnnotationsParams' },
   [NOTIFY_TRACE_STARTED]: { kind: 'notification', params: 'TraceStartedParams' },
   [NOTIFY_TRACE_FINISHED]: { kind: 'notification', params: 'TraceResult' },

@@ -156,7 +156,8 @@ def register(ls: MemlensServer) -> MemlensServer:
         path = state.path if state else normalize_path(
             uris.to_fs_path(params.text_document.uri) or "")
         return payloads.code_lenses(ls.doc_targets.get(path, []), ls.runner.running,
-                                    ls.entry_for, ls.settings.device)
+                                    ls.entry_for, ls.settings.device,
+                                    state.entry if state else ls.shown_entry(path))
 
     # -- custom requests -------------------------------------------------------------------
     @ls.feature(P.REQ_TARGETS)
@@ -180,6 +181,20 @@ def register(ls: MemlensServer) -> MemlensServer:
     @ls.feature(P.REQ_SNAPSHOTS)
     def snapshots(ls: MemlensServer, params):
         return ls.snapshots_json()
+
+    @ls.feature(P.REQ_DOCUMENT_TRACES)
+    def document_traces(ls: MemlensServer, params):
+        uri = _dict(params).get("uri")
+        path = normalize_path(uris.to_fs_path(uri) or uri) if uri else None
+        return ls.document_traces(path)
+
+    @ls.command(P.CMD_CHOOSE_TRACE)
+    def choose_trace(ls: MemlensServer, *args):
+        snapshot = _dict(args[0] if args else None).get("snapshot")
+        try:
+            return ls.choose_trace(str(snapshot) if snapshot else None)
+        except MemlensError as e:
+            raise JsonRpcInvalidParams(message=e.message) from None
 
     @ls.feature(P.REQ_SERVER_INFO)
     def server_info(ls: MemlensServer, params):

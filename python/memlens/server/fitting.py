@@ -17,6 +17,7 @@ from lsprotocol import types as lsp
 from ..errors import MemlensError
 from ..fit.axes_from_options import load_config
 from ..fit.report import SORT_KEYS
+from ..fit.script_options import argparse_flags
 from ..fit.space import BUILTIN_AXES
 from ..units import format_bytes
 from ..worker.command import WorkerCommand
@@ -94,6 +95,19 @@ def cwd_of(t: TargetInfo) -> str:
     return t.cwd or t.folder or str(Path(t.path).parent)
 
 
+def script_flags(t: TargetInfo):
+    """The integer argparse flags of the Python script a target runs (none for a module run
+    with -m or a shell script's line whose program is not a file)."""
+    program = t.path if t.kind == "script" else t.program
+    if not program:
+        return []
+    path = Path(program) if Path(program).is_absolute() else Path(cwd_of(t)) / program
+    try:
+        return argparse_flags(path.read_text(encoding="utf-8")) if path.suffix == ".py" else []
+    except (OSError, UnicodeDecodeError):
+        return []
+
+
 @dataclass
 class RunningFit(WorkerRun):
     request: FitRequest
@@ -125,7 +139,10 @@ class FitCommands:
         """The `[tool.memlens.fit]` (or memlens.toml `[fit]`) the search of a target would read."""
         t = (await self.trace_request(params)).target
         table, source = await asyncio.to_thread(load_config, None, Path(cwd_of(t)))
-        return {"source": source if table else None, "keys": sorted(table)}
+        flags = await asyncio.to_thread(script_flags, t)
+        return {"source": source if table else None, "keys": sorted(table),
+                "flags": [{"flag": f.flag, "default": f.default, "help": f.help,
+                           "axis": f.axis(), "space": f.space()} for f in flags]}
 
     async def fit(self, params: dict[str, Any], msg_id: Any) -> P.FitResult:
         req, base = await self.request_from(params)

@@ -188,12 +188,19 @@ class SnapshotIndex:
     def usable(self) -> list[SnapshotEntry]:
         return sorted((e for e in self.entries.values() if e.digest), key=lambda e: -e.created)
 
-    def covering(self, path: str) -> SnapshotEntry | None:
-        """The newest snapshot that has something to say about the file `path`."""
-        for e in self.usable():
-            if path in e.files:
+    def covering_all(self, path: str) -> list[SnapshotEntry]:
+        """Every snapshot that has something to say about the file `path`, newest first."""
+        return [e for e in self.usable() if path in e.files]
+
+    def covering(self, path: str, chosen: str | None = None) -> SnapshotEntry | None:
+        """The one snapshot a document of the file `path` shows: the newest of the snapshot
+        folder `chosen` (Choose Trace) when that covers the file, else the newest covering
+        it. The one place that decides; CodeLens, hints, hovers and the status bar follow."""
+        covering = self.covering_all(path)
+        for e in covering:
+            if e.dir == chosen:
                 return e
-        return None
+        return covering[0] if covering else None
 
     def by_path(self, snapshot_path: str) -> SnapshotEntry | None:
         for e in self.entries.values():

@@ -91,8 +91,9 @@ def target(t: TargetInfo, tracing: bool, newest: P.SnapshotInfo | None) -> P.Tar
 
 
 def annotations(state: DocState, snapshot: P.SnapshotInfo | None, budget: int,
-                now: _dt.datetime) -> P.AnnotationsParams:
-    """`memlens/annotations` of an open document; `snapshot` is its attached one's info."""
+                now: _dt.datetime, chosen: bool = False) -> P.AnnotationsParams:
+    """`memlens/annotations` of an open document; `snapshot` is its attached one's info,
+    `chosen`: Choose Trace chose it."""
     stale, e = state.stale, state.entry
     anns: list[P.Annotation] = []
     if e is not None and e.digest is not None:
@@ -103,7 +104,7 @@ def annotations(state: DocState, snapshot: P.SnapshotInfo | None, budget: int,
                          "hover": hover_markdown(a, e.digest, budget, now, stale),
                          "stale": stale})
     return {"uri": state.uri, "version": state.version, "stale": stale, "snapshot": snapshot,
-            "annotations": anns}
+            "chosen": chosen and snapshot is not None, "annotations": anns}
 
 
 def trace_started(target_payload: P.Target, pid: int, argv: list[str]) -> P.TraceStartedParams:
@@ -145,11 +146,17 @@ def inlay_hints(state: DocState, first: int, last: int, line_end: LineEnd
 
 
 def code_lenses(targets: Iterable[TargetInfo], running: Collection[str],
-                newest: Callable[[TargetInfo], SnapshotEntry | None], device: str | None
-                ) -> list[lsp.CodeLens]:
-    """Per target: trace it (or cancel its running trace), and open its newest report."""
+                newest: Callable[[TargetInfo], SnapshotEntry | None], device: str | None,
+                shown: SnapshotEntry | None = None) -> list[lsp.CodeLens]:
+    """Per target: trace it (or cancel its running trace); then the one snapshot the document
+    shows (`shown`; None: none), as its target's "Open Report (peak …)", or on the first
+    target when none of them is its target; a target with another snapshot offers to show
+    that one instead (no number: every number of an editor comes from `shown`). A document
+    no trace covers (launch.json, a shell script) opens each target's newest."""
     out = []
-    for t in targets:
+    targets = list(targets)
+    owners = [t for t in targets if shown is not None and _same(newest(t), shown)]
+    for i, t in enumerate(targets):
         rng = lsp.Range(lsp.Position(t.line, t.start), lsp.Position(t.line, t.end))
         arg = {"targetId": t.id}
         if t.id in running:
@@ -162,13 +169,33 @@ def code_lenses(targets: Iterable[TargetInfo], running: Collection[str],
                 tooltip=f"Estimate the memory of one training step of {t.name}"
                         + (f" on {device}" if device else ""))))
         e = newest(t)
-        if e is not None:
-            peak = format_bytes(e.digest["summary"]["peakBytes"])
+        if shown is not None and (t in owners or (not owners and i == 0)):
+            peak = format_bytes(shown.digest["summary"]["peakBytes"])
+            meta = shown.digest["meta"]
+            title = (f"Open Report (peak {peak})" if t in owners else
+                     f"Showing {meta['targetName']} (peak {peak})")
             out.append(lsp.CodeLens(range=rng, command=lsp.Command(
-                title=f"Open Report (peak {peak})", command=P.CMD_OPEN_REPORT,
-                arguments=[{"targetId": t.id, "snapshot": e.path}],
+                title=title, command=P.CMD_OPEN_REPORT,
+                arguments=[{"targetId": t.id, "snapshot": shown.path}],
+                tooltip=f"The trace this editor shows: {meta['targetName']} on "
+                        f"{meta['deviceName']}, {meta['created']}")))
+        elif e is not None and e.digest is not None and shown is None:
+            # No trace covers this document (a launch.json, a shell script): each target
+            # opens its own, as no number of the editor can disagree with it.
+            out.append(lsp.CodeLens(range=rng, command=lsp.Command(
+                title=f"Open Report (peak {format_bytes(e.digest['summary']['peakBytes'])})",
+                command=P.CMD_OPEN_REPORT, arguments=[{"targetId": t.id, "snapshot": e.path}],
                 tooltip=f"The newest snapshot of {t.name}")))
+        if e is not None and e.digest is not None and shown is not None and t not in owners:
+            out.append(lsp.CodeLens(range=rng, command=lsp.Command(
+                title="Show Its Trace", command=P.CMD_CHOOSE_TRACE,
+                arguments=[{"snapshot": e.path}],
+                tooltip=f"Annotate this editor with the newest trace of {t.name}")))
     return out
+
+
+def _same(a: SnapshotEntry | None, b: SnapshotEntry) -> bool:
+    return a is not None and a.dir == b.dir
 
 
 def _line_range(lines: list[str], line0: int) -> lsp.Range:

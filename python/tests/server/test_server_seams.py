@@ -113,7 +113,7 @@ def test_payloads_have_the_shapes_protocol_py_declares():
     hints = payloads.inlay_hints(doc, 29, 39, len)
     assert [(h.position.line, h.position.character) for h in hints] == [(29, 7), (39, 7)]
 
-    lenses = payloads.code_lenses([GPT], {GPT.id}, lambda t: e, "h100-80gb")
+    lenses = payloads.code_lenses([GPT], {GPT.id}, lambda t: e, "h100-80gb", shown=e)
     assert [c.command.title for c in lenses] == ["Tracing… (cancel)",
                                                  "Open Report (peak 100.0 MiB)"]
 

@@ -262,7 +262,8 @@ def test_protocol_is_declared_once_and_dumps_as_json():
         "memlens.trace", "memlens.cancelTrace", "memlens.openReport", "memlens/targets",
         "memlens/documentAnnotations", "memlens/snapshots", "memlens/serverInfo",
         "memlens/annotations", "memlens/traceStarted", "memlens/traceFinished",
-        "memlens/snapshotsChanged", "memlens.fit", "memlens/fitSpace"}
+        "memlens/snapshotsChanged", "memlens.fit", "memlens/fitSpace",
+        "memlens/documentTraces", "memlens.chooseTrace"}
     types = described["types"]
     for m in methods.values():
         assert m["params"] in types and m.get("result", "EmptyParams") in types
