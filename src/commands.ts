@@ -324,5 +324,9 @@ async function selectDevice(ctx: Ctx): Promise<void> {
   );
   if (!picked || picked.name === current) return;
   await updateSetting('device', picked.name);
-  vscode.window.setStatusBarMessage(`Memlens: traces now target ${picked.name}`, 4000);
+  // Said where it is kept: a workspace's .vscode/settings.json is a file the user may commit.
+  const where = vscode.workspace.workspaceFolders?.length
+    ? "this workspace's settings (.vscode/settings.json)"
+    : 'your user settings';
+  vscode.window.setStatusBarMessage(`Memlens: traces now target ${picked.name}, kept in ${where}`, 8000);
 }
