@@ -229,7 +229,8 @@ function fitPointItem(p: FitPoint): vscode.TreeItem {
   item.id = `fitPoint:${p.run}:${p.label}`;
   const verdict = p.verdict ? VERDICTS[p.verdict] : 'not traced';
   const how = p.source && p.source !== 'traced' && p.source !== 'resumed' ? ` (${p.source})` : '';
-  item.description = [p.frontier ? '★ largest that fits' : '', e ? `${formatBytes(e.peakBytes)} peak` : '', `${verdict}${how}`].filter(Boolean).join(' · ');
+  // The peak first: a narrow sidebar cuts the end of the line, and the star is also the icon.
+  item.description = [e ? `${formatBytes(e.peakBytes)} peak` : '', `${verdict}${how}`, p.frontier ? '★ largest that fits' : ''].filter(Boolean).join(' · ');
   item.tooltip = `${p.label}: ${verdict}${how}${p.frontier ? ' — on the frontier: no larger configuration of this search fits' : ''}`;
   item.iconPath = new vscode.ThemeIcon(p.frontier ? 'star-full' : p.verdict === 'fits' ? 'pass' : p.verdict === 'oom' ? 'error' : 'circle-outline');
   if (e) {
