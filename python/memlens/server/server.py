@@ -1,6 +1,6 @@
 """The memlens language server: its state (settings, targets, snapshot index, open documents,
 running traces, diagnostics) and what happens when any of them changes. The LSP handlers that
-call into it are in features.py; what it sends is built in payloads.py and sent through
+call into it are in handlers/; what it sends is built in payloads.py and sent through
 client.py; traces are commands.py's."""
 
 from __future__ import annotations
