@@ -372,13 +372,13 @@ export interface Settings {
   /** Default: the recipe's, else 2. */
   iterations?: number | null;
   /** Default 300. */
-  timeLimitSeconds?: number;
+  traceTimeout?: number;
   /** The worker's address-space limit; 0: twice the host's memory; -1: none. */
   memoryLimitMB?: number;
   /** Default false. */
   traceOnSave?: boolean;
   /** Hot lines annotated per file; default 5. */
-  topLines?: number;
+  hotLines?: number;
   /** Default true. */
   inlayHints?: boolean;
   /** The worker's interpreter; default the server's. */

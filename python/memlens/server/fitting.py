@@ -165,7 +165,7 @@ class FitCommands:
                    settings: Settings, python: str) -> WorkerResult | None:
         token = await self.client.begin_progress(f"Finding what fits: {run.request.target.name}")
         run.token = token
-        limit = settings.timeLimitSeconds
+        limit = settings.traceTimeout
         loop = asyncio.get_running_loop()
         started = loop.time()
         deadline: list[asyncio.TimerHandle] = []
@@ -224,8 +224,8 @@ class FitCommands:
         elif result.status == "timeout":
             out["error"] = {"kind": "Timeout", "message": (
                 f"The search for {t.name} ran past its time limit of "
-                f"{settings.timeLimitSeconds:g} s per point and was stopped (setting "
-                "memlens.timeLimitSeconds); the points it finished are kept: the same search "
+                f"{settings.traceTimeout:g} s per point and was stopped (setting "
+                "memlens.traceTimeout); the points it finished are kept: the same search "
                 "resumes from them.")}
         elif result.status == "failed":
             out["error"] = explain_failure(result, base, settings, python)  # type: ignore

@@ -323,10 +323,10 @@ class Settings(TypedDict, total=False):
     device: str  # absent: the recipe's or launch configuration's device, else "h100-80gb"
     budget: Union[str, int, None]  # "70GiB" or bytes; default: the device's total memory
     iterations: Union[int, None]  # default: the recipe's, else 2
-    timeLimitSeconds: float  # default 300
+    traceTimeout: float  # default 300
     memoryLimitMB: int  # the worker's address-space limit; 0: twice the host's memory; -1: none
     traceOnSave: bool  # default false
-    topLines: int  # hot lines annotated per file; default 5
+    hotLines: int  # hot lines annotated per file; default 5
     inlayHints: bool  # default true
     python: Union[str, None]  # the worker's interpreter; default the server's
 

@@ -123,7 +123,7 @@ class MemlensServer(LanguageServer):
         if self.settings == old:
             return
         for state in self.docs.values():
-            if old.topLines != self.settings.topLines:
+            if old.hotLines != self.settings.hotLines:
                 self.attach(state, state.entry)
             self.publish_annotations(state)
         self.update_budget_diagnostics()
@@ -290,7 +290,7 @@ class MemlensServer(LanguageServer):
             base = state.base
         else:
             base = self.traced.text_of(entry, state.path) if entry is not None else None
-        state.attach(entry, base, self.settings.topLines)
+        state.attach(entry, base, self.settings.hotLines)
 
     def snapshots_json(self) -> P.SnapshotsResult:
         return {"snapshots": [self.snapshot_info(e) for e in self.index.usable()]}

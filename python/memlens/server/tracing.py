@@ -83,8 +83,8 @@ def explain_failure(result: WorkerResult, req: TraceRequest, settings: Settings,
     if result.status == "timeout":
         return {"kind": "Timeout",
                 "message": f"The trace of {name} ran past its time limit of "
-                           f"{settings.timeLimitSeconds:g} s and was stopped "
-                           "(setting memlens.timeLimitSeconds)."}
+                           f"{settings.traceTimeout:g} s and was stopped "
+                           "(setting memlens.traceTimeout)."}
     tail = "\n".join(result.log)
     limit = settings.memory_limit_bytes()
     limit_text = f" (the worker's memory limit is {format_bytes(limit)}; setting " \
@@ -198,7 +198,7 @@ class TraceRunner:
             def on_output(line: str) -> None:
                 self.hooks.worker_output(run, line)
 
-            worker = Worker(argv, cwd, env, settings.timeLimitSeconds,
+            worker = Worker(argv, cwd, env, settings.traceTimeout,
                             settings.memory_limit_bytes(), on_progress, on_output)
             if run.stopped_before_start:
                 return run, None, snapshot

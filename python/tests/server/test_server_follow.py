@@ -21,7 +21,7 @@ from support.lsp import (MemlensClient, apply_settings, execute, inlay_hints, li
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
-SETTINGS = {"device": "cpu", "timeLimitSeconds": 300}
+SETTINGS = {"device": "cpu", "traceTimeout": 300}
 GPT = "model:model.py:GPT"
 MLP_LINE = "return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))"
 versions = itertools.count(2)

@@ -23,7 +23,7 @@ from memlens.units import format_bytes
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
-SETTINGS = {"device": "cpu", "timeLimitSeconds": 300}
+SETTINGS = {"device": "cpu", "traceTimeout": 300}
 GPT = "model:model.py:GPT"
 
 
@@ -269,7 +269,7 @@ async def test_progress_cancel_button_ends_the_worker(client: MemlensClient, wor
 
 async def test_a_worker_past_its_time_limit_is_stopped(client: MemlensClient, workspace,
                                                       restore_settings):
-    await apply_settings(client, {**SETTINGS, "timeLimitSeconds": 8})
+    await apply_settings(client, {**SETTINGS, "traceTimeout": 8})
     (workspace / "slow_pids.txt").unlink(missing_ok=True)
     n = len(client.received("memlens/traceStarted"))
     result = await command(client, "memlens.trace", {"targetId": "script:slow_train.py"}, 120)

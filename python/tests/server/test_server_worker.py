@@ -210,7 +210,7 @@ def test_worker_command_lines():
 
 def test_failures_are_explained():
     req = TraceRequest(_target("script", program="/ws/t.py"), "cpu")
-    s = Settings(timeLimitSeconds=30, memoryLimitMB=1024)
+    s = Settings(traceTimeout=30, memoryLimitMB=1024)
 
     def explain(status="failed", rc=1, output=None, tail=()):
         return explain_failure(WorkerResult(status, rc, output, list(tail)), req, s, "/py")
@@ -389,7 +389,7 @@ def _trace_script(tmp_path, script):
     worker = Worker(argv, cwd, env, LIMIT, None)
     # Past the child's own 300 s only if nothing ends it: the test fails instead of hanging.
     result = run(asyncio.wait_for(worker.run(), LIMIT + 60))
-    return result, explain_failure(result, req, Settings(timeLimitSeconds=LIMIT), PY)
+    return result, explain_failure(result, req, Settings(traceTimeout=LIMIT), PY)
 
 
 @pytest.mark.slow  # traces or waits out a time limit in fresh processes
