@@ -127,7 +127,11 @@ async function traceMemory(ctx: Ctx, arg: unknown, options: TraceOptions): Promi
   const params = traceParams(target.id, ctx.config(), options);
   ctx.log.info(`Trace Memory: ${target.name} ${JSON.stringify(params)}`);
   ctx.timer.begin(target.id);
-  return c.sendRequest(ExecuteCommandRequest.type, { command: P.CMD_TRACE, arguments: [params] }) as Promise<P.TraceResult>;
+  // The reply is the result, sent once: the server notifies memlens/traceFinished only for
+  // traces no request asked for.
+  const result = (await c.sendRequest(ExecuteCommandRequest.type, { command: P.CMD_TRACE, arguments: [params] })) as P.TraceResult;
+  ctx.onTraceFinished(result);
+  return result;
 }
 
 /** What Trace Memory (or, with `jobsOnly`, Find What Fits: no model classes) runs on. */

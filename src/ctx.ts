@@ -366,7 +366,9 @@ export class Ctx implements vscode.Disposable {
     this.timer.mark('started');
   }
 
-  private onTraceFinished(r: P.TraceResult): void {
+  /** A trace ended: the reply to this window's own memlens.trace, or the server's
+   * memlens/traceFinished for a trace no request asked for (trace on save). */
+  onTraceFinished(r: P.TraceResult): void {
     this.running.delete(r.targetId);
     this.painter.traceFinished(r);
     this.status.setTracing(this.running.size ? [...this.running.values()].join(', ') : undefined);

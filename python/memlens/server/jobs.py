@@ -17,6 +17,7 @@ class WorkerRun:
     worker: Worker | None = None
     stopped_before_start: str | None = None  # why it ended before its worker started
     msg_id: Any = None  # the request's id (None: a trace on save)
+    unanswered: bool = False  # its request was cancelled: its reply will not carry the result
 
     def stop(self, reason: str) -> None:
         if self.worker is not None:

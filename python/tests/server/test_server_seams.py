@@ -152,6 +152,12 @@ def test_trace_commands_work_with_what_they_are_given(tmp_path):
                        stopped_before_start="replaced")
     out = asyncio.run(commands.finish_trace(run, None, str(tmp_path / "never.json")))
     assert out == {"targetId": GPT.id, "status": "replaced", "durationS": 0.0}
+    # a request's trace: the reply is the result, nothing is notified
+    assert client.sent == [("end", "replaced by a newer trace"), ("refresh", None)]
+    client.sent.clear()
+    on_save = RunningTrace(TraceRequest(GPT, "h100-80gb"), token="tok0",
+                           stopped_before_start="replaced")  # no request: a trace on save
+    out = asyncio.run(commands.finish_trace(on_save, None, str(tmp_path / "never.json")))
     assert client.sent == [("end", "replaced by a newer trace"), (P.NOTIFY_TRACE_FINISHED, out),
                            ("refresh", None)]
     waiting = RunningTrace(TraceRequest(GPT, "h100-80gb"), msg_id=8, token="tok2")
