@@ -176,10 +176,8 @@ export interface Annotation {
   text: string;
   /** Bytes alive at the peak that this annotation accounts for. */
   bytes: number;
-  /** bytes / peak bytes, 0..1 */
+  /** bytes / peak bytes, 0..1 (the breakdown: textDocument/hover, on request) */
   share: number;
-  /** Markdown. */
-  hover: string;
   stale: boolean;
 }
 

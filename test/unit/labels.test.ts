@@ -34,7 +34,7 @@ d = digest([
 ], lines=[{"file": F, "line": 50, "bytesAtPeak": wide, "totalBytes": wide, "allocations": 1,
            "categories": {c: wide // 8 for c in CATS}}], peak=wide)
 print(json.dumps([{"line": a.line, "kind": a.kind, "label": a.label, "text": a.text, "bytes": a.bytes,
-                   "share": a.share, "hover": "", "stale": False} for a in annotate(d, F, lambda n: False)]))
+                   "share": a.share, "stale": False} for a in annotate(d, F, lambda n: False)]))
 `;
 
 const annotations = JSON.parse(

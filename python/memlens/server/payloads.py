@@ -90,8 +90,8 @@ def target(t: TargetInfo, tracing: bool, newest: P.SnapshotInfo | None) -> P.Tar
     return out
 
 
-def annotations(state: DocState, snapshot: P.SnapshotInfo | None, budget: int,
-                now: _dt.datetime, chosen: bool = False) -> P.AnnotationsParams:
+def annotations(state: DocState, snapshot: P.SnapshotInfo | None,
+                chosen: bool = False) -> P.AnnotationsParams:
     """`memlens/annotations` of an open document; `snapshot` is its attached one's info,
     `chosen`: Choose Trace chose it."""
     stale, e = state.stale, state.entry
@@ -101,7 +101,6 @@ def annotations(state: DocState, snapshot: P.SnapshotInfo | None, budget: int,
             a = p.annotation
             anns.append({"line": p.line, "kind": a.kind, "label": a.label,
                          "text": hint_text(a, stale), "bytes": a.bytes, "share": a.share,
-                         "hover": hover_markdown(a, e.digest, budget, now, stale),
                          "stale": stale})
     return {"uri": state.uri, "version": state.version, "stale": stale, "snapshot": snapshot,
             "chosen": chosen and snapshot is not None, "annotations": anns}

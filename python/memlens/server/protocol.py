@@ -170,8 +170,7 @@ class Annotation(TypedDict):
     label: str  # the module group (h.*.attn) or file:line
     text: str  # what an inlay hint shows, e.g. "≈ 7.4 GiB · 6.1 GiB act ×32"
     bytes: int  # bytes alive at the peak that this annotation accounts for
-    share: float  # bytes / peak bytes, 0..1
-    hover: str  # markdown
+    share: float  # bytes / peak bytes, 0..1 (the breakdown: textDocument/hover, on request)
     stale: bool
 
 

@@ -24,7 +24,7 @@ from .client import LspClient
 from .commands import LspTraceHooks, TraceCommands
 from .diagnostics import DiagnosticStore
 from ..snapshot.digest import normalize_path
-from .documents import DocState, now_utc
+from .documents import DocState
 from .fitting import FitCommands
 from .index import SnapshotEntry, SnapshotIndex
 from .settings import Settings, parse_settings
@@ -310,9 +310,8 @@ class MemlensServer(LanguageServer):
     def annotations_json(self, state: DocState) -> P.AnnotationsParams:
         e = state.entry
         if e is None or e.digest is None:
-            return payloads.annotations(state, None, 0, now_utc())
-        return payloads.annotations(state, self.snapshot_info(e), self.budget_for(None, e),
-                                    now_utc(), chosen=e.dir == self.chosen)
+            return payloads.annotations(state, None)
+        return payloads.annotations(state, self.snapshot_info(e), chosen=e.dir == self.chosen)
 
     def publish_annotations(self, state: DocState, delay: float = 0.0) -> None:
         """Send memlens/annotations for a document (debounced by `delay` seconds)."""

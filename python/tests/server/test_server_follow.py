@@ -151,7 +151,10 @@ async def test_a_budget_change_republishes_annotations_and_the_warning(client: M
             client, path, n, f"annotations with the budget {budget}",
             lambda p: p["snapshot"] and p["snapshot"]["budgetBytes"] == budget)
         assert sent["annotations"]
-        assert all(f"(budget {budget // MiB}.0 MiB)" in a["hover"] for a in sent["annotations"])
+        for a in sent["annotations"]:  # each hover, asked for, names the new budget
+            hover = await client.text_document_hover_async(lsp.HoverParams(
+                lsp.TextDocumentIdentifier(uri(path)), lsp.Position(a["line"], 0)))
+            assert f"(budget {budget // MiB}.0 MiB)" in hover.contents.value
         await client.wait_until(lambda: [
             d for d in client.diagnostics.get(uri(path), []) if d.code == "over-budget"
             and f"exceeds the budget of {budget // MiB}.0 MiB" in d.message], 30,

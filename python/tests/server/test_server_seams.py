@@ -93,7 +93,7 @@ def test_payloads_have_the_shapes_protocol_py_declares():
     text = "\n".join(f"line {i}" for i in range(1, 51))
     doc = DocState("file:///src/model.py", F, text)
     doc.attach(e, text, top_lines=5)
-    anns = payloads.annotations(doc, info, 80 * 1024**3, now=None)
+    anns = payloads.annotations(doc, info)
     _keys_fit(anns, P.AnnotationsParams)
     for a in anns["annotations"]:
         _keys_fit(a, P.Annotation)
