@@ -64,6 +64,12 @@ RUNS = {  # name: (world size, script arguments); world None: rank 1 of LAUNCH's
     "z3-w4-offload-all": (4, ("--stage", "3", "--offload-optimizer", "--offload-param")),
     "launch-r1": (None, ()),
     "trainer-z3-w4": (4, ("out", "--stage", "3")),  # TRAINER, not SCRIPT
+    # from_pretrained of a local checkpoint (CKPT, written by the fixture), the Trainer's own
+    # AdamW (no "optimizer" in the DeepSpeed config), as run_clm.py runs with --deepspeed
+    "trainer-z2-w4-pretrained": (4, ("out", "--stage", "2", "--pretrained", "{ckpt}",
+                                     "--trainer-optimizer")),
+    "trainer-z3-w4-pretrained": (4, ("out", "--stage", "3", "--pretrained", "{ckpt}",
+                                     "--trainer-optimizer")),
 }
 TRAINER = TESTS / "scripts" / "deepspeed" / "trainer_llama_zero.py"
 
@@ -71,6 +77,7 @@ TRAINER = TESTS / "scripts" / "deepspeed" / "trainer_llama_zero.py"
 def _trace(tmp, name: str) -> dict:
     world, args = RUNS[name]
     snap = tmp / f"{name}-{uuid.uuid4().hex[:8]}.json"
+    args = tuple(a.format(ckpt=tmp / "llama-ckpt") for a in args)
     job = ("--rank", "1", "--from-script", str(LAUNCH)) if world is None else \
         ("--world-size", str(world), "--rank", "0", "--",
          str(TRAINER if name.startswith("trainer") else SCRIPT), *args)
@@ -80,9 +87,21 @@ def _trace(tmp, name: str) -> dict:
     return json.loads(snap.read_text())
 
 
+def _write_checkpoint(path) -> None:
+    """trainer_llama_zero.py's Llama (LLAMA_PSI parameters) saved as a real fp32 safetensors
+    checkpoint, for `from_pretrained(path)`."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=1000, hidden_size=128, intermediate_size=256,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=128, tie_word_embeddings=False)
+    LlamaForCausalLM(config).save_pretrained(path)
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("deepspeed")
+    _write_checkpoint(tmp / "llama-ckpt")
     with ThreadPoolExecutor(max_workers=2) as pool:
         return dict(zip(RUNS, pool.map(lambda name: _trace(tmp, name), RUNS)))
 
@@ -232,16 +251,34 @@ def test_the_deepspeed_launch_line_gives_the_job_and_the_rank_its_gpu(runs):
                              "gradient": 2 * part + 4 * part + 2 * BUCKET}
 
 
-def test_the_hf_trainer_with_a_deepspeed_config_runs_zero_3(runs):
-    """`TrainingArguments(deepspeed=ds_config)` (trainer_llama_zero.py): a Llama of width 128,
-    2 layers, 4 heads of 32 and 2 key/value heads, MLP 256, vocabulary 1,000, untied:
-    embeddings 1000 x 128, per layer q and o 128 x 128, k and v 128 x 64, gate, up and down
-    128 x 256 each, two norms of 128; the final norm; the head 128 x 1000. Every size divides
-    by 4, so a rank's stage-3 partition is Ψ/4; the reduce bucket is 65,536 bf16 elements."""
-    layer = 2 * 128 * 128 + 2 * 128 * 64 + 3 * 128 * 256 + 2 * 128
-    psi = 1000 * 128 + 2 * layer + 128 + 128 * 1000
-    assert psi == 551_552
-    part = psi // 4
-    assert _states(runs["trainer-z3-w4"]) == {"parameter": 2 * part,
-                                              "optimizer_state": 12 * part,
-                                              "gradient": 2 * part + 4 * part + 2 * 65_536}
+# trainer_llama_zero.py's Llama: width 128, 2 layers, 4 heads of 32 and 2 key/value heads,
+# MLP 256, vocabulary 1,000, untied: embeddings 1000 x 128, per layer q and o 128 x 128, k and v
+# 128 x 64, gate, up and down 128 x 256 each, two norms of 128; the final norm; the head
+# 128 x 1000.
+LLAMA_LAYER = 2 * 128 * 128 + 2 * 128 * 64 + 3 * 128 * 256 + 2 * 128
+LLAMA_PSI = 1000 * 128 + 2 * LLAMA_LAYER + 128 + 128 * 1000
+
+
+@pytest.mark.parametrize("name", ["trainer-z3-w4", "trainer-z3-w4-pretrained"])
+def test_the_hf_trainer_with_a_deepspeed_config_runs_zero_3(runs, name):
+    """`TrainingArguments(deepspeed=ds_config)` (trainer_llama_zero.py), the model built from
+    its config or loaded from a checkpoint by path (under zero.Init: partitioned as it
+    loads), DeepSpeed's optimizer or the Trainer's. Every size divides by 4, so a rank's
+    stage-3 partition is Ψ/4; the reduce bucket is 65,536 bf16 elements."""
+    assert LLAMA_PSI == 551_552
+    part = LLAMA_PSI // 4
+    assert _states(runs[name]) == {"parameter": 2 * part, "optimizer_state": 12 * part,
+                                   "gradient": 2 * part + 4 * part + 2 * 65_536}
+
+
+def test_a_checkpoint_loaded_by_path_keeps_its_parameters_through_zero_2(runs):
+    """from_pretrained(DIR) and the Trainer's own AdamW (built before deepspeed.initialize,
+    holding the loaded parameters), ZeRO-2 on 4 ranks: the parameters DeepSpeed moves to the
+    GPU are the optimizer's (a checkpoint read as real host tensors made new ones on `.to()`,
+    and ZeRO-2's name lookup failed). Ψ is a multiple of 2N = 8: no padding; the full bf16
+    model, 12 bytes of the fp32 master partition and Adam's moments per partitioned
+    parameter, and the partition's fp32 gradient."""
+    assert LLAMA_PSI % 8 == 0
+    part = LLAMA_PSI // 4
+    assert _states(runs["trainer-z2-w4-pretrained"]) == {
+        "parameter": 2 * LLAMA_PSI, "optimizer_state": 12 * part, "gradient": 4 * part}
