@@ -12,6 +12,11 @@
   without its refusal of weakrefs: the weakrefs on a fake parameter are FakeTensorMode's own
   memo (MetaConverter.tensor_memo, a WeakValueDictionary), whose entry then names the
   swapped object, as the module does.
+- `Tensor.data` (its setter): `p.data = t` makes `p` hold `t`'s tensor, on `t`'s device; a fake
+  tensor keeps its device as a Python attribute (`fake_device`) that the C setter leaves alone,
+  so `p` would still answer the old device (FSDP's CPU offload moves its flat parameter to the
+  host with `flat_param.data = flat_param.to("cpu")`, then refuses a flat parameter on cuda:0).
+  The getter is torch's own descriptor's.
 - `torch.get_rng_state` (and `torch.random.get_rng_state`): activation checkpointing saves the
   CPU generator state, a real tensor made without any op, so the accountant would not see it.
 - `torch.UntypedStorage.resize_`: resizing a storage directly is no op a dispatch mode sees, and
@@ -123,6 +128,15 @@ def apply(patcher: Patcher, on_external_tensor, on_storage_resized, on_finite_ch
             _set_data(t2, old)
 
     patcher.setattr(torch.utils, "swap_tensors", swap_tensors)
+
+    data = torch._C.TensorBase.__dict__["data"]  # the getset descriptor
+
+    def set_data(self, value):
+        data.__set__(self, value)
+        if hasattr(self, "fake_device") and hasattr(value, "fake_device"):
+            self.fake_device = value.fake_device
+
+    patcher.setattr(torch.Tensor, "data", property(data.__get__, set_data, doc=data.__doc__))
 
     original_rng = torch.get_rng_state
 

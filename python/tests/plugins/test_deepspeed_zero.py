@@ -259,26 +259,50 @@ LLAMA_LAYER = 2 * 128 * 128 + 2 * 128 * 64 + 3 * 128 * 256 + 2 * 128
 LLAMA_PSI = 1000 * 128 + 2 * LLAMA_LAYER + 128 + 128 * 1000
 
 
-@pytest.mark.parametrize("name", ["trainer-z3-w4", "trainer-z3-w4-pretrained"])
-def test_the_hf_trainer_with_a_deepspeed_config_runs_zero_3(runs, name):
-    """`TrainingArguments(deepspeed=ds_config)` (trainer_llama_zero.py), the model built from
-    its config or loaded from a checkpoint by path (under zero.Init: partitioned as it
-    loads), DeepSpeed's optimizer or the Trainer's. Every size divides by 4, so a rank's
-    stage-3 partition is Ψ/4; the reduce bucket is 65,536 bf16 elements."""
+# The Trainer's own AdamW (--trainer-optimizer) has two parameter groups, with and without
+# weight decay (the 5 norms of 128 have none); torch's AdamW keeps a 4-byte `step` tensor per
+# flat fp32 partition, one per group.
+NORM_PSI = 5 * 128
+
+
+def test_the_hf_trainer_with_a_deepspeed_config_runs_zero_3(runs):
+    """`TrainingArguments(deepspeed=ds_config)` (trainer_llama_zero.py). Every size divides by
+    4, so a rank's stage-3 partition is Ψ/4; the reduce bucket is 65,536 bf16 elements."""
     assert LLAMA_PSI == 551_552
     part = LLAMA_PSI // 4
-    assert _states(runs[name]) == {"parameter": 2 * part, "optimizer_state": 12 * part,
-                                   "gradient": 2 * part + 4 * part + 2 * 65_536}
+    assert _states(runs["trainer-z3-w4"]) == {"parameter": 2 * part,
+                                              "optimizer_state": 12 * part,
+                                              "gradient": 2 * part + 4 * part + 2 * 65_536}
+
+
+def test_a_checkpoint_loaded_by_path_is_partitioned_by_zero_3(runs):
+    """from_pretrained(DIR) after TrainingArguments (under zero.Init), the Trainer's AdamW:
+    the same partitions. ZeRO-3 steps its sub-groups one after the other, making each one's
+    fp32 gradient just before: when the inner optimizer's first step begins, the no-decay
+    group's (the norms', 160 fp32 elements a rank) is not made yet."""
+    part = LLAMA_PSI // 4
+    assert _states(runs["trainer-z3-w4-pretrained"]) == {
+        "parameter": 2 * part, "optimizer_state": 12 * part + 2 * 4,
+        "gradient": 2 * part + 4 * (part - NORM_PSI // 4) + 2 * 65_536}
 
 
 def test_a_checkpoint_loaded_by_path_keeps_its_parameters_through_zero_2(runs):
     """from_pretrained(DIR) and the Trainer's own AdamW (built before deepspeed.initialize,
     holding the loaded parameters), ZeRO-2 on 4 ranks: the parameters DeepSpeed moves to the
     GPU are the optimizer's (a checkpoint read as real host tensors made new ones on `.to()`,
-    and ZeRO-2's name lookup failed). Ψ is a multiple of 2N = 8: no padding; the full bf16
-    model, 12 bytes of the fp32 master partition and Adam's moments per partitioned
-    parameter, and the partition's fp32 gradient."""
-    assert LLAMA_PSI % 8 == 0
-    part = LLAMA_PSI // 4
+    and ZeRO-2's name lookup failed). Each group's flat buffer (550,912 and 640 elements) is a
+    multiple of 2N = 8: no padding. The full bf16 model; 12 bytes of the fp32 master partition
+    and Adam's moments per partitioned parameter, and the two groups' steps. Gradients: stage 2
+    also steps group by group (`_optimizer_step(i)`), so group 0's fp32 gradient partition
+    alone; and `grads_in_partition`, the bf16 buffer contiguous_gradients copies the rank's
+    reduced gradients into, sized by the whole parameters its partition touches
+    (stage_1_and_2.py: `total_size += param_in_partition.numel()`): rank 0's 137,728 decay
+    elements are the embedding (128,000) and part of layer 0's q_proj (16,384), its 160 norm
+    elements the first norm (128) and part of the second (128)."""
+    assert (LLAMA_PSI - NORM_PSI) % 8 == 0 and NORM_PSI % 8 == 0
+    part, part_decay = LLAMA_PSI // 4, (LLAMA_PSI - NORM_PSI) // 4
+    assert part_decay == 137_728 and 128_000 < part_decay < 128_000 + 16_384
+    touched = (128_000 + 16_384) + (128 + 128)
     assert _states(runs["trainer-z2-w4-pretrained"]) == {
-        "parameter": 2 * LLAMA_PSI, "optimizer_state": 12 * part, "gradient": 4 * part}
+        "parameter": 2 * LLAMA_PSI, "optimizer_state": 12 * part + 2 * 4,
+        "gradient": 2 * touched + 4 * part_decay}
