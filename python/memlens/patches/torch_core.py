@@ -17,6 +17,11 @@
   so `p` would still answer the old device (FSDP's CPU offload moves its flat parameter to the
   host with `flat_param.data = flat_param.to("cpu")`, then refuses a flat parameter on cuda:0).
   The getter is torch's own descriptor's.
+- `ctx.saved_tensors` of a custom autograd Function's backward: with saved-tensor hooks
+  installed (the classifier's, always), autograd hands back a new alias of each saved leaf
+  where a real run hands back the leaf itself; each is mapped back to its leaf
+  (`original_of_saved`), so a library's attributes on a parameter (DeepSpeed's `ds_status`)
+  are there in backward as they are in forward.
 - `torch.get_rng_state` (and `torch.random.get_rng_state`): activation checkpointing saves the
   CPU generator state, a real tensor made without any op, so the accountant would not see it.
 - `torch.UntypedStorage.resize_`: resizing a storage directly is no op a dispatch mode sees, and
@@ -106,9 +111,9 @@ def _noting_parameter_copies(original, on_parameter_copy, copying_real):
 
 
 def apply(patcher: Patcher, on_external_tensor, on_storage_resized, on_finite_check,
-          on_parameter_copy, copying_real) -> None:
+          on_parameter_copy, copying_real, original_of_saved) -> None:
     """`copying_real()`: a context in which the accountant runs host ops for real (a real
-    tensor being deep-copied)."""
+    tensor being deep-copied). `original_of_saved(t)`: the leaf a saved tensor stands for."""
     check_tested("torch_core", torch.__version__)
     original_swap = torch.utils.swap_tensors
 
@@ -137,6 +142,15 @@ def apply(patcher: Patcher, on_external_tensor, on_storage_resized, on_finite_ch
             self.fake_device = value.fake_device
 
     patcher.setattr(torch.Tensor, "data", property(data.__get__, set_data, doc=data.__doc__))
+
+    from torch.autograd.function import BackwardCFunction
+
+    saved = torch._C._FunctionBase.__dict__["saved_tensors"]  # the getset descriptor
+
+    def saved_tensors(self):
+        return tuple(original_of_saved(t) for t in saved.__get__(self))
+
+    patcher.setattr(BackwardCFunction, "saved_tensors", property(saved_tensors, doc=saved.__doc__))
 
     original_rng = torch.get_rng_state
 
