@@ -22,7 +22,9 @@ import json
 
 import torch
 
-from .safetensors import METADATA_KEY
+# Where a trace's save_file keeps the dtypes and shapes of the fake tensors it left out
+# (safetensors.py).
+METADATA_KEY = "memlens.fake_tensors"
 
 
 def _fake_mode_active() -> bool:

@@ -27,8 +27,8 @@ from types import ModuleType
 
 from ...patches.patcher import check_tested
 from ..library_plugin import LibraryPlugin
+from .fake_checkpoint import METADATA_KEY, fake_safe_open
 
-METADATA_KEY = "memlens.fake_tensors"
 
 
 
@@ -48,8 +48,6 @@ class Plugin(LibraryPlugin):
                **{name: "bind_safe_open" for name in _BINDS_SAFE_OPEN}}
 
     def extension(self, mod: ModuleType) -> None:
-        from .fake_checkpoint import fake_safe_open
-
         check_tested("hf_safetensors", getattr(mod, "__version__", "0"))
         self._original_safe_open = mod.safe_open
         self._safe_open = fake_safe_open(mod.safe_open, self.tracer.accountant.made_fake)
