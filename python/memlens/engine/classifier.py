@@ -12,6 +12,7 @@ moves them to what they turn out to be:
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -45,6 +46,7 @@ class Classifier:
         self._param_handles: list[Any] = []
         self._pinned: set[int] = set()  # records whose category and module are settled
         self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self.pack, self._unpack)
+        self._saved_leaves: dict[Any, weakref.ref] = {}  # alias key -> a saved leaf
 
     def install(self) -> None:
         from torch.nn.modules import module as m
@@ -189,9 +191,36 @@ class Classifier:
         # autograd node, a cycle through C++ that is never collected.
         return t.detach()
 
-    @staticmethod
-    def _unpack(t: torch.Tensor) -> torch.Tensor:
+    def _unpack(self, t: torch.Tensor) -> torch.Tensor:
+        if isinstance(t, torch.Tensor) and t.grad_fn is None and t.requires_grad:
+            key = _alias_key(t)  # what autograd's alias of it will share (original_of_saved)
+            if key is not None:
+                self._saved_leaves[key] = weakref.ref(t)
         return t
+
+    def original_of_saved(self, t):
+        """The leaf a saved tensor stands for. With any saved-tensor hooks installed (ours
+        are, always), autograd hands a custom Function's backward a new alias of each saved
+        leaf (a parameter) instead of the leaf itself, so the attributes a library keeps on
+        its parameters are gone (DeepSpeed ZeRO-3's `ds_status` on the LM head TRL's chunked
+        log-prob gathers in backward). Without hooks, as in a real run, it is the leaf."""
+        if not isinstance(t, torch.Tensor) or t.grad_fn is not None or not t.requires_grad:
+            return t
+        # Keyed when unpacked (`_unpack`): the alias autograd makes of it then shares its
+        # storage, which may not be the one it had when saved (ZeRO-3 releases a gathered
+        # parameter after its forward; a real backward sees the leaf as it is now).
+        ref = self._saved_leaves.get(_alias_key(t))
+        original = ref() if ref is not None else None
+        return t if original is None else original
+
+
+def _alias_key(t: torch.Tensor):
+    """What a tensor and its aliases share: storage, offset, shape, strides, dtype."""
+    try:
+        return (t.untyped_storage()._cdata, t.storage_offset(), tuple(t.shape), t.stride(),
+                t.dtype)
+    except (RuntimeError, NotImplementedError, TypeError):  # no storage (a wrapper subclass)
+        return None
 
 
 def _state_tensors(state: Any):

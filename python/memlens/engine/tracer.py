@@ -103,7 +103,7 @@ class Tracer:
             torch_core.apply(self._patcher, self._external_tensor, self.accountant.storage_resized,
                              mark_finite_check,
                              lambda p: self.classifier.mark(p, C.PARAMETER),
-                             self.accountant.copying_real)
+                             self.accountant.copying_real, self.classifier.original_of_saved)
             torch_data.apply(self._patcher)
             torch_values.apply(self._patcher, self.accountant.note_value)
             checkpoint_files.apply(self._patcher, self.add_note)

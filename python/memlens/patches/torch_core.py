@@ -12,6 +12,16 @@
   without its refusal of weakrefs: the weakrefs on a fake parameter are FakeTensorMode's own
   memo (MetaConverter.tensor_memo, a WeakValueDictionary), whose entry then names the
   swapped object, as the module does.
+- `Tensor.data` (its setter): `p.data = t` makes `p` hold `t`'s tensor, on `t`'s device; a fake
+  tensor keeps its device as a Python attribute (`fake_device`) that the C setter leaves alone,
+  so `p` would still answer the old device (FSDP's CPU offload moves its flat parameter to the
+  host with `flat_param.data = flat_param.to("cpu")`, then refuses a flat parameter on cuda:0).
+  The getter is torch's own descriptor's.
+- `ctx.saved_tensors` of a custom autograd Function's backward: with saved-tensor hooks
+  installed (the classifier's, always), autograd hands back a new alias of each saved leaf
+  where a real run hands back the leaf itself; each is mapped back to its leaf
+  (`original_of_saved`), so a library's attributes on a parameter (DeepSpeed's `ds_status`)
+  are there in backward as they are in forward.
 - `torch.get_rng_state` (and `torch.random.get_rng_state`): activation checkpointing saves the
   CPU generator state, a real tensor made without any op, so the accountant would not see it.
 - `torch.UntypedStorage.resize_`: resizing a storage directly is no op a dispatch mode sees, and
@@ -107,9 +117,9 @@ def _noting_parameter_copies(original, on_parameter_copy, copying_real):
 
 
 def apply(patcher: Patcher, on_external_tensor, on_storage_resized, on_finite_check,
-          on_parameter_copy, copying_real) -> None:
+          on_parameter_copy, copying_real, original_of_saved) -> None:
     """`copying_real()`: a context in which the accountant runs host ops for real (a real
-    tensor being deep-copied)."""
+    tensor being deep-copied). `original_of_saved(t)`: the leaf a saved tensor stands for."""
     check_tested("torch_core", torch.__version__)
     original_swap = torch.utils.swap_tensors
 
@@ -129,6 +139,24 @@ def apply(patcher: Patcher, on_external_tensor, on_storage_resized, on_finite_ch
             _set_data(t2, old)
 
     patcher.setattr(torch.utils, "swap_tensors", swap_tensors)
+
+    data = torch._C.TensorBase.__dict__["data"]  # the getset descriptor
+
+    def set_data(self, value):
+        data.__set__(self, value)
+        if hasattr(self, "fake_device") and hasattr(value, "fake_device"):
+            self.fake_device = value.fake_device
+
+    patcher.setattr(torch.Tensor, "data", property(data.__get__, set_data, doc=data.__doc__))
+
+    from torch.autograd.function import BackwardCFunction
+
+    saved = torch._C._FunctionBase.__dict__["saved_tensors"]  # the getset descriptor
+
+    def saved_tensors(self):
+        return tuple(original_of_saved(t) for t in saved.__get__(self))
+
+    patcher.setattr(BackwardCFunction, "saved_tensors", property(saved_tensors, doc=saved.__doc__))
 
     original_rng = torch.get_rng_state
 

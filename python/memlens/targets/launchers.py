@@ -61,13 +61,14 @@ def from_launch(spec: str) -> Job:
 
 
 def from_command(words: list[str], cwd: str) -> Job | None:
-    """`memlens run -- accelerate launch [OPTIONS] train.py ARGS` (or `-- torchrun ...`): the
-    job the launcher would start; None when `words` run no launcher."""
+    """`memlens run -- accelerate launch [OPTIONS] train.py ARGS` (or `-- torchrun ...`,
+    `-- deepspeed --num_gpus N ...`): the job the launcher would start; None when `words` run no
+    launcher."""
     name = os.path.basename(words[0]) if words else ""
     if name == "accelerate" and words[1:2] == ["launch"]:
         launcher, args = "accelerate", words[2:]
-    elif name == "torchrun":
-        launcher, args = "torchrun", words[1:]
+    elif name in ("torchrun", "deepspeed"):
+        launcher, args = name, words[1:]
     else:
         return None
     launched = launched_script(launcher, args, cwd)

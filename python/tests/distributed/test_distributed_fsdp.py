@@ -42,7 +42,8 @@ def runs(tmp_path_factory):
             "r0-zero3": (SCRIPT, WORLD, 0, "--bf16", "--vocab", "1024")}
     if DEVICE != "cpu":  # offloading is from a GPU; FSDP1 refuses to run without one
         plan.update({"r0-offload": (SCRIPT, WORLD, 0, "--offload"),
-                     "fsdp1-r3": ("fsdp1_train.py", WORLD, 3)})
+                     "fsdp1-r3": ("fsdp1_train.py", WORLD, 3),
+                     "fsdp1-r3-offload": ("fsdp1_train.py", WORLD, 3, "--offload")})
     return dict(zip(plan, trace_all(tmp, list(plan.values()))))
 
 
@@ -179,3 +180,22 @@ def test_fsdp1_flat_parameters_are_padded_to_equal_shards(runs):
     assert states == {"parameter": 4 * per_rank, "gradient": 4 * per_rank,
                       "optimizer_state": 2 * 4 * per_rank}
     assert snap["meta"]["parallel"]["role"] == "dp 3/8"
+
+
+@pytest.mark.skipif(DEVICE == "cpu", reason="FSDP1 needs an accelerator device")
+def test_fsdp1_cpu_offload_moves_the_flat_parameters_to_the_host(runs):
+    """CPUOffload(offload_params=True) of a model built on the GPU: FSDP1 moves each sharded
+    flat parameter to the host (`flat_param.data = flat_param.to("cpu")`) and checks, before
+    the first forward, that it is there (a fake tensor's device is a Python attribute the
+    `.data` setter left alone: "has parameters on cuda:0"). The rank's 65,088 elements of
+    parameters, gradients and both Adam moments are on the host, none on the GPU, with a
+    4-byte step counter for each original parameter (use_orig_params) that has elements on
+    rank 3: of the root's 256,768 (32,096 a rank: [96,288, 128,384)) the embedding alone; of
+    each block's 131,968 (16,496 a rank: [49,488, 65,984)) fc1's weight, [256, 65,792), and
+    its bias, [65,792, 66,304), after the LayerNorm's 2 x 128: 1 + 2 x 2 = 5."""
+    snap = runs["fsdp1-r3-offload"]
+    per_rank = 65_088
+    assert model_state_bytes(snap) == {"parameter": 0, "gradient": 0, "optimizer_state": 0}
+    assert model_state_bytes(snap, device="cpu") == {
+        "parameter": 4 * per_rank, "gradient": 4 * per_rank,
+        "optimizer_state": 2 * 4 * per_rank + 5 * 4}

@@ -6,6 +6,8 @@ scripts/sdpa_block.py: one attention block in bf16, batch 2, 4 heads, 100 tokens
 that saves aten._scaled_dot_product_flash_attention, the kernel's outputs stay alive until
 backward in checkpointing's own cache, not through autograd's saved-tensor hooks."""
 
+import pytest
+
 from support.paths import TESTS
 from support.trace_cache import traced
 
@@ -95,3 +97,20 @@ def test_plain_checkpointing_keeps_what_the_recomputation_saves_as_activations(m
     # and the projections' outputs flash reads: q (b*s*h*d*2) and the fused k, v (twice that)
     mm = [(r["requested_bytes"], r["category"]) for r in rows(snap, "mm", backward=1)][:2]
     assert mm == [(102_400, ACTIVATION), (204_800, ACTIVATION)]
+
+
+@pytest.mark.slow  # a trace in a fresh process
+def test_a_custom_functions_backward_gets_the_saved_parameter_itself(tmp_path):
+    """scripts/gathered_weight_function.py: a custom Function saves a parameter whose buffer
+    and Python attribute change between forward and backward (ZeRO-3's gather and release,
+    TRL's chunked log-prob reading `ds_status`). With memlens' saved-tensor hooks autograd
+    would hand backward a new alias without the attribute; the script raises if it does. Its
+    gradient is the 1024 x 1024 fp32 weight's, 4 MiB."""
+    import json
+
+    from support.runs import run_memlens
+
+    out = run_memlens("run", "--json", "--no-snapshot", "--progress", "none", "--",
+                      str(TESTS / "scripts" / "gathered_weight_function.py"), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout)["category_peaks"]["gradient"] == 1024 * 1024 * 4

@@ -56,6 +56,19 @@ def test_deepspeed_launch_lines_become_scripts_and_process_counts(args, expected
     assert (s.nproc_per_node, s.world_size, s.local_rank_arg, s.args) == expected
 
 
+def test_a_deepspeed_line_after_the_double_dash_is_its_job():
+    """`memlens run -- deepspeed --num_gpus 8 run_clm.py ...` (as the HF examples launch),
+    like `-- torchrun ...`: the script, its arguments, 8 processes and DeepSpeed's
+    --local_rank."""
+    from memlens.targets.launchers import from_command
+
+    job = from_command(["deepspeed", "--num_gpus", "8", "run_clm.py", "--deepspeed",
+                        "ds.json"], "/tmp")
+    assert (job.target.path, job.target.args, job.world_size, job.nproc_per_node,
+            job.local_rank_arg) == ("run_clm.py", ["--deepspeed", "ds.json"], 8, 8,
+                                    "--local_rank")
+
+
 def test_deepspeed_without_num_gpus_depends_on_the_machine():
     s = launched_script("deepspeed", ["train.py"])
     assert s.world_size is None and "--num_gpus" in s.problem

@@ -64,6 +64,12 @@ RUNS = {  # name: (world size, script arguments); world None: rank 1 of LAUNCH's
     "z3-w4-offload-all": (4, ("--stage", "3", "--offload-optimizer", "--offload-param")),
     "launch-r1": (None, ()),
     "trainer-z3-w4": (4, ("out", "--stage", "3")),  # TRAINER, not SCRIPT
+    # from_pretrained of a local checkpoint (CKPT, written by the fixture), the Trainer's own
+    # AdamW (no "optimizer" in the DeepSpeed config), as run_clm.py runs with --deepspeed
+    "trainer-z2-w4-pretrained": (4, ("out", "--stage", "2", "--pretrained", "{ckpt}",
+                                     "--trainer-optimizer")),
+    "trainer-z3-w4-pretrained": (4, ("out", "--stage", "3", "--pretrained", "{ckpt}",
+                                     "--trainer-optimizer")),
 }
 TRAINER = TESTS / "scripts" / "deepspeed" / "trainer_llama_zero.py"
 
@@ -71,6 +77,7 @@ TRAINER = TESTS / "scripts" / "deepspeed" / "trainer_llama_zero.py"
 def _trace(tmp, name: str) -> dict:
     world, args = RUNS[name]
     snap = tmp / f"{name}-{uuid.uuid4().hex[:8]}.json"
+    args = tuple(a.format(ckpt=tmp / "llama-ckpt") for a in args)
     job = ("--rank", "1", "--from-script", str(LAUNCH)) if world is None else \
         ("--world-size", str(world), "--rank", "0", "--",
          str(TRAINER if name.startswith("trainer") else SCRIPT), *args)
@@ -80,9 +87,21 @@ def _trace(tmp, name: str) -> dict:
     return json.loads(snap.read_text())
 
 
+def _write_checkpoint(path) -> None:
+    """trainer_llama_zero.py's Llama (LLAMA_PSI parameters) saved as a real fp32 safetensors
+    checkpoint, for `from_pretrained(path)`."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=1000, hidden_size=128, intermediate_size=256,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=128, tie_word_embeddings=False)
+    LlamaForCausalLM(config).save_pretrained(path)
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("deepspeed")
+    _write_checkpoint(tmp / "llama-ckpt")
     with ThreadPoolExecutor(max_workers=2) as pool:
         return dict(zip(RUNS, pool.map(lambda name: _trace(tmp, name), RUNS)))
 
@@ -232,16 +251,58 @@ def test_the_deepspeed_launch_line_gives_the_job_and_the_rank_its_gpu(runs):
                              "gradient": 2 * part + 4 * part + 2 * BUCKET}
 
 
+# trainer_llama_zero.py's Llama: width 128, 2 layers, 4 heads of 32 and 2 key/value heads,
+# MLP 256, vocabulary 1,000, untied: embeddings 1000 x 128, per layer q and o 128 x 128, k and v
+# 128 x 64, gate, up and down 128 x 256 each, two norms of 128; the final norm; the head
+# 128 x 1000.
+LLAMA_LAYER = 2 * 128 * 128 + 2 * 128 * 64 + 3 * 128 * 256 + 2 * 128
+LLAMA_PSI = 1000 * 128 + 2 * LLAMA_LAYER + 128 + 128 * 1000
+
+
+# The Trainer's own AdamW (--trainer-optimizer) has two parameter groups, with and without
+# weight decay (the 5 norms of 128 have none); torch's AdamW keeps a 4-byte `step` tensor per
+# flat fp32 partition, one per group.
+NORM_PSI = 5 * 128
+
+
 def test_the_hf_trainer_with_a_deepspeed_config_runs_zero_3(runs):
-    """`TrainingArguments(deepspeed=ds_config)` (trainer_llama_zero.py): a Llama of width 128,
-    2 layers, 4 heads of 32 and 2 key/value heads, MLP 256, vocabulary 1,000, untied:
-    embeddings 1000 x 128, per layer q and o 128 x 128, k and v 128 x 64, gate, up and down
-    128 x 256 each, two norms of 128; the final norm; the head 128 x 1000. Every size divides
-    by 4, so a rank's stage-3 partition is Ψ/4; the reduce bucket is 65,536 bf16 elements."""
-    layer = 2 * 128 * 128 + 2 * 128 * 64 + 3 * 128 * 256 + 2 * 128
-    psi = 1000 * 128 + 2 * layer + 128 + 128 * 1000
-    assert psi == 551_552
-    part = psi // 4
+    """`TrainingArguments(deepspeed=ds_config)` (trainer_llama_zero.py). Every size divides by
+    4, so a rank's stage-3 partition is Ψ/4; the reduce bucket is 65,536 bf16 elements."""
+    assert LLAMA_PSI == 551_552
+    part = LLAMA_PSI // 4
     assert _states(runs["trainer-z3-w4"]) == {"parameter": 2 * part,
                                               "optimizer_state": 12 * part,
                                               "gradient": 2 * part + 4 * part + 2 * 65_536}
+
+
+def test_a_checkpoint_loaded_by_path_is_partitioned_by_zero_3(runs):
+    """from_pretrained(DIR) after TrainingArguments (under zero.Init), the Trainer's AdamW:
+    the same partitions. ZeRO-3 steps its sub-groups one after the other, making each one's
+    fp32 gradient just before: when the inner optimizer's first step begins, the no-decay
+    group's (the norms', 160 fp32 elements a rank) is not made yet."""
+    part = LLAMA_PSI // 4
+    assert _states(runs["trainer-z3-w4-pretrained"]) == {
+        "parameter": 2 * part, "optimizer_state": 12 * part + 2 * 4,
+        "gradient": 2 * part + 4 * (part - NORM_PSI // 4) + 2 * 65_536}
+
+
+def test_a_checkpoint_loaded_by_path_keeps_its_parameters_through_zero_2(runs):
+    """from_pretrained(DIR) and the Trainer's own AdamW (built before deepspeed.initialize,
+    holding the loaded parameters), ZeRO-2 on 4 ranks: the parameters DeepSpeed moves to the
+    GPU are the optimizer's (a checkpoint read as real host tensors made new ones on `.to()`,
+    and ZeRO-2's name lookup failed). Each group's flat buffer (550,912 and 640 elements) is a
+    multiple of 2N = 8: no padding. The full bf16 model; 12 bytes of the fp32 master partition
+    and Adam's moments per partitioned parameter, and the two groups' steps. Gradients: stage 2
+    also steps group by group (`_optimizer_step(i)`), so group 0's fp32 gradient partition
+    alone; and `grads_in_partition`, the bf16 buffer contiguous_gradients copies the rank's
+    reduced gradients into, sized by the whole parameters its partition touches
+    (stage_1_and_2.py: `total_size += param_in_partition.numel()`): rank 0's 137,728 decay
+    elements are the embedding (128,000) and part of layer 0's q_proj (16,384), its 160 norm
+    elements the first norm (128) and part of the second (128)."""
+    assert (LLAMA_PSI - NORM_PSI) % 8 == 0 and NORM_PSI % 8 == 0
+    part, part_decay = LLAMA_PSI // 4, (LLAMA_PSI - NORM_PSI) // 4
+    assert part_decay == 137_728 and 128_000 < part_decay < 128_000 + 16_384
+    touched = (128_000 + 16_384) + (128 + 128)
+    assert _states(runs["trainer-z2-w4-pretrained"]) == {
+        "parameter": 2 * LLAMA_PSI, "optimizer_state": 12 * part + 2 * 4,
+        "gradient": 2 * touched + 4 * part_decay}

@@ -97,6 +97,19 @@ def test_parameters_are_sharded_four_ways_not_replicated_as_ddp_would(fsdp2_rank
     assert model_state_bytes(snap)["parameter"] == 3 * (64 * 256 + 64) * 4 == 197376
 
 
+@pytest.mark.slow
+def test_the_optimizer_steps_every_shard(fsdp2_rank1):
+    """The AdamW made before `accelerator.prepare` is switched to the 6 sharded parameters
+    (accelerate maps them by `data_ptr()`, 0 for every fake tensor: all 6 became one, and one
+    shard's moments were made): exp_avg and exp_avg_sq of the rank's 3 x (64 x 256 + 64)
+    elements, fp32 (AdamW's foreach path keeps its step counters on the host)."""
+    from support.ranks import model_state_bytes
+
+    _, snap, _ = fsdp2_rank1
+    shard = 3 * (64 * 256 + 64)
+    assert model_state_bytes(snap)["optimizer_state"] == 2 * 4 * shard == 394_752
+
+
 def test_a_launch_json_configuration_running_accelerates_launcher(tmp_path):
     from memlens.targets.launchers import from_launch
 

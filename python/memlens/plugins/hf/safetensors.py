@@ -14,6 +14,9 @@ when the trace ends.
   none. The file is written with the real tensors only; each fake tensor's dtype and shape go into
   the header's metadata (`memlens.fake_tensors`), and a note says which file left out how many.
   Writing zeros instead would write a model's full size to disk for a trace.
+- `safe_open` (in safetensors and in the modules that bind it by name: safetensors.torch,
+  transformers' modeling_utils and modeling_layers): reading a checkpoint makes fake tensors of
+  the stored shapes and dtypes without reading the data (fake_checkpoint.py).
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ from types import ModuleType
 
 from ...patches.patcher import check_tested
 from ..library_plugin import LibraryPlugin
+from .fake_checkpoint import METADATA_KEY, fake_safe_open
 
-METADATA_KEY = "memlens.fake_tensors"
 
 
 
@@ -35,13 +38,31 @@ def _is_fake(t) -> bool:
     return isinstance(t, FakeTensor)
 
 
+# Modules that bind `safe_open` by name (`from safetensors import safe_open`) at import; the
+# package itself binds it from its extension module (patched first, as it is imported).
+_BINDS_SAFE_OPEN = ("safetensors", "transformers.modeling_utils", "transformers.modeling_layers")
+
+
 class Plugin(LibraryPlugin):
-    watches = {"safetensors.torch": "patch"}
+    watches = {"safetensors._safetensors_rust": "extension", "safetensors.torch": "patch",
+               **{name: "bind_safe_open" for name in _BINDS_SAFE_OPEN}}
+
+    def extension(self, mod: ModuleType) -> None:
+        check_tested("hf_safetensors", getattr(mod, "__version__", "0"))
+        self._original_safe_open = mod.safe_open
+        self._safe_open = fake_safe_open(mod.safe_open, self.tracer.accountant.made_fake)
+        self.patcher.setattr(mod, "safe_open", self._safe_open)
+
+    def bind_safe_open(self, mod: ModuleType) -> None:
+        original = getattr(self, "_original_safe_open", None)
+        if original is not None and getattr(mod, "safe_open", None) is original:
+            self.patcher.setattr(mod, "safe_open", self._safe_open)
 
     def patch(self, mod: ModuleType) -> None:
         import safetensors
 
         check_tested("hf_safetensors", getattr(safetensors, "__version__", "0"))
+        self.bind_safe_open(mod)
         original_ptr = mod.storage_ptr
 
         @functools.wraps(original_ptr)
