@@ -278,3 +278,20 @@ def test_every_plugin_is_made_the_same_way():
         plugin = importlib.import_module(f"memlens.plugins.{name}").Plugin
         assert callable(getattr(plugin, "deactivate", None)), name
         assert list(inspect.signature(plugin).parameters)[:2] == ["tracer", "watcher"], name
+
+
+def test_plugins_read_only_what_their_context_declares():
+    """Every `tracer.X` (or `self.tracer.X`, `plugin.tracer.X`) a plugin reads is declared in
+    plugins/context.py's PluginContext."""
+    from memlens.plugins.context import PluginContext
+
+    declared = {n for klass in PluginContext.__mro__ for n in getattr(klass, "__annotations__", {})}
+    declared |= {n for n, v in vars(PluginContext).items() if callable(v)}
+    read = set()
+    for path in (PACKAGE / "plugins").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and (
+                    isinstance(node.value, ast.Name) and node.value.id == "tracer"
+                    or isinstance(node.value, ast.Attribute) and node.value.attr == "tracer"):
+                read.add(node.attr)
+    assert read and read <= declared, sorted(read - declared)

@@ -11,6 +11,12 @@ over a real checkpoint, or as one a later real run finds and resumes from. Durin
   it) write into a folder of the trace's own (removed when the trace ends), and its
   FileSystemReader reads a checkpoint saved in this trace from there;
 
+- a library that writes a checkpoint file itself (safetensors' `save_file` under
+  `save_pretrained`, plugins/hf) writes it where asked only if no file is there (a new file,
+  marked as data-less in its header, which `from_pretrained` in the same trace reads back by
+  its path); over an existing file it asks `redirected(path)` for a place of the trace's own,
+  and reads it back through `saved_at(path)`;
+
 each with a note naming the path. What the script reads that it did not save in this trace is
 read from disk as before.
 """
@@ -39,12 +45,26 @@ class CheckpointStore:
         self.folders: dict[str, str] = {}
         self.root: str | None = None
 
-    def folder_for(self, path: Any) -> str:
+    def file_for(self, path: Any) -> str:
+        """Where a file the script writes at `path` goes instead."""
+        key = _key(path)
+        if key not in self.folders:
+            folder = self.folder_for(path, note=False)
+            os.makedirs(folder, exist_ok=True)
+            self.folders[key] = os.path.join(folder, os.path.basename(key))
+            self.note(f"the checkpoint file {path} was written into a folder of the trace's "
+                      "own, not there (a traced checkpoint holds no data)")
+        return self.folders[key]
+
+    def folder_for(self, path: Any, note: bool = True) -> str:
         key = _key(path)
         if key not in self.folders:
             if self.root is None:
                 self.root = tempfile.mkdtemp(prefix="memlens-checkpoints-")
-            self.folders[key] = os.path.join(self.root, str(len(self.folders)))
+            folder = os.path.join(self.root, str(len(self.folders)))
+            if not note:
+                return folder
+            self.folders[key] = folder
             self.note(f"torch.distributed.checkpoint to {path}: written into a folder of the "
                       "trace's own, not there (a traced checkpoint holds no data)")
         return self.folders[key]
@@ -52,6 +72,24 @@ class CheckpointStore:
     def remove(self) -> None:
         if self.root is not None:
             shutil.rmtree(self.root, ignore_errors=True)
+
+
+_active: CheckpointStore | None = None  # the running trace's
+
+
+def redirected(path: Any) -> Any:
+    """Where a checkpoint file the script writes at `path` goes (`path` itself outside a trace,
+    or where it is inside a folder the trace writes already)."""
+    if _active is None or (_active.root and _key(path).startswith(_active.root + os.sep)):
+        return path
+    return _active.file_for(path)
+
+
+def saved_at(path: Any) -> Any:
+    """Where a checkpoint file saved in this trace at `path` is (else `path`)."""
+    if _active is None or not isinstance(path, (str, os.PathLike)):
+        return path
+    return _active.folders.get(_key(path), path)
 
 
 def _key(path: Any) -> str:
@@ -66,8 +104,10 @@ def _path(f: Any) -> str | None:
 def apply(patcher: Patcher, note: Callable[[str], None]) -> CheckpointStore:
     """`note(text)`: say it once in the report and the snapshot."""
     check_tested("checkpoint_files", torch.__version__)
-    store = CheckpointStore(note)
+    global _active
+    store = _active = CheckpointStore(note)
     patcher.defer(store.remove)
+    patcher.defer(_forget)
     original_save, original_load = torch.save, torch.load
 
     @functools.wraps(original_save)
@@ -96,6 +136,11 @@ def apply(patcher: Patcher, note: Callable[[str], None]) -> CheckpointStore:
     patcher.setattr(torch.serialization, "load", load)
     _distributed_checkpoints(patcher, store)
     return store
+
+
+def _forget() -> None:
+    global _active
+    _active = None
 
 
 def _distributed_checkpoints(patcher: Patcher, store: CheckpointStore) -> None:

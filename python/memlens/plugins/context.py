@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from ..devices import DeviceSpec
+    from ..engine.accountant import Accountant
     from ..distributed.env import RankSpec
     from ..distributed.layout import Layout
     from ..engine.classifier import Classifier
@@ -27,6 +28,7 @@ class PluginContext(Protocol):
     modules: ModuleTracker  # module attribution (a flat buffer shared by parameters)
     phases: PhaseTracker  # the step's phases (a library's own loop marks them)
     classifier: Classifier  # categories of tensors a library makes (states, buffers)
+    accountant: Accountant  # made_fake: a tensor a library makes outside dispatch, booked
     workspaces: WorkspaceModel  # what kernels allocate for themselves
     notes: list[str]  # what plugins changed about the run (the snapshot's meta.notes)
 

@@ -20,6 +20,7 @@ SCRIPT = TESTS / "scripts" / "checkpoints" / "save_and_resume.py"
 def traced(tmp_path_factory):
     folder = tmp_path_factory.mktemp("checkpoints")
     (folder / "ckpt.pt").write_bytes(b"the user's real checkpoint")
+    (folder / "model.safetensors").write_bytes(b"the user's real weights")
     out = run_memlens("run", "--json", "--snapshot", str(folder / "snap.json"), "--",
                       str(SCRIPT), cwd=folder)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -29,6 +30,7 @@ def traced(tmp_path_factory):
 def test_no_file_of_the_users_is_written(traced):
     folder, _ = traced
     assert (folder / "ckpt.pt").read_bytes() == b"the user's real checkpoint"
+    assert (folder / "model.safetensors").read_bytes() == b"the user's real weights"
     assert not (folder / "dcp_ckpt").exists()
 
 
@@ -38,7 +40,8 @@ def test_the_script_reads_back_what_it_saved(traced):
     # Linear(256, 256): the state dict saved and loaded back; AdamW's state of both tensors
     assert report == {"step": 1, "shapes": {"weight": [256, 256], "bias": [256]},
                       "optimizer_states": 2,
-                      "sharded": {"weight": [256, 256], "bias": [256]}}
+                      "sharded": {"weight": [256, 256], "bias": [256]},
+                      "weights": {"weight": [256, 256], "bias": [256]}}
 
 
 def test_each_checkpoint_is_named_in_a_note(traced):
@@ -46,4 +49,6 @@ def test_each_checkpoint_is_named_in_a_note(traced):
     notes = snap["meta"]["notes"]
     assert any(n.startswith("torch.save to ckpt.pt: kept in the trace's memory") for n in notes)
     assert any(n.startswith("torch.distributed.checkpoint to dcp_ckpt: written into a folder")
+               for n in notes)
+    assert any(n.startswith("the checkpoint file model.safetensors was written into a folder")
                for n in notes)

@@ -22,6 +22,9 @@ import json
 
 import torch
 
+from ...patches import checkpoint_files
+
+
 # Where a trace's save_file keeps the dtypes and shapes of the fake tensors it left out
 # (safetensors.py).
 METADATA_KEY = "memlens.fake_tensors"
@@ -107,7 +110,8 @@ def fake_safe_open(original, made_fake):
     """A `safe_open` that is FakeSafeOpen inside a fake mode and `original` elsewhere."""
 
     def safe_open(filename, framework, device="cpu", **kwargs):
-        real = original(filename, framework, device=device, **kwargs)
+        # a file saved in this trace was written elsewhere (patches/checkpoint_files.py)
+        real = original(checkpoint_files.saved_at(filename), framework, device=device, **kwargs)
         if framework not in ("pt", "torch") or not _fake_mode_active():
             return real
         return FakeSafeOpen(real, device, made_fake)

@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from types import ModuleType
 
+from ...patches import checkpoint_files
 from ...patches.patcher import check_tested
 from ..library_plugin import LibraryPlugin
 from .fake_checkpoint import METADATA_KEY, fake_safe_open
@@ -77,6 +79,8 @@ class Plugin(LibraryPlugin):
         @functools.wraps(original_save_file)
         def save_file(tensors, filename, metadata=None):
             real, metadata = self._leave_out_fakes(tensors, metadata, f"save_file {filename}")
+            if len(real) < len(tensors) and os.path.exists(filename):
+                filename = checkpoint_files.redirected(filename)  # never over the user's file
             return original_save_file(real, filename, metadata=metadata)
 
         @functools.wraps(original_save)

@@ -1,17 +1,20 @@
 """A training step that checkpoints and reads its checkpoint back, the way resumable training
 scripts do: `torch.save` of the model and optimizer state, and a sharded
-`torch.distributed.checkpoint` of the model, each loaded again; what it read back goes to
-`--report` (a JSON file)."""
+`torch.distributed.checkpoint` of the model, and the model's weights as safetensors (as
+`save_pretrained` writes them), each loaded again; what it read back goes to `--report` (a
+JSON file)."""
 
 import argparse
 import json
 
 import torch
 import torch.distributed.checkpoint as dcp
+from safetensors.torch import load_file, save_file
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--ckpt", default="ckpt.pt")
 parser.add_argument("--dcp", default="dcp_ckpt")
+parser.add_argument("--weights", default="model.safetensors")
 parser.add_argument("--report", default="report.json")
 args = parser.parse_args()
 
@@ -29,8 +32,12 @@ dcp.save({"model": model.state_dict()}, checkpoint_id=args.dcp)
 sharded = {"model": {k: torch.empty_like(v) for k, v in model.state_dict().items()}}
 dcp.load(sharded, checkpoint_id=args.dcp)
 
+save_file(model.state_dict(), args.weights)
+weights = load_file(args.weights, device=device)
+
 with open(args.report, "w") as f:
     json.dump({"step": resumed["step"],
                "shapes": {k: list(v.shape) for k, v in resumed["model"].items()},
                "optimizer_states": len(resumed["optimizer"]["state"]),
-               "sharded": {k: list(v.shape) for k, v in sharded["model"].items()}}, f)
+               "sharded": {k: list(v.shape) for k, v in sharded["model"].items()},
+               "weights": {k: list(v.shape) for k, v in weights.items()}}, f)
