@@ -36,7 +36,7 @@ export function toPaint(p: PaintInput): Painted[] {
       if (a.line < 0 || a.line >= p.lineCount) continue;
       if (a.share < p.threshold && a.kind !== 'class') continue;
       const stale = p.stale || a.stale;
-      // The server's text says "(stale)" itself once it knows; before that, the style does.
+      // Stale shows in the colour and the italics only; the hover says "edited since trace".
       out.set(a.line, { line: a.line, text: a.text, color: annotationColor(a.share, stale), italic: stale });
     }
   }

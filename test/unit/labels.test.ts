@@ -62,7 +62,7 @@ test('what a cut at 40 characters keeps still says the total, even marked stale'
   assert.deepEqual(painted.map((p) => p.text), annotations.map((a) => a.text)); // painted as built
   for (const a of annotations) {
     const total = /^≈ [^ ]+ [^ ]+/.exec(a.text)![0];
-    // the server's stale hint appends " (stale)": a cut at the end loses that, not the total
+    // an inlay hint (no colour of its own) appends " (stale)": a cut loses that, not the total
     assert.ok(`${a.text} (stale)`.slice(0, MAX).startsWith(total), a.text);
     // the activations, where a module has them, survive the cut too
     if (a.text.includes(' act')) assert.ok(a.text.slice(0, MAX).includes(' act'), a.text);

@@ -253,8 +253,8 @@ def footer(digest: Digest, budget: int, now: _dt.datetime | None = None,
         text += (f"\n\nOf which {md_text(sub['label'])}: {format_bytes(sub['atPeakBytes'])} at "
                  f"the peak, at most {format_bytes(sub['peakBytes'])}")
     if stale:
-        text = ("⚠ *Stale*: the file changed since this trace; the numbers moved with their "
-                "lines. Trace again to update.\n\n" + text)
+        text = ("⚠ *Edited since trace*: the numbers moved with their lines. Trace again to "
+                "update.\n\n" + text)
     return text
 
 
@@ -264,4 +264,6 @@ def hover_markdown(a: Annotation, digest: Digest, budget: int,
 
 
 def hint_text(a: Annotation, stale: bool) -> str:
+    """An inlay hint's label: the one place a stale number is marked in its text (an inlay hint
+    has no colour of its own); decorations show it by their colour, hovers say it once."""
     return a.text + (" (stale)" if stale else "")

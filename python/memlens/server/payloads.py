@@ -100,7 +100,7 @@ def annotations(state: DocState, snapshot: P.SnapshotInfo | None,
         for p in state.placed:
             a = p.annotation
             anns.append({"line": p.line, "kind": a.kind, "label": a.label,
-                         "text": hint_text(a, stale), "bytes": a.bytes, "share": a.share,
+                         "text": a.text, "bytes": a.bytes, "share": a.share,
                          "stale": stale})
     return {"uri": state.uri, "version": state.version, "stale": stale, "snapshot": snapshot,
             "chosen": chosen and snapshot is not None, "annotations": anns}

@@ -310,7 +310,7 @@ async def test_edits_move_annotations_and_mark_them_stale(client: MemlensClient,
     assert sent[-1]["stale"] is True
     hover = await client.text_document_hover_async(lsp.HoverParams(
         lsp.TextDocumentIdentifier(u), lsp.Position(block + 2, 0)))
-    assert "*Stale*" in hover.contents.value
+    assert hover.contents.value.count("*Edited since trace*") == 1
     # Undo: back to the traced text, fresh again.
     undo = lsp.TextDocumentContentChangePartial(
         range=lsp.Range(lsp.Position(block - 1, 0), lsp.Position(block + 1, 0)), text="")

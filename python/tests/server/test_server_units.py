@@ -68,7 +68,8 @@ def test_hover_tables_and_footer():
             "h100-80gb (NVIDIA H100 80GB HBM3) · model `Net`") in md
     small_budget = hover_markdown(a, NET, 70 * 1024**3)
     assert "of 80.0 GiB (budget 70.0 GiB)" in small_budget
-    assert "*Stale*" in hover_markdown(a, NET, 1, stale=True)
+    stale_hover = hover_markdown(a, NET, 1, stale=True)
+    assert stale_hover.count("*Edited since trace*") == 1 and "Stale" not in stale_hover
     assert hint_text(a, True) == a.text + " (stale)"
     line = by_line(annotate(NET, F))[40]
     md = hover_markdown(line, NET, 80 * 1024**3)
