@@ -1,0 +1,226 @@
+"""`make test-compat`: the compatibility matrix, run. One virtual environment per row under
+.compat/<row>/ (the versions pinned in python/requirements-dev.txt on Python 3.11; the newest
+releases pip can get on Python 3.12 and 3.13), the integration smoke tests of smoke.toml in each,
+and python/memlens/patches/tested_versions.py (TESTED_VERSIONS) written from what passed.
+
+    python scripts/compat/matrix.py                       # every row
+    python scripts/compat/matrix.py --rows pinned-py3.11  # one row; the others keep their record
+    python scripts/compat/matrix.py --upgrade             # newest rows: pip install --upgrade first
+"""
+
+import argparse
+import datetime
+import os
+import pprint
+import runpy
+import subprocess
+import sys
+import tomllib
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+CACHE = REPO / ".compat"
+SMOKE = tomllib.loads((Path(__file__).with_name("smoke.toml")).read_text())["groups"]
+RECORD = REPO / "python" / "memlens" / "patches" / "tested_versions.py"
+PYENV = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+
+# What a newest row installs: the newest release of each that pip can get for its Python (and
+# the test tools). torch is whatever pip's configuration allows (this machine caps it).
+NEWEST = ["torch", "transformers", "accelerate", "megatron-core", "torchao", "peft",
+          "bitsandbytes", "trl", "lightning", "torchmetrics", "datasets", "rich", "jsonschema",
+          "fastjsonschema", "pygls", "lsprotocol", "pytest", "pytest-lsp", "setuptools"]
+ROWS = {"pinned-py3.11": ("3.11", "pinned"), "newest-py3.12": ("3.12", "newest"),
+        "newest-py3.13": ("3.13", "newest")}
+LIBRARIES = ["torch", "triton", "transformers", "safetensors", "accelerate", "megatron-core",
+             "torchao", "deepspeed", "peft", "bitsandbytes", "trl", "lightning"]
+
+
+def python_for(minor: str) -> str:
+    found = sorted(PYENV.glob(f"{minor}.*")) if PYENV.is_dir() else []
+    return str(found[-1] / "bin" / "python") if found else f"python{minor}"
+
+
+def install(row: str, upgrade: bool) -> None:
+    minor, kind = ROWS[row]
+    venv = CACHE / row
+    py = venv / "bin" / "python"
+    if kind == "pinned":  # the same set-up as make setup-python, in its own folder
+        env = dict(os.environ, PYTHON=python_for(minor), VENV=str(venv))
+        subprocess.run([str(REPO / "scripts" / "setup-python.sh")], env=env, check=True)
+        return
+    stamp = venv / ".compat-installed"
+    if stamp.exists() and not upgrade:
+        return
+    if not py.exists():
+        subprocess.run([python_for(minor), "-m", "venv", str(venv)], check=True)
+    pip = [str(py), "-m", "pip", "install", "--quiet"]
+    subprocess.run([*pip, "--upgrade", "pip"], check=True)
+    subprocess.run([*pip, "--upgrade", *NEWEST], check=True)
+    # DeepSpeed: an sdist whose build imports torch (see scripts/setup-python.sh)
+    subprocess.run([*pip, "--upgrade", "--no-build-isolation", "deepspeed"], check=True,
+                   env=dict(os.environ, DS_BUILD_OPS="0"))
+    subprocess.run([*pip, "--no-deps", "-e", str(REPO / "python")], check=True,
+                   capture_output=True)
+    stamp.touch()
+
+
+def versions(row: str) -> dict[str, str]:
+    program = ("import importlib.metadata as m, json, sys\nout = {'python': sys.version.split()[0]}\n"
+               f"for name in {LIBRARIES!r}:\n"
+               "    try: out[name] = m.version(name)\n"
+               "    except m.PackageNotFoundError: pass\n"
+               "print(json.dumps(out))")
+    out = subprocess.run([str(CACHE / row / "bin" / "python"), "-c", program], check=True,
+                         capture_output=True, text=True)
+    import json
+    return json.loads(out.stdout)
+
+
+def run_group(row: str, name: str, timeout: int) -> dict:
+    """One group's tests in the row's environment: counts, and the first failure's message."""
+    results = CACHE / "results" / row
+    results.mkdir(parents=True, exist_ok=True)
+    xml = results / f"{name}.xml"
+    xml.unlink(missing_ok=True)
+    tests = [f"python/tests/{t}" for t in SMOKE[name]["tests"]]
+    env = dict(os.environ, PYTHONPATH=str(REPO / "python"), MEMLENS_STRICT_TESTS="")
+    env.pop("VIRTUAL_ENV", None)
+    cmd = [str(CACHE / row / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider",
+           "-p", "no:xdist", f"--junitxml={xml}", *tests]
+    try:
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=timeout)
+        (results / f"{name}.log").write_text(proc.stdout + proc.stderr)
+        tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
+    except subprocess.TimeoutExpired:
+        return {"passed": 0, "failed": 0, "skipped": 0, "error": f"timed out after {timeout} s"}
+    counts = {"passed": 0, "failed": 0, "skipped": 0, "error": None}
+    if not xml.exists():
+        counts["error"] = " | ".join(tail)[-400:]
+        return counts
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        bad = case.find("failure")
+        if bad is None:
+            bad = case.find("error")
+        if bad is not None:
+            counts["failed"] += 1
+            if counts["error"] is None:
+                message = (bad.get("message") or bad.text or "").strip().splitlines()
+                counts["error"] = f"{case.get('name')}: {(message or [''])[0][:300]}"
+        elif case.find("skipped") is not None:
+            counts["skipped"] += 1
+        else:
+            counts["passed"] += 1
+    return counts
+
+
+def next_minor(version: str) -> str:
+    parts = [int("".join(c for c in p if c.isdigit()) or 0) for p in version.split(".")[:2]]
+    return f"{parts[0]}.{parts[1] + 1}.0"
+
+
+def key(version: str) -> tuple:
+    return tuple(int("".join(c for c in p if c.isdigit()) or 0)
+                 for p in version.split("+")[0].split(".")[:3])
+
+
+def table(matrix: dict, previous: dict) -> tuple[dict, list[str]]:
+    """TESTED_VERSIONS from the record: for each area, the lowest version of its library that
+    passed its group in some row, up to the minor release after the highest. An area no row
+    passed keeps its previous range and is listed as not backed by the record."""
+    out, unrecorded = {}, []
+    for area, (library, low, high) in previous.items():
+        passed = []
+        for row in matrix.values():
+            for group, result in row["groups"].items():
+                if (area in SMOKE[group]["areas"] and result["passed"] and not result["failed"]
+                        and library in row["versions"]):
+                    passed.append(row["versions"][library].split("+")[0])
+        if passed:
+            out[area] = (library, min(passed, key=key), next_minor(max(passed, key=key)))
+        else:
+            out[area] = (library, low, high)
+            unrecorded.append(area)
+    return out, unrecorded
+
+
+def write_record(matrix: dict, tested: dict, unrecorded: list[str]) -> None:
+    RECORD.write_text(
+        '"""The compatibility matrix\'s record and the table of tested versions made from it.\n\n'
+        "GENERATED by `make test-compat` (scripts/compat/matrix.py): do not edit by hand. MATRIX:\n"
+        "row -> the Python and library versions installed there, and each smoke-test group's\n"
+        "counts (scripts/compat/smoke.toml). TESTED_VERSIONS: area -> (library, lowest version\n"
+        "that passed the area's group in some row, first minor release above the highest);\n"
+        'UNRECORDED: areas no row passed, whose range is the one written before."""\n\n'
+        f"MATRIX = {pprint.pformat(matrix, width=100, sort_dicts=True)}\n\n"
+        f"TESTED_VERSIONS = {pprint.pformat(tested, width=100, sort_dicts=False)}\n\n"
+        f"UNRECORDED = {pprint.pformat(unrecorded, width=100)}\n")
+
+
+def show(matrix: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    rows = sorted(matrix)
+    grid = Table(title="memlens compatibility matrix")
+    grid.add_column("group")
+    for row in rows:
+        grid.add_column(f"{row}\n(Python {matrix[row]['versions']['python']})")
+    for group in SMOKE:
+        library = next(iter(SMOKE[group]["areas"].values()), SMOKE[group].get("library"))
+        cells = []
+        for row in rows:
+            r = matrix[row]["groups"].get(group)
+            version = matrix[row]["versions"].get(library, "-")
+            if r is None:
+                cells.append(f"{library} {version}: not run")
+            else:
+                ok = r["passed"] and not r["failed"]
+                mark = "[green]pass[/]" if ok else "[red]FAIL[/]"
+                cells.append(f"{library} {version}: {mark} {r['passed']}/{r['failed']}/"
+                             f"{r['skipped']}")
+        grid.add_row(group, *cells)
+    Console(width=200).print(grid)
+    for row in rows:
+        for group, r in matrix[row]["groups"].items():
+            if r["error"]:
+                print(f"{row} {group}: {r['error']}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated rows")
+    parser.add_argument("--groups", default=",".join(SMOKE), help="comma-separated groups")
+    parser.add_argument("--upgrade", action="store_true", help="newest rows: upgrade first")
+    parser.add_argument("--timeout", type=int, default=1800, help="seconds per group")
+    args = parser.parse_args()
+    old = runpy.run_path(str(RECORD))
+    matrix = dict(old["MATRIX"])
+    failed = False
+    for row in args.rows.split(","):
+        try:
+            install(row, args.upgrade)
+        except subprocess.CalledProcessError as e:
+            print(f"{row}: the environment could not be installed ({e})", file=sys.stderr)
+            matrix[row] = {"versions": {"python": ROWS[row][0]}, "groups": {},
+                           "date": datetime.date.today().isoformat(),
+                           "install_error": str(e)}
+            failed = True
+            continue
+        entry = {"versions": versions(row), "date": datetime.date.today().isoformat(),
+                 "groups": dict(matrix.get(row, {}).get("groups", {}))}
+        for group in args.groups.split(","):
+            print(f"{row}: {group} ...", flush=True)
+            entry["groups"][group] = run_group(row, group, args.timeout)
+            r = entry["groups"][group]
+            failed |= bool(r["failed"] or r["error"] or not r["passed"])
+        matrix[row] = entry
+    tested, unrecorded = table(matrix, old["TESTED_VERSIONS"])
+    write_record(matrix, tested, unrecorded)
+    show(matrix)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
