@@ -30,8 +30,13 @@ PYENV = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
 NEWEST = ["torch", "transformers", "accelerate", "megatron-core", "torchao", "peft",
           "bitsandbytes", "trl", "lightning", "torchmetrics", "datasets", "rich", "jsonschema",
           "fastjsonschema", "pygls", "lsprotocol", "pytest", "pytest-lsp", "setuptools"]
+# The release before the newest of each library where the pinned one is the newest too, so that
+# every library is tested at two versions at least (torch: what pip's configuration allows).
+PREVIOUS = {"transformers": "5.23.0", "accelerate": "1.14.0", "megatron-core": "0.18.2",
+            "torchao": "0.17.0", "peft": "0.20.0", "bitsandbytes": "0.49.2", "trl": "1.15.0",
+            "lightning": "2.5.6", "deepspeed": "0.18.9"}
 ROWS = {"pinned-py3.11": ("3.11", "pinned"), "newest-py3.12": ("3.12", "newest"),
-        "newest-py3.13": ("3.13", "newest")}
+        "previous-py3.12": ("3.12", "previous"), "newest-py3.13": ("3.13", "newest")}
 LIBRARIES = ["torch", "triton", "transformers", "safetensors", "accelerate", "megatron-core",
              "torchao", "deepspeed", "peft", "bitsandbytes", "trl", "lightning"]
 
@@ -56,9 +61,12 @@ def install(row: str, upgrade: bool) -> None:
         subprocess.run([python_for(minor), "-m", "venv", str(venv)], check=True)
     pip = [str(py), "-m", "pip", "install", "--quiet"]
     subprocess.run([*pip, "--upgrade", "pip"], check=True)
-    subprocess.run([*pip, "--upgrade", *NEWEST], check=True)
+    pins = PREVIOUS if kind == "previous" else {}
+    subprocess.run([*pip, "--upgrade", *(f"{n}=={pins[n]}" if n in pins else n for n in NEWEST)],
+                   check=True)
     # DeepSpeed: an sdist whose build imports torch (see scripts/setup-python.sh)
-    subprocess.run([*pip, "--upgrade", "--no-build-isolation", "deepspeed"], check=True,
+    deepspeed = f"deepspeed=={pins['deepspeed']}" if "deepspeed" in pins else "deepspeed"
+    subprocess.run([*pip, "--upgrade", "--no-build-isolation", deepspeed], check=True,
                    env=dict(os.environ, DS_BUILD_OPS="0"))
     subprocess.run([*pip, "--no-deps", "-e", str(REPO / "python")], check=True,
                    capture_output=True)
