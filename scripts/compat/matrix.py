@@ -190,6 +190,21 @@ def show(matrix: dict) -> None:
                              f"{r['skipped']}")
         grid.add_row(group, *cells)
     Console(width=200).print(grid)
+    # The same as a Markdown table, for the README's section on the matrix
+    lines = ["| library | " + " | ".join(f"{r} (Python {matrix[r]['versions']['python']})"
+                                        for r in rows) + " |", "|---" * (len(rows) + 1) + "|"]
+    for group in SMOKE:
+        library = next(iter(SMOKE[group]["areas"].values()), SMOKE[group].get("library"))
+        cells = []
+        for row in rows:
+            r = matrix[row]["groups"].get(group)
+            version = matrix[row]["versions"].get(library, "-")
+            ok = r and r["passed"] and not r["failed"]
+            cells.append(f"{version} " + ("not run" if r is None else
+                                          f"{'pass' if ok else '**fail**'} ({r['passed']}/"
+                                          f"{r['failed']})"))
+        lines.append(f"| {group} | " + " | ".join(cells) + " |")
+    (CACHE / "matrix.md").write_text("\n".join(lines) + "\n")
     for row in rows:
         for group, r in matrix[row]["groups"].items():
             if r["error"]:
@@ -206,7 +221,7 @@ def main() -> int:
     old = runpy.run_path(str(RECORD))
     matrix = dict(old["MATRIX"])
     failed = False
-    for row in args.rows.split(","):
+    for row in filter(None, args.rows.split(",")):  # --rows "": the table again, no run
         try:
             install(row, args.upgrade)
         except subprocess.CalledProcessError as e:
