@@ -60,6 +60,23 @@ def test_saving_off_turns_off_what_only_saving_uses():
     assert args.async_strategy == "nvrx"  # no save or ckpt word: how, not whether
 
 
+@M.NEEDS
+def test_value_checks_are_off_by_their_check_name():
+    """0.19 checks the weights' hashes across data-parallel replicas before the first iteration
+    whenever --check-weight-hash-across-dp-replicas-interval is set (a CI configuration sets 10):
+    fake values differ across replicas, so that check, like every `check_*` one, is off; an
+    option that only has `check` inside its name stays the user's."""
+    args = _validated_args(
+        check_weight_hash_across_dp_replicas_interval=10, check_for_nan_in_loss_and_grad=True,
+        check_for_spiky_loss=True, check_for_large_grads=True, check_for_nan_in_loss=True,
+        use_checkpoint_opt_param_scheduler=True)
+    megatron_args.set_up(args, iterations=2)
+    assert args.check_weight_hash_across_dp_replicas_interval is None
+    assert (args.check_for_nan_in_loss_and_grad, args.check_for_spiky_loss,
+            args.check_for_large_grads, args.check_for_nan_in_loss) == (False,) * 4
+    assert args.use_checkpoint_opt_param_scheduler is True
+
+
 def test_logical_and_stand_in_takes_0_19s_group_argument():
     """0.19's training step calls `logical_and_across_model_parallel_group(update_successful,
     group=mp_group)`; 0.16's took the value only. The stand-in the plugin installs answers both

@@ -33,8 +33,7 @@ _OFF = (
     ("tensorboard_dir", None), ("wandb_project", ""), ("wandb_exp_name", ""),
     ("enable_one_logger", False), ("enable_ft_package", False),
     ("profile", False), ("use_pytorch_profiler", False),
-    ("check_for_nan_in_loss_and_grad", False), ("check_for_spiky_loss", False),
-    ("check_for_large_grads", False), ("rerun_mode", "disabled"),
+    ("rerun_mode", "disabled"),
     ("log_straggler", False), ("num_workers", 0),
 )
 
@@ -60,6 +59,7 @@ def set_up(args: Any, iterations: int) -> list[str]:
         if hasattr(args, name):
             setattr(args, name, value)
     _no_saving(args)
+    _no_value_checks(args)
     notes += megatron_batch.set_up(args)
     _iterations(args, iterations)
     notes += _tokenizer(args) + _implementation(args) + _moe(args)
@@ -83,6 +83,17 @@ def _no_saving(args: Any) -> None:
         if not set(name.split("_")) & {"save", "ckpt"} or name in _CHECKPOINT_FORMAT:
             continue
         setattr(args, name, False if isinstance(value, bool) else None)
+
+
+def _no_value_checks(args: Any) -> None:
+    """Megatron's checks of values (`check_*`: NaN/inf and spiky losses, large gradients, the
+    weights' hashes across data-parallel replicas) read what a trace does not have, so each is
+    off, found by its `check_` name rather than listed: 0.19 checks the hashes once before the
+    first iteration whenever --check-weight-hash-across-dp-replicas-interval is set, and the
+    fake values differ across replicas ("Parameter hashes not matching")."""
+    for name, value in list(vars(args).items()):
+        if name.startswith("check_"):
+            setattr(args, name, False if isinstance(value, bool) else None)
 
 
 def _data(args: Any) -> str:
