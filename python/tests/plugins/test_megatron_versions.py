@@ -131,3 +131,17 @@ def test_fused_adam_stand_in_refuses_capturable_true_naming_the_version():
     text = str(refused.value)
     assert f"megatron-core {version('megatron-core')}" in text
     assert "capturable=True (--optimizer-cuda-graph)" in text and "Transformer Engine" in text
+
+
+@M.NEEDS
+def test_an_experimental_attention_variant_without_te_names_version_and_missing_piece():
+    """0.19's --experimental-attention-variant (a CI configuration's gated delta net) builds
+    its decoder block from Transformer Engine's modules only: without TE the trace stops before
+    Megatron's bare assertion, naming megatron-core's version and what is missing."""
+    args = _validated_args(transformer_impl="transformer_engine",
+                           experimental_attention_variant="gated_delta_net")
+    with pytest.raises(MemlensError) as e:
+        megatron_args.set_up(args, iterations=2)
+    assert str(e.value).startswith(f"megatron-core {version('megatron-core')}: "
+                                   "--experimental-attention-variant gated_delta_net")
+    assert "Transformer Engine is not installed here" in str(e.value)

@@ -165,6 +165,16 @@ def _implementation(args: Any) -> list[str]:
                            "(install transformer_engine, or trace without the flag)")
     if getattr(args, "transformer_impl", "local") != "transformer_engine":
         return []
+    variant = getattr(args, "experimental_attention_variant", None)
+    if variant:
+        # 0.19's experimental decoder block spec (gated delta net, DSA, ...) is built from TE's
+        # modules only: Megatron asserts "only supports transformer engine" with local ones.
+        from .optimizer import _megatron_version
+
+        raise MemlensError(f"{_megatron_version()}: --experimental-attention-variant {variant} "
+                           "builds its layers from Transformer Engine's modules only, and "
+                           "Transformer Engine is not installed here; memlens has no stand-in "
+                           "for them (install transformer_engine to trace it)")
     args.transformer_impl = "local"  # the plugin notes it, with how attention is held
     return []
 
