@@ -10,6 +10,7 @@ and python/memlens/patches/tested_versions.py (TESTED_VERSIONS) written from wha
 
 import argparse
 import datetime
+import json
 import os
 import pprint
 import runpy
@@ -81,15 +82,17 @@ def versions(row: str) -> dict[str, str]:
                "print(json.dumps(out))")
     out = subprocess.run([str(CACHE / row / "bin" / "python"), "-c", program], check=True,
                          capture_output=True, text=True)
-    import json
     return json.loads(out.stdout)
 
 
-def run_group(row: str, name: str, timeout: int) -> dict:
-    """One group's tests in the row's environment: counts, and the first failure's message."""
+def run_group(row: str, name: str, timeout: int, reuse: bool) -> dict:
+    """One group's tests in the row's environment: counts, and the first failure's message.
+    With `reuse`, a group run before (its JUnit file is there) is read, not run again."""
     results = CACHE / "results" / row
     results.mkdir(parents=True, exist_ok=True)
     xml = results / f"{name}.xml"
+    if reuse and xml.exists():
+        return read_junit(xml, "")
     xml.unlink(missing_ok=True)
     tests = [f"python/tests/{t}" for t in SMOKE[name]["tests"]]
     env = dict(os.environ, PYTHONPATH=str(REPO / "python"), MEMLENS_STRICT_TESTS="")
@@ -99,13 +102,16 @@ def run_group(row: str, name: str, timeout: int) -> dict:
     try:
         proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
                               timeout=timeout)
-        (results / f"{name}.log").write_text(proc.stdout + proc.stderr)
-        tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
     except subprocess.TimeoutExpired:
         return {"passed": 0, "failed": 0, "skipped": 0, "error": f"timed out after {timeout} s"}
+    (results / f"{name}.log").write_text(proc.stdout + proc.stderr)
+    return read_junit(xml, " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-3:]))
+
+
+def read_junit(xml: Path, tail: str) -> dict:
     counts = {"passed": 0, "failed": 0, "skipped": 0, "error": None}
-    if not xml.exists():
-        counts["error"] = " | ".join(tail)[-400:]
+    if not xml.exists():  # pytest stopped before its tests (an import error, say)
+        counts["error"] = tail[-400:]
         return counts
     for case in ET.parse(xml).getroot().iter("testcase"):
         bad = case.find("failure")
@@ -217,13 +223,16 @@ def main() -> int:
     parser.add_argument("--groups", default=",".join(SMOKE), help="comma-separated groups")
     parser.add_argument("--upgrade", action="store_true", help="newest rows: upgrade first")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per group")
+    parser.add_argument("--reuse", action="store_true",
+                        help="read a group's results of an earlier run where they are there")
     args = parser.parse_args()
     old = runpy.run_path(str(RECORD))
     matrix = dict(old["MATRIX"])
     failed = False
     for row in filter(None, args.rows.split(",")):  # --rows "": the table again, no run
         try:
-            install(row, args.upgrade)
+            if not args.reuse:
+                install(row, args.upgrade)
         except subprocess.CalledProcessError as e:
             print(f"{row}: the environment could not be installed ({e})", file=sys.stderr)
             matrix[row] = {"versions": {"python": ROWS[row][0]}, "groups": {},
@@ -235,10 +244,13 @@ def main() -> int:
                  "groups": dict(matrix.get(row, {}).get("groups", {}))}
         for group in args.groups.split(","):
             print(f"{row}: {group} ...", flush=True)
-            entry["groups"][group] = run_group(row, group, args.timeout)
+            entry["groups"][group] = run_group(row, group, args.timeout, args.reuse)
             r = entry["groups"][group]
             failed |= bool(r["failed"] or r["error"] or not r["passed"])
         matrix[row] = entry
+    # Rows another run recorded meanwhile are kept: only the rows run here are replaced.
+    matrix = {**runpy.run_path(str(RECORD))["MATRIX"],
+              **{r: matrix[r] for r in filter(None, args.rows.split(",")) if r in matrix}}
     tested, unrecorded = table(matrix, old["TESTED_VERSIONS"])
     write_record(matrix, tested, unrecorded)
     show(matrix)
