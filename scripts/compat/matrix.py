@@ -172,44 +172,38 @@ def write_record(matrix: dict, tested: dict, unrecorded: list[str]) -> None:
         f"UNRECORDED = {pprint.pformat(unrecorded, width=100)}\n")
 
 
+def cells(matrix: dict, rows: list[str], group: str, passed: str, failed: str) -> list[str]:
+    """A group's cell in each row: its library's version there, and its outcome (passed /
+    failed / skipped tests)."""
+    library = next(iter(SMOKE[group]["areas"].values()), SMOKE[group].get("library"))
+    out = []
+    for row in rows:
+        r = matrix[row]["groups"].get(group)
+        version = matrix[row]["versions"].get(library, "-")
+        if r is None:
+            out.append(f"{library} {version}: not run")
+            continue
+        mark = passed if r["passed"] and not r["failed"] else failed
+        out.append(f"{library} {version}: {mark} ({r['passed']}/{r['failed']}/{r['skipped']})")
+    return out
+
+
 def show(matrix: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
     rows = sorted(matrix)
-    grid = Table(title="memlens compatibility matrix")
-    grid.add_column("group")
-    for row in rows:
-        grid.add_column(f"{row}\n(Python {matrix[row]['versions']['python']})")
-    for group in SMOKE:
-        library = next(iter(SMOKE[group]["areas"].values()), SMOKE[group].get("library"))
-        cells = []
-        for row in rows:
-            r = matrix[row]["groups"].get(group)
-            version = matrix[row]["versions"].get(library, "-")
-            if r is None:
-                cells.append(f"{library} {version}: not run")
-            else:
-                ok = r["passed"] and not r["failed"]
-                mark = "[green]pass[/]" if ok else "[red]FAIL[/]"
-                cells.append(f"{library} {version}: {mark} {r['passed']}/{r['failed']}/"
-                             f"{r['skipped']}")
-        grid.add_row(group, *cells)
-    Console(width=200).print(grid)
+    heads = [f"{row} (Python {matrix[row]['versions']['python']})" for row in rows]
+    grid = Table(title="memlens compatibility matrix (tests passed/failed/skipped)")
+    for head in ["group", *heads]:
+        grid.add_column(head)
     # The same as a Markdown table, for the README's section on the matrix
-    lines = ["| library | " + " | ".join(f"{r} (Python {matrix[r]['versions']['python']})"
-                                        for r in rows) + " |", "|---" * (len(rows) + 1) + "|"]
+    lines = ["| group | " + " | ".join(heads) + " |", "|---" * (len(rows) + 1) + "|"]
     for group in SMOKE:
-        library = next(iter(SMOKE[group]["areas"].values()), SMOKE[group].get("library"))
-        cells = []
-        for row in rows:
-            r = matrix[row]["groups"].get(group)
-            version = matrix[row]["versions"].get(library, "-")
-            ok = r and r["passed"] and not r["failed"]
-            cells.append(f"{version} " + ("not run" if r is None else
-                                          f"{'pass' if ok else '**fail**'} ({r['passed']}/"
-                                          f"{r['failed']})"))
-        lines.append(f"| {group} | " + " | ".join(cells) + " |")
+        grid.add_row(group, *cells(matrix, rows, group, "[green]pass[/]", "[red]FAIL[/]"))
+        lines.append(f"| {group} | " + " | ".join(cells(matrix, rows, group, "pass",
+                                                          "**fail**")) + " |")
+    Console(width=200).print(grid)
     (CACHE / "matrix.md").write_text("\n".join(lines) + "\n")
     for row in rows:
         for group, r in matrix[row]["groups"].items():
