@@ -94,18 +94,47 @@ def run_group(row: str, name: str, timeout: int, reuse: bool) -> dict:
     if reuse and xml.exists():
         return read_junit(xml, "")
     xml.unlink(missing_ok=True)
-    tests = [f"python/tests/{t}" for t in SMOKE[name]["tests"]]
+    try:
+        tail = pytest_run(row, [f"python/tests/{t}" for t in SMOKE[name]["tests"]], xml, timeout)
+    except subprocess.TimeoutExpired:
+        return {"passed": 0, "failed": 0, "skipped": 0, "error": f"timed out after {timeout} s"}
+    return read_junit(xml, tail)
+
+
+def pytest_run(row: str, tests: list[str], xml: Path, timeout: int) -> str:
+    """pytest on `tests` in the row's environment, JUnit results to `xml` (its log beside);
+    returns the output's last lines."""
     env = dict(os.environ, PYTHONPATH=str(REPO / "python"), MEMLENS_STRICT_TESTS="")
     env.pop("VIRTUAL_ENV", None)
     cmd = [str(CACHE / row / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider",
            "-p", "no:xdist", f"--junitxml={xml}", *tests]
-    try:
-        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
-                              timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"passed": 0, "failed": 0, "skipped": 0, "error": f"timed out after {timeout} s"}
-    (results / f"{name}.log").write_text(proc.stdout + proc.stderr)
-    return read_junit(xml, " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-3:]))
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    xml.with_suffix(".log").write_text(proc.stdout + proc.stderr)
+    return " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-3:])
+
+
+def rerun_failed(row: str, name: str, timeout: int) -> None:
+    """The failed tests of a group's earlier run again (after a fix): each one's new outcome
+    replaces its old one in the group's JUnit file."""
+    xml = CACHE / "results" / row / f"{name}.xml"
+    tree = ET.parse(xml)
+    failed = {(c.get("classname"), c.get("name")): c for c in tree.getroot().iter("testcase")
+              if c.find("failure") is not None or c.find("error") is not None}
+    if not failed:
+        return
+    ids = [f"python/{cls.replace('.', '/')}.py::{test}" for cls, test in failed]
+    again = xml.with_name(f"{name}.rerun.xml")
+    pytest_run(row, ids, again, timeout)
+    if not again.exists():
+        return
+    for case in ET.parse(again).getroot().iter("testcase"):
+        old = failed.get((case.get("classname"), case.get("name")))
+        if old is not None:
+            old.clear()
+            old.attrib.update(case.attrib)
+            old.extend(list(case))
+    tree.write(xml)
 
 
 def read_junit(xml: Path, tail: str) -> dict:
@@ -219,6 +248,8 @@ def main() -> int:
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per group")
     parser.add_argument("--reuse", action="store_true",
                         help="read a group's results of an earlier run where they are there")
+    parser.add_argument("--rerun-failed", action="store_true",
+                        help="with --reuse: a group's failed tests again (after a fix)")
     parser.add_argument("--record-only", action="store_true",
                         help="run nothing: the record from the results that are there")
     args = parser.parse_args()
@@ -242,6 +273,8 @@ def main() -> int:
             if args.record_only and not (CACHE / "results" / row / f"{group}.xml").exists():
                 continue
             print(f"{row}: {group} ...", flush=True)
+            if args.rerun_failed and (CACHE / "results" / row / f"{group}.xml").exists():
+                rerun_failed(row, group, args.timeout)
             entry["groups"][group] = run_group(row, group, args.timeout,
                                                args.reuse or args.record_only)
             r = entry["groups"][group]
