@@ -221,7 +221,7 @@ def show(matrix: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    rows = sorted(matrix)
+    rows = sorted(matrix, key=lambda r: list(ROWS).index(r) if r in ROWS else len(ROWS))
     heads = [f"{row} (Python {matrix[row]['versions']['python']})" for row in rows]
     grid = Table(title="memlens compatibility matrix (tests passed/failed/skipped)")
     for head in ["group", *heads]:
