@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 
 .PHONY: demo test setup setup-system setup-python setup-node setup-web setup-node24 \
 	setup-code-server setup-e2e build vsix test-python test-ts test-webview test-e2e \
-	test-cuda-build test-compat bench bench-startup bench-test-suite bench-ranks bench-megatron bench-webview bench-ext clean
+	test-cuda-build test-compat bench bench-startup bench-warm bench-test-suite bench-ranks bench-megatron bench-webview bench-ext clean
 
 # -- set-up (each step is idempotent: quick when already done) -------------------------------
 setup-python:
@@ -102,6 +102,10 @@ bench: setup
 # `memlens run`'s start-up against `import torch`, as a ratio (a minute)
 bench-startup: setup
 	$(PY) bench/startup.py --repeat 5
+
+# Trace Memory -> first annotation with the warm worker and without it, as a ratio (minutes)
+bench-warm: setup
+	$(PY) bench/warm_worker.py --rounds 3
 
 # `make test`'s stages and its 20 slowest Python tests, recorded into bench/README.md
 bench-test-suite: setup

@@ -1,11 +1,13 @@
 """What a `memlens run` costs before the script's first line, against `python -c "import torch"`
 in the same run (a ratio: absolute times on a shared machine are noise).
 
-Four commands, interleaved `--repeat` times, each keeping its best wall time:
+Six commands, interleaved `--repeat` times, each keeping its best wall time:
   import torch      python -c "import torch"                        (the floor)
   missing script    memlens run -- no_such.py                       (an error said before torch)
   first line        memlens run --no-snapshot -- first_line.py      (the script exits at once)
   one-layer step    memlens run --no-snapshot -- linear_step.py     (a whole small trace, CUDA target)
+  warm first line   the same "first line", forked from the warm worker (worker/warm.py), as the
+  warm step         language server, `--ranks all` and `memlens fit` start their workers
 
     .venv/bin/python bench/startup.py --repeat 5
 """
@@ -40,6 +42,15 @@ def _wall(argv: list[str], cwd: Path, env: dict) -> float:
     return time.perf_counter() - start
 
 
+def _forked_wall(warm, argv: list[str], cwd: Path, env: dict) -> float:
+    start = time.perf_counter()
+    process = warm.worker_process(argv, str(cwd), env)
+    assert isinstance(process, warm.ForkedWorkerProcess)
+    process.start()
+    process.wait()
+    return time.perf_counter() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
@@ -57,10 +68,20 @@ def main() -> None:
             "one-layer step": [*memlens, "--no-snapshot", "--", "linear_step.py"],
         }
         _wall(commands["one-layer step"], folder, env)  # builds the shim and warms caches
-        best = {name: float("inf") for name in commands}
+        sys.path.insert(0, str(REPO / "python"))
+        from memlens.worker import warm
+        from memlens.worker.protocol import worker_env
+
+        warm_env = worker_env(env)
+        warm.prestart(sys.executable, warm_env).ready()
+        forked = {"warm first line": commands["first line"],
+                  "warm step": commands["one-layer step"]}
+        best = {name: float("inf") for name in [*commands, *forked]}
         for _ in range(args.repeat):
             for name, argv in commands.items():
                 best[name] = min(best[name], _wall(argv, folder, env))
+            for name, argv in forked.items():
+                best[name] = min(best[name], _forked_wall(warm, argv, folder, warm_env))
     floor = best["import torch"]
     print(f"{'command':<16} {'best wall':>10} {'× import torch':>15}")
     for name, seconds in best.items():

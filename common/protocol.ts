@@ -12,6 +12,7 @@ export const CMD_TRACE = 'memlens.trace'; // TraceParams -> TraceResult (when th
 export const CMD_CANCEL_TRACE = 'memlens.cancelTrace'; // CancelTraceParams -> CancelTraceResult
 export const CMD_OPEN_REPORT = 'memlens.openReport'; // OpenReportParams -> OpenReportResult
 export const CMD_FIT = 'memlens.fit'; // FitParams -> FitResult (when the search ends)
+export const CMD_CHOOSE_TRACE = 'memlens.chooseTrace'; // ChooseTraceParams -> ChooseTraceResult
 
 // -- requests, client -> server ---------------------------------------------------------------
 export const REQ_TARGETS = 'memlens/targets'; // TargetsParams -> TargetsResult
@@ -19,6 +20,7 @@ export const REQ_DOCUMENT_ANNOTATIONS = 'memlens/documentAnnotations'; // Docume
 export const REQ_SNAPSHOTS = 'memlens/snapshots'; // EmptyParams -> SnapshotsResult
 export const REQ_SERVER_INFO = 'memlens/serverInfo'; // EmptyParams -> ServerInfo
 export const REQ_FIT_SPACE = 'memlens/fitSpace'; // FitSpaceParams -> FitSpaceResult
+export const REQ_DOCUMENT_TRACES = 'memlens/documentTraces'; // DocumentTracesParams -> DocumentTracesResult
 
 // -- notifications, server -> client ----------------------------------------------------------
 export const NOTIFY_ANNOTATIONS = 'memlens/annotations'; // AnnotationsParams
@@ -174,10 +176,8 @@ export interface Annotation {
   text: string;
   /** Bytes alive at the peak that this annotation accounts for. */
   bytes: number;
-  /** bytes / peak bytes, 0..1 */
+  /** bytes / peak bytes, 0..1 (the breakdown: textDocument/hover, on request) */
   share: number;
-  /** Markdown. */
-  hover: string;
   stale: boolean;
 }
 
@@ -188,11 +188,36 @@ export interface AnnotationsParams {
   stale: boolean;
   /** null: no snapshot covers this document. */
   snapshot: SnapshotInfo | null;
+  /** The snapshot is the one Choose Trace chose (else: the newest covering the document). */
+  chosen: boolean;
   annotations: Annotation[];
 }
 
 export interface SnapshotsResult {
   snapshots: SnapshotInfo[];
+}
+
+export interface DocumentTracesParams {
+  /** Absent: every snapshot of the workspace. */
+  uri?: string;
+}
+
+export interface DocumentTracesResult {
+  /** The snapshots covering the document, newest first. */
+  traces: SnapshotInfo[];
+  /** The path of the one its annotations come from. */
+  shown: string | null;
+  /** The path of the snapshot Choose Trace chose, if any. */
+  chosen: string | null;
+}
+
+export interface ChooseTraceParams {
+  /** A snapshot's path (its target's newest follows); null: the newest. */
+  snapshot?: string | null;
+}
+
+export interface ChooseTraceResult {
+  chosen: SnapshotInfo | null;
 }
 
 export interface RunningTrace {
@@ -240,11 +265,24 @@ export interface FitSpaceParams {
   target?: Target;
 }
 
+export interface ScriptFlag {
+  /** "--batch-size": an integer flag of the script's argparse. */
+  flag: string;
+  default: number | null;
+  help: string;
+  /** The built-in axis it is ("micro-batch", "seq"), else null. */
+  axis: string | null;
+  /** The `memlens fit` options making it an axis, e.g. ["--arg", "--n=1,2,4"]. */
+  space: string[];
+}
+
 export interface FitSpaceResult {
   /** "…/pyproject.toml [tool.memlens.fit]"; null: no such table. */
   source: string | null;
   /** The table's keys (its axes and options), sorted. */
   keys: string[];
+  /** The script's own integer flags, offered as axes. */
+  flags: ScriptFlag[];
 }
 
 export interface FitAxis {
@@ -332,13 +370,13 @@ export interface Settings {
   /** Default: the recipe's, else 2. */
   iterations?: number | null;
   /** Default 300. */
-  timeLimitSeconds?: number;
+  traceTimeout?: number;
   /** The worker's address-space limit; 0: twice the host's memory; -1: none. */
   memoryLimitMB?: number;
   /** Default false. */
   traceOnSave?: boolean;
   /** Hot lines annotated per file; default 5. */
-  topLines?: number;
+  hotLines?: number;
   /** Default true. */
   inlayHints?: boolean;
   /** The worker's interpreter; default the server's. */
@@ -364,6 +402,8 @@ export const METHODS: Readonly<Record<string, MethodDeclaration>> = {
   [REQ_SERVER_INFO]: { kind: 'request', params: 'EmptyParams', result: 'ServerInfo' },
   [CMD_FIT]: { kind: 'command', params: 'FitParams', result: 'FitResult' },
   [REQ_FIT_SPACE]: { kind: 'request', params: 'FitSpaceParams', result: 'FitSpaceResult' },
+  [REQ_DOCUMENT_TRACES]: { kind: 'request', params: 'DocumentTracesParams', result: 'DocumentTracesResult' },
+  [CMD_CHOOSE_TRACE]: { kind: 'command', params: 'ChooseTraceParams', result: 'ChooseTraceResult' },
   [NOTIFY_ANNOTATIONS]: { kind: 'notification', params: 'AnnotationsParams' },
   [NOTIFY_TRACE_STARTED]: { kind: 'notification', params: 'TraceStartedParams' },
   [NOTIFY_TRACE_FINISHED]: { kind: 'notification', params: 'TraceResult' },

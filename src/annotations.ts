@@ -71,6 +71,11 @@ export class AnnotationPainter implements vscode.Disposable {
     return this.docs.get(uriKey(uri))?.snapshot ?? null;
   }
 
+  /** What the server last said of a document: its one snapshot and whether it was chosen. */
+  paramsOf(uri: vscode.Uri): AnnotationsParams | undefined {
+    return this.docs.get(uriKey(uri));
+  }
+
   traceStarted(p: TraceStartedParams): void {
     this.tracing.set(p.targetId, { uri: uriKey(p.target.uri), line: p.target.range.start.line });
     this.schedule();

@@ -8,7 +8,7 @@ import { uriKey } from './annotations';
 import { traceParams, type TraceOptions } from './config';
 import type { Ctx } from './ctx';
 import { formatBytes } from '../common/format';
-import { fitParams, parseSpace } from './fitSpace';
+import { fitParams, flagPick, parseSpace, spaceOfFlags } from './fitSpace';
 import { groupTargets, targetAtLine } from './grouping';
 import * as P from '../common/protocol';
 import { FitPanel } from './panel/fitPanel';
@@ -16,6 +16,7 @@ import { openSettings, updateSetting } from './settings';
 import { isSnapshotPath } from './snapshotFile';
 import { nodePath, type Node } from './snapshotTree';
 import { requireTrust } from './trust';
+import { traceItems } from './traceChoice';
 
 export function registerCommands(ctx: Ctx): void {
   const register = (id: string, fn: (...args: never[]) => unknown): void => {
@@ -38,6 +39,7 @@ export function registerCommands(ctx: Ctx): void {
   register('memlens.findWhatFits', (arg?: unknown) => findWhatFits(ctx, arg));
   register('memlens.openMemoryReport', (arg?: unknown) => openReport(ctx, arg));
   register('memlens.compareSnapshots', () => compareSnapshots(ctx));
+  register('memlens.pickTrace', () => pickTrace(ctx));
   register('memlens.selectDevice', () => selectDevice(ctx));
   register('memlens.toggleAnnotations', () => {
     const shown = ctx.toggleAnnotations();
@@ -48,7 +50,9 @@ export function registerCommands(ctx: Ctx): void {
     await ctx.restart();
   });
   register('memlens.showLog', () => ctx.log.show());
-  register('memlens.selectInterpreter', () => ctx.interpreters.select());
+  register('memlens.selectInterpreter', async () => {
+    if (await ctx.interpreters.select(ctx.python)) await ctx.restart();
+  });
   register('memlens.installMemlens', async () => {
     if (!requireTrust('Installing memlens')) return;
     await ctx.installMemlens();
@@ -66,6 +70,28 @@ export function registerCommands(ctx: Ctx): void {
     if (file) await vscode.commands.executeCommand('revealInExplorer', vscode.Uri.file(file));
   });
   register('memlens.snapshot.delete', (node?: Node) => deleteSnapshot(ctx, nodePath(node)));
+}
+
+// -- which trace the editors show ------------------------------------------------------------
+
+/** Memlens: Choose Trace: the traces covering the active file (else the workspace's); the
+ * server annotates with the one chosen, for the rest of the session. */
+async function pickTrace(ctx: Ctx): Promise<void> {
+  const c = await client(ctx);
+  if (!c) return;
+  const editor = vscode.window.activeTextEditor;
+  const params: P.DocumentTracesParams = editor ? { uri: c.code2ProtocolConverter.asUri(editor.document.uri) } : {};
+  const result = await c.sendRequest<P.DocumentTracesResult>(P.REQ_DOCUMENT_TRACES, params);
+  if (result.traces.length === 0) {
+    void vscode.window.showInformationMessage('Memlens: no trace covers this file yet. Run Memlens: Trace Memory first.');
+    return;
+  }
+  const picked = await vscode.window.showQuickPick(
+    traceItems(result, (p) => vscode.workspace.asRelativePath(p)),
+    { title: 'Choose Trace: the trace the editors show', matchOnDescription: true, matchOnDetail: true },
+  );
+  if (!picked) return;
+  await ctx.chooseTrace(picked.snapshot);
 }
 
 // -- tracing ---------------------------------------------------------------------------------
@@ -101,7 +127,11 @@ async function traceMemory(ctx: Ctx, arg: unknown, options: TraceOptions): Promi
   const params = traceParams(target.id, ctx.config(), options);
   ctx.log.info(`Trace Memory: ${target.name} ${JSON.stringify(params)}`);
   ctx.timer.begin(target.id);
-  return c.sendRequest(ExecuteCommandRequest.type, { command: P.CMD_TRACE, arguments: [params] }) as Promise<P.TraceResult>;
+  // The reply is the result, sent once: the server notifies memlens/traceFinished only for
+  // traces no request asked for.
+  const result = (await c.sendRequest(ExecuteCommandRequest.type, { command: P.CMD_TRACE, arguments: [params] })) as P.TraceResult;
+  ctx.onTraceFinished(result);
+  return result;
 }
 
 /** What Trace Memory (or, with `jobsOnly`, Find What Fits: no model classes) runs on. */
@@ -184,7 +214,18 @@ async function findWhatFits(ctx: Ctx, arg: unknown): Promise<P.FitResult | undef
   const target = await chooseTarget(c, arg, true);
   if (!target) return undefined;
   const known = await c.sendRequest<P.FitSpaceResult>(P.REQ_FIT_SPACE, { targetId: target.id } satisfies P.FitSpaceParams);
+  let value = '';
+  if (known.flags.length > 0) {
+    // The script's own integer flags, offered as axes; the picked ones fill the box below.
+    const picked = await vscode.window.showQuickPick(
+      known.flags.map((f) => ({ ...flagPick(f), flag: f, picked: f.axis === 'micro-batch' })),
+      { title: `Find What Fits: ${target.name} — the script's flags to vary`, placeHolder: 'Pick the flags to search over (values can be edited next)', canPickMany: true, ignoreFocusOut: true, matchOnDescription: true },
+    );
+    if (picked === undefined) return undefined;
+    value = spaceOfFlags(picked.map((p) => p.flag));
+  }
   const text = await vscode.window.showInputBox({
+    value,
     title: `Find What Fits: ${target.name}`,
     prompt: known.source
       ? `The space of ${known.source} (${known.keys.join(', ')}); options here add to it, axis by axis. Enter to search it as it is.`
@@ -203,6 +244,7 @@ async function findWhatFits(ctx: Ctx, arg: unknown): Promise<P.FitResult | undef
   const params = fitParams(target.id, ctx.config(), space);
   ctx.log.info(`Find What Fits: ${target.name} ${JSON.stringify(params)}`);
   const result = (await c.sendRequest(ExecuteCommandRequest.type, { command: P.CMD_FIT, arguments: [params] })) as P.FitResult;
+  ctx.tree.refreshSoon(); // the search's run folder: one node of the Memory view
   if (result.status === 'ok' && result.fit) {
     FitPanel.show(ctx.extension, target.id, result.fit, ctx.log);
   } else if (result.status === 'failed' || result.status === 'timeout') {
@@ -286,5 +328,9 @@ async function selectDevice(ctx: Ctx): Promise<void> {
   );
   if (!picked || picked.name === current) return;
   await updateSetting('device', picked.name);
-  vscode.window.setStatusBarMessage(`Memlens: traces now target ${picked.name}`, 4000);
+  // Said where it is kept: a workspace's .vscode/settings.json is a file the user may commit.
+  const where = vscode.workspace.workspaceFolders?.length
+    ? "this workspace's settings (.vscode/settings.json)"
+    : 'your user settings';
+  vscode.window.setStatusBarMessage(`Memlens: traces now target ${picked.name}, kept in ${where}`, 8000);
 }

@@ -111,10 +111,10 @@ export function serverSettings(c: Config): Settings {
     ...(c.device ? { device: c.device } : {}),
     budget: c.budget === '' ? null : c.budget,
     iterations: c.iterations,
-    timeLimitSeconds: c.traceTimeout,
+    traceTimeout: c.traceTimeout,
     memoryLimitMB: c.memoryLimitMB,
     traceOnSave: c.traceOnSave,
-    topLines: c.hotLines,
+    hotLines: c.hotLines,
     inlayHints: c.annotationStyle === 'inlayHints',
     // The worker runs with the server's interpreter, which is the one chosen for the server.
     python: null,

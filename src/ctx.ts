@@ -4,7 +4,7 @@
 import { spawn } from 'node:child_process';
 import * as path from 'node:path';
 import * as vscode from 'vscode';
-import { DidChangeConfigurationNotification, State, Trace, type LanguageClient } from 'vscode-languageclient/node';
+import { DidChangeConfigurationNotification, ExecuteCommandRequest, State, Trace, type LanguageClient } from 'vscode-languageclient/node';
 import { AnnotationPainter, uriKey } from './annotations';
 import { createClient } from './client';
 import { serverSettings, type Config } from './config';
@@ -42,6 +42,8 @@ export class Ctx implements vscode.Disposable {
   private clientSubscriptions: vscode.Disposable[] = [];
   private lifecycle: Promise<void> = Promise.resolve();
   private annotationsHidden = false;
+  /** Choose Trace's snapshot for this session (undefined: the newest covering each file). */
+  private chosenTrace: string | undefined;
   private readonly targets = new Map<string, P.Target>();
   private readonly running = new Map<string, string>();
   /** The device setting as last seen: a change offers to trace the shown target again. */
@@ -53,7 +55,7 @@ export class Ctx implements vscode.Disposable {
     this.status = new MemoryStatus();
     this.painter = new AnnotationPainter(config);
     this.tree = new SnapshotTree(this.log);
-    this.interpreters = new Interpreters(this.log, extension.extensionPath);
+    this.interpreters = new Interpreters(this.log, extension.extensionPath, extension.workspaceState);
     this.subscriptions.push(this.log, this.status, this.painter, this.tree, this.interpreters);
     // The report panel (src/panel/, shared with the panel's own tests): its serializer and
     // memlens.openPanel.
@@ -72,8 +74,8 @@ export class Ctx implements vscode.Disposable {
         void this.start();
       }),
       vscode.window.onDidChangeActiveTextEditor((e) => {
-        const s = e && this.painter.snapshotOf(e.document.uri);
-        if (s) this.status.setSnapshot(s);
+        const p = e && this.painter.paramsOf(e.document.uri);
+        if (p?.snapshot) this.status.setSnapshot(p.snapshot, p.chosen);
       }),
     );
     void vscode.commands.executeCommand('setContext', 'memlens.annotationsHidden', false);
@@ -131,7 +133,7 @@ export class Ctx implements vscode.Disposable {
     const config = currentConfig();
     const interpreter = await this.interpreters.resolve(config);
     this.python = interpreter.path;
-    const where = { setting: 'the memlens.python setting', pythonExtension: 'the Python extension', path: 'PATH' }[interpreter.source];
+    const where = { setting: 'the memlens.python setting', selected: 'Select Interpreter', pythonExtension: 'the Python extension', path: 'PATH' }[interpreter.source];
     this.log.info(`interpreter ${interpreter.path} (from ${where})`);
     const probe = await this.interpreters.probe(interpreter.path);
     if (probe instanceof Error) {
@@ -188,6 +190,7 @@ export class Ctx implements vscode.Disposable {
       return;
     }
     this.status.setServer({ kind: 'running' });
+    if (this.chosenTrace) await this.sendChoice(client, this.chosenTrace);
     this.log.info(`server ready in ${Math.round(performance.now() - started)} ms`);
   }
 
@@ -335,7 +338,24 @@ export class Ctx implements vscode.Disposable {
     this.painter.update(p);
     if (p.snapshot && this.timer.has('firstProgress')) this.timer.mark('annotations');
     const active = vscode.window.activeTextEditor;
-    if (p.snapshot && active && uriKey(active.document.uri) === uriKey(p.uri)) this.status.setSnapshot(p.snapshot);
+    if (p.snapshot && active && uriKey(active.document.uri) === uriKey(p.uri)) this.status.setSnapshot(p.snapshot, p.chosen);
+  }
+
+  /** Choose Trace: the server annotates with `snapshot`'s target (null: the newest); kept for
+   * the session, sent again when the server restarts. */
+  async chooseTrace(snapshot: string | null): Promise<void> {
+    this.chosenTrace = snapshot ?? undefined;
+    const client = await this.readyClient();
+    if (client) await this.sendChoice(client, snapshot);
+  }
+
+  private async sendChoice(client: LanguageClient, snapshot: string | null): Promise<void> {
+    try {
+      await client.sendRequest(ExecuteCommandRequest.type, { command: P.CMD_CHOOSE_TRACE, arguments: [{ snapshot } satisfies P.ChooseTraceParams] });
+    } catch (e) {
+      this.chosenTrace = undefined; // gone (deleted, another workspace): back to the newest
+      this.log.warn(`Choose Trace: ${e instanceof Error ? e.message : String(e)}`);
+    }
   }
 
   private onTraceStarted(p: P.TraceStartedParams): void {
@@ -346,13 +366,18 @@ export class Ctx implements vscode.Disposable {
     this.timer.mark('started');
   }
 
-  private onTraceFinished(r: P.TraceResult): void {
+  /** A trace ended: the reply to this window's own memlens.trace, or the server's
+   * memlens/traceFinished for a trace no request asked for (trace on save). */
+  onTraceFinished(r: P.TraceResult): void {
     this.running.delete(r.targetId);
     this.painter.traceFinished(r);
     this.status.setTracing(this.running.size ? [...this.running.values()].join(', ') : undefined);
     this.timer.mark('finished');
     if (r.snapshot) {
-      this.status.setSnapshot(r.snapshot);
+      // The active editor keeps the trace the server shows in it (its annotations follow);
+      // the status bar takes this one only where no editor shows a trace.
+      const active = vscode.window.activeTextEditor;
+      if (!(active && this.painter.snapshotOf(active.document.uri))) this.status.setSnapshot(r.snapshot, false);
       this.tree.refreshSoon();
     }
     const name = this.targets.get(r.targetId)?.name ?? r.targetId;

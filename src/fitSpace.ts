@@ -2,7 +2,7 @@
 // the command line) split into the words the server takes, and the command's parameters.
 // The server checks the space (only options of the space pass) and the CLI its values.
 import type { Config } from './config';
-import type { FitParams } from '../common/protocol';
+import type { FitParams, ScriptFlag } from '../common/protocol';
 
 export type SpaceInput = { ok: true; space: string[] } | { ok: false; error: string };
 
@@ -59,4 +59,24 @@ export function fitParams(targetId: string, c: Config, space: string[]): FitPara
   if (space.length) p.space = space;
   if (c.iterations !== null) p.iterations = c.iterations;
   return p;
+}
+
+/** A word as a shell (and shellWords) reads it back. */
+function quote(word: string): string {
+  return /^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replace(/'/g, `'\\''`)}'`;
+}
+
+/** The space text of the script flags picked as axes: their options joined as typed. */
+export function spaceOfFlags(flags: readonly ScriptFlag[]): string {
+  return flags.flatMap((f) => f.space).map(quote).join(' ');
+}
+
+/** A script flag as a pick: the flag, its default and the axis it would make. */
+export function flagPick(f: ScriptFlag): { label: string; description: string; detail: string } {
+  const values = f.axis ? f.space[1] : f.space[1]?.split('=')[1];
+  return {
+    label: f.flag,
+    description: `${f.default === null ? 'no default' : `default ${f.default}`} · ${f.axis ? `the ${f.axis} axis` : 'an axis of its own'}: ${values ?? ''}`,
+    detail: f.help,
+  };
 }

@@ -5,6 +5,7 @@ import * as path from 'node:path';
 import * as vscode from 'vscode';
 import { formatBytes, formatDate, formatRank } from '../common/format';
 import { groupSnapshots, type SnapshotEntry, type SnapshotGroup } from './grouping';
+import { fitRunDir, fitSearches, parseFitIndex, type FitIndex, type FitPoint, type FitSearch } from './fitGroups';
 import { fitPointOf, isFitRunFile, readSnapshotEntry, SNAPSHOT_GLOB, type SnapshotRead } from './snapshotFile';
 
 const MAX_FILES = 2000;
@@ -13,6 +14,8 @@ const REFRESH_DELAY_MS = 300;
 export type Node =
   | { kind: 'group'; group: SnapshotGroup }
   | { kind: 'snapshot'; entry: SnapshotEntry }
+  | { kind: 'fit'; search: FitSearch }
+  | { kind: 'fitPoint'; point: FitPoint }
   | { kind: 'invalid'; path: string; error: string };
 
 interface Cached {
@@ -33,6 +36,8 @@ export class SnapshotTree implements vscode.TreeDataProvider<Node>, vscode.Dispo
   readonly onDidChangeTreeData = this.changed.event;
   private readonly cache = new Map<string, Cached>();
   private groups: SnapshotGroup[] = [];
+  private fits: FitSearch[] = [];
+  private readonly fitIndexes = new Map<string, { mtime: number; index: FitIndex | undefined }>();
   private invalid: { path: string; error: string }[] = [];
   private readonly disposables: vscode.Disposable[] = [];
   private timer: NodeJS.Timeout | undefined;
@@ -86,7 +91,11 @@ export class SnapshotTree implements vscode.TreeDataProvider<Node>, vscode.Dispo
     for (const uri of uris) {
       const file = uri.fsPath;
       if (path.basename(file).startsWith('.')) continue; // being written
-      if (isFitRunFile(file)) continue; // a fit search's own records, not snapshots
+      if (isFitRunFile(file)) {
+        // a fit search's own records, not snapshots; its fit.json says what its points are
+        if (path.basename(file) === 'fit.json') await this.readFitIndex(uri, seen);
+        continue;
+      }
       seen.add(file);
       try {
         const st = await vscode.workspace.fs.stat(uri);
@@ -106,9 +115,29 @@ export class SnapshotTree implements vscode.TreeDataProvider<Node>, vscode.Dispo
       }
     }
     for (const key of [...this.cache.keys()]) if (!seen.has(key)) this.cache.delete(key);
-    this.groups = groupSnapshots(reads.flatMap((r) => (r.ok ? [r.entry] : [])));
+    for (const key of [...this.fitIndexes.keys()]) if (!seen.has(key)) this.fitIndexes.delete(key);
+    const snapshots = reads.flatMap((r) => (r.ok ? [r.entry] : []));
+    // A fit search is one node of its own, not points among its script's snapshots.
+    const indexes = new Map<string, FitIndex>();
+    for (const [file, { index }] of this.fitIndexes) if (index) indexes.set(fitRunDir(file)!, index);
+    this.fits = fitSearches(snapshots.filter((e) => fitPointOf(e.path)), indexes);
+    this.groups = groupSnapshots(snapshots.filter((e) => !fitPointOf(e.path)));
     this.invalid = reads.flatMap((r) => (r.ok ? [] : [{ path: r.path, error: r.error }]));
-    void vscode.commands.executeCommand('setContext', 'memlens.hasSnapshots', this.groups.length + this.invalid.length > 0);
+    void vscode.commands.executeCommand('setContext', 'memlens.hasSnapshots', this.groups.length + this.fits.length + this.invalid.length > 0);
+  }
+
+  private async readFitIndex(uri: vscode.Uri, seen: Set<string>): Promise<void> {
+    const file = uri.fsPath;
+    if (fitRunDir(file) === undefined) return;
+    seen.add(file);
+    try {
+      const st = await vscode.workspace.fs.stat(uri);
+      if (this.fitIndexes.get(file)?.mtime === st.mtime) return;
+      const index = parseFitIndex(new TextDecoder().decode(await vscode.workspace.fs.readFile(uri)));
+      this.fitIndexes.set(file, { mtime: st.mtime, index });
+    } catch (e) {
+      this.log.debug(`fit search ${file}: ${e instanceof Error ? e.message : String(e)}`);
+    }
   }
 
   getTreeItem(node: Node): vscode.TreeItem {
@@ -122,6 +151,17 @@ export class SnapshotTree implements vscode.TreeDataProvider<Node>, vscode.Dispo
       item.tooltip = `${g.entries.length} snapshot${g.entries.length === 1 ? '' : 's'} of ${g.label}`;
       return item;
     }
+    if (node.kind === 'fit') {
+      const f = node.search;
+      const item = new vscode.TreeItem(f.label, vscode.TreeItemCollapsibleState.Collapsed);
+      item.id = `fit:${f.key}`;
+      item.description = f.description;
+      item.tooltip = `${f.points.length} point${f.points.length === 1 ? '' : 's'} · ${vscode.workspace.asRelativePath(f.key)}`;
+      item.iconPath = new vscode.ThemeIcon('search');
+      item.contextValue = 'memlens.fitSearch';
+      return item;
+    }
+    if (node.kind === 'fitPoint') return fitPointItem(node.point);
     if (node.kind === 'invalid') {
       const item = new vscode.TreeItem(path.basename(node.path), vscode.TreeItemCollapsibleState.None);
       item.id = `invalid:${node.path}`;
@@ -155,10 +195,12 @@ export class SnapshotTree implements vscode.TreeDataProvider<Node>, vscode.Dispo
       await this.loaded();
       return [
         ...this.groups.map((group): Node => ({ kind: 'group', group })),
+        ...this.fits.map((search): Node => ({ kind: 'fit', search })),
         ...this.invalid.map((i): Node => ({ kind: 'invalid', ...i })),
       ];
     }
     if (node.kind === 'group') return node.group.entries.map((entry): Node => ({ kind: 'snapshot', entry }));
+    if (node.kind === 'fit') return node.search.points.map((point): Node => ({ kind: 'fitPoint', point }));
     return [];
   }
 
@@ -174,5 +216,26 @@ export function nodePath(node: Node | undefined): string | undefined {
   if (!node) return undefined;
   if (node.kind === 'snapshot') return node.entry.path;
   if (node.kind === 'invalid') return node.path;
+  if (node.kind === 'fitPoint') return node.point.entry?.path;
   return undefined;
+}
+
+const VERDICTS = { fits: 'fits', oom: 'OOM', error: 'error' } as const;
+
+/** A point of a fit search: its axes, then its peak and verdict; the frontier starred. */
+function fitPointItem(p: FitPoint): vscode.TreeItem {
+  const item = new vscode.TreeItem(p.label, vscode.TreeItemCollapsibleState.None);
+  const e = p.entry;
+  item.id = `fitPoint:${p.run}:${p.label}`;
+  const verdict = p.verdict ? VERDICTS[p.verdict] : 'not traced';
+  const how = p.source && p.source !== 'traced' && p.source !== 'resumed' ? ` (${p.source})` : '';
+  // The peak first: a narrow sidebar cuts the end of the line, and the star is also the icon.
+  item.description = [e ? `${formatBytes(e.peakBytes)} peak` : '', `${verdict}${how}`, p.frontier ? '★ largest that fits' : ''].filter(Boolean).join(' · ');
+  item.tooltip = `${p.label}: ${verdict}${how}${p.frontier ? ' — on the frontier: no larger configuration of this search fits' : ''}`;
+  item.iconPath = new vscode.ThemeIcon(p.frontier ? 'star-full' : p.verdict === 'fits' ? 'pass' : p.verdict === 'oom' ? 'error' : 'circle-outline');
+  if (e) {
+    item.contextValue = 'memlens.snapshot';
+    item.command = { title: 'Open Memory Report', command: 'memlens.openMemoryReport', arguments: [e.path] };
+  }
+  return item;
 }

@@ -17,6 +17,7 @@ export class MemoryStatus implements vscode.Disposable {
   private readonly item = vscode.window.createStatusBarItem('memlens.status', vscode.StatusBarAlignment.Left, 10);
   private server: ServerState = { kind: 'starting' };
   private snapshot: SnapshotInfo | undefined;
+  private chosen = false;
   private tracing: string | undefined;
 
   constructor() {
@@ -30,8 +31,10 @@ export class MemoryStatus implements vscode.Disposable {
     this.render();
   }
 
-  setSnapshot(info: SnapshotInfo): void {
+  /** The trace the active editor shows (`chosen`: with Memlens: Choose Trace). */
+  setSnapshot(info: SnapshotInfo, chosen = false): void {
     this.snapshot = info;
+    this.chosen = chosen;
     this.render();
   }
 
@@ -84,7 +87,8 @@ export class MemoryStatus implements vscode.Disposable {
     const over = s.peakBytes > s.budgetBytes;
     // A rank only where there are several: "· rank 0" on a single-process job says nothing.
     const rank = s.worldSize > 1 ? ` · rank ${s.rank}` : '';
-    this.item.text = `$(pulse) ${formatPeakOfBudget(s.peakBytes, s.budgetBytes)}${rank}`;
+    // Named where the eye goes: which trace the editor's numbers come from.
+    this.item.text = `$(pulse) ${shortName(s.targetName)} · ${formatPeakOfBudget(s.peakBytes, s.budgetBytes)}${rank}`;
     const md = new vscode.MarkdownString(undefined, true);
     md.appendMarkdown(`**Peak ${formatBytes(s.peakBytes)}** of a budget of ${formatBytes(s.budgetBytes)}`);
     md.appendMarkdown(over ? ` — **over by ${formatBytes(s.peakBytes - s.budgetBytes)}**\n\n` : '\n\n');
@@ -97,6 +101,7 @@ export class MemoryStatus implements vscode.Disposable {
     md.appendText(`${s.targetName} (${s.kind}) on ${s.device}` + (s.worldSize > 1 ? `, rank ${s.rank} of ${s.worldSize}` : ''));
     if (s.peakPhase) md.appendText(`, peak in ${s.peakPhase}`);
     md.appendText(`\ntraced ${formatDate(s.created)}\n\n`);
+    md.appendText(this.chosen ? 'The trace chosen with Memlens: Choose Trace.\n\n' : 'The newest trace of this file (Memlens: Choose Trace shows another).\n\n');
     md.appendMarkdown('Click to open the memory report.');
     this.item.tooltip = md;
     this.item.command = { title: 'Open Memory Report', command: 'memlens.openMemoryReport', arguments: [s.path] };
@@ -110,4 +115,9 @@ export class MemoryStatus implements vscode.Disposable {
   dispose(): void {
     this.item.dispose();
   }
+}
+
+/** A target's name as the status bar shows it: at most 24 characters. */
+export function shortName(name: string): string {
+  return name.length <= 24 ? name : `${name.slice(0, 23)}…`;
 }

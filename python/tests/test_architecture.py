@@ -6,6 +6,7 @@ common/ and never each other (docs/architecture.md draws the same picture)."""
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 from pathlib import Path
 
@@ -197,10 +198,10 @@ def test_tests_and_benches_import_memlens_modules_that_exist():
 
 
 def test_plugins_are_one_folder_per_library():
-    """plugins/ holds the host (`__init__.py`: PLUGINS, PluginHost; `imports.py`;
-    `library_plugin.py`) and one subpackage per library: a new library is a new folder."""
+    """plugins/ holds the host (`__init__.py`: PLUGINS, PluginHost; `context.py`: what a
+    plugin may use and what a plugin is; `imports.py`; `library_plugin.py`) and one subpackage per library: a new library is a new folder."""
     plugins = PACKAGE / "plugins"
-    host = {"__init__.py", "imports.py", "library_plugin.py"}
+    host = {"__init__.py", "context.py", "imports.py", "library_plugin.py"}
     loose = sorted(p.name for p in plugins.glob("*.py") if p.name not in host)
     assert loose == [], "a plugin module outside its library's folder"
     libraries = [p for p in plugins.iterdir() if p.is_dir() and p.name != "__pycache__"]
@@ -248,3 +249,32 @@ def test_tests_live_in_the_folder_of_their_room():
     assert sorted(p.name for p in tests.glob("test_*.py")) == ["test_architecture.py"]
     names = [p.name for p in tests.glob("*/test_*.py")]
     assert len(names) == len(set(names)), "two test files of one name (pytest imports by name)"
+
+
+def test_outside_the_engine_a_tracer_is_handed_in_typed():
+    """A function outside engine/ that takes the tracer names what it may use of it (a
+    PluginContext, a TraceFacts, the Tracer itself where the room is above the engine), so
+    that what each room reads of a trace is declared, not duck-typed."""
+    untyped = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.relative_to(PACKAGE).parts[0] == "engine":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+                untyped += [f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name}"
+                            for a in args if a.arg == "tracer" and a.annotation is None]
+    assert untyped == []
+
+
+def test_every_plugin_is_made_the_same_way():
+    """Each plugin module has a `Plugin(context, watcher)` with `deactivate()`
+    (plugins/context.py), the one shape the PluginHost makes."""
+    import importlib
+
+    from memlens.plugins import PLUGINS
+
+    for name in PLUGINS.values():
+        plugin = importlib.import_module(f"memlens.plugins.{name}").Plugin
+        assert callable(getattr(plugin, "deactivate", None)), name
+        assert list(inspect.signature(plugin).parameters)[:2] == ["tracer", "watcher"], name

@@ -33,7 +33,7 @@ const brokenErrorLine = lineOf(brokenFile, /the trace fails here/);
 // names no rank)
 // A module's annotation: its total, then its activations ("≈ 1.2 MiB · 640.0 KiB act ×2").
 const MODEL_TEXT = /^≈ \S+ \S+ · \S+ \S+ act/;
-const STATUS = /^(\d+(?:\.\d)?)(?: ([KMGTP]iB|B))? \/ \d+(?:\.\d)? ([KMGTP]iB|B)$/;
+const STATUS = /^(?:.+ · )?(\d+(?:\.\d)?)(?: ([KMGTP]iB|B))? \/ \d+(?:\.\d)? ([KMGTP]iB|B)$/;
 
 let session: Session;
 

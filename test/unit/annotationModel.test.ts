@@ -10,7 +10,6 @@ const ann = (line: number, share: number, kind: Annotation['kind'] = 'line'): An
   text: `≈ ${line}`,
   bytes: 1,
   share,
-  hover: '',
   stale: false,
 });
 

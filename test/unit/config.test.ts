@@ -45,10 +45,10 @@ test('the server gets its own names; inlay hints only in the inlay-hint style', 
   assert.deepEqual(serverSettings(config({ budget: '70GiB', traceTimeout: 60, hotLines: 3 })), {
     budget: '70GiB',
     iterations: null,
-    timeLimitSeconds: 60,
+    traceTimeout: 60,
     memoryLimitMB: 0,
     traceOnSave: false,
-    topLines: 3,
+    hotLines: 3,
     inlayHints: false,
     python: null,
   });

@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import { validateFitReport } from '../../common/fitReport';
 import { isHostMessage, isWebviewMessage } from '../../common/messages';
 import { DEFAULTS } from '../../src/config';
-import { fitParams, parseSpace, shellWords } from '../../src/fitSpace';
+import { fitParams, flagPick, parseSpace, shellWords, spaceOfFlags } from '../../src/fitSpace';
 import type { FitReport } from '../../common/protocol';
 
 const GiB = 2 ** 30;
@@ -129,4 +129,16 @@ test('the fit message and the snapshot request pass the message checks', () => {
   assert.ok(isHostMessage({ type: 'fit', fit: report() }));
   assert.ok(isWebviewMessage({ type: 'openSnapshot', path: '/ws/p4/snapshot.json' }));
   assert.ok(!isWebviewMessage({ type: 'openSnapshot', path: 4 }));
+});
+
+test("the script's flags picked as axes fill the space box in memlens fit's syntax", () => {
+  const batch = { flag: '--batch-size', default: 8, help: 'per GPU', axis: 'micro-batch', space: ['--micro-batch', '8,16,32', '--axis', 'micro-batch=--batch-size'] };
+  const layers = { flag: '--n-layer', default: 4, help: '', axis: null, space: ['--arg', '--n-layer=4,8,16'] };
+  const text = spaceOfFlags([batch, layers]);
+  assert.equal(text, '--micro-batch 8,16,32 --axis micro-batch=--batch-size --arg --n-layer=4,8,16');
+  const parsed = parseSpace(text);
+  assert.ok(parsed.ok && parsed.space.length === 6);
+  assert.equal(spaceOfFlags([{ ...layers, space: ['--arg', '--name=a b'] }]), "--arg '--name=a b'");
+  assert.deepEqual(flagPick(batch), { label: '--batch-size', description: 'default 8 · the micro-batch axis: 8,16,32', detail: 'per GPU' });
+  assert.equal(flagPick(layers).description, 'default 4 · an axis of its own: 4,8,16');
 });

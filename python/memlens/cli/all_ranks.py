@@ -9,7 +9,8 @@ from pathlib import Path
 
 from ..distributed.object_p2p import ENV_FOLDER
 from ..errors import MemlensError
-from ..worker.protocol import cli_snapshot_path, rank_argv
+from ..worker.command import WorkerCommand
+from ..worker.protocol import cli_snapshot_path
 
 def trace_all_ranks(args, spec, job, target, device, command, console, err) -> int:
     import tempfile
@@ -70,13 +71,13 @@ def worker_argv(args, spec, rank: int, snapshot: Path | None,
     else:
         script = list(args.script)
         what = script if script[:1] == ["--"] else ["--", *script]
-    argv = rank_argv(spec.world_size, spec.local_world_size, rank,
-                     str(snapshot) if snapshot else None,
-                     (("--device", args.device), ("--iterations", args.iterations),
-                      ("--max-allocations", args.max_allocations),
-                      ("--dynamic-sizes", args.dynamic_sizes),
-                      ("--sdpa-backend", args.sdpa_backend)), what)
-    return ["--debug", *argv] if args.debug else argv
+    return WorkerCommand(
+        what, world_size=spec.world_size, nproc_per_node=spec.local_world_size, rank=rank,
+        snapshot=str(snapshot) if snapshot else False, device=args.device,
+        iterations=args.iterations, options=(("--max-allocations", args.max_allocations),
+                                             ("--dynamic-sizes", args.dynamic_sizes),
+                                             ("--sdpa-backend", args.sdpa_backend)),
+        debug=args.debug).args()
 
 
 def _script_args(script: list[str]) -> list[str]:

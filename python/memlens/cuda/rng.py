@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import random
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 
@@ -67,3 +68,66 @@ class FakeCudaRNG:
             raise RuntimeError(f"RNG state is wrong size: {len(raw)} bytes, expected 16")
         self._seed[index] = int.from_bytes(raw[:8], "little")
         self._offset[index] = int.from_bytes(raw[8:], "little")
+
+
+class _AnyGenerator(type(torch._C.Generator)):
+    """`isinstance(g, torch.Generator)` stays true of every generator (the CPU default too)."""
+
+    def __instancecheck__(cls, obj: object) -> bool:
+        return isinstance(obj, torch._C.Generator)
+
+    def __subclasscheck__(cls, sub: type) -> bool:
+        return issubclass(sub, torch._C.Generator)
+
+
+def generator_type(check_device):
+    """`torch.Generator` while simulating: `torch.Generator("cuda")` (OLMo-core and torchtitan
+    seed their weight init with one) is a generator of the simulated GPU; a CPU build cannot
+    make a CUDA one ("Cannot get CUDA generator without ATen_cuda library"). It is a CPU
+    generator underneath, which fake tensors' random ops accept and never draw from; its
+    state is CUDA's 16 bytes (seed, Philox offset). `check_device(device)` gives the index."""
+
+    class Generator(torch._C.Generator, metaclass=_AnyGenerator):
+        def __new__(cls, device: Any = "cpu") -> torch._C.Generator:
+            dev = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
+            if dev.type != "cuda":
+                return torch._C.Generator(dev)
+            gen = super().__new__(cls)
+            gen._rng = FakeCudaRNG(1)  # this generator's own seed and offset
+            gen._index = check_device(dev)
+            return gen
+
+        def __init__(self, device: Any = "cpu") -> None:
+            pass
+
+        @property
+        def device(self) -> torch.device:
+            return torch.device("cuda", self._index)
+
+        def manual_seed(self, seed: int) -> "Generator":
+            self._rng.manual_seed(seed, 0)
+            return self
+
+        def seed(self) -> int:
+            self._rng.seed(0)
+            return self._rng.initial_seed(0)
+
+        def initial_seed(self) -> int:
+            return self._rng.initial_seed(0)
+
+        def get_state(self) -> torch.Tensor:
+            return self._rng.get_state(0)
+
+        def set_state(self, state: torch.Tensor) -> "Generator":
+            self._rng.set_state(state, 0)
+            return self
+
+        def get_offset(self) -> int:
+            return self._rng._offset[0]
+
+        def set_offset(self, offset: int) -> "Generator":
+            self._rng._offset[0] = int(offset)
+            return self
+
+    Generator.__module__ = "torch"
+    return Generator

@@ -23,7 +23,7 @@ import torch
 from ..patches.patcher import Patcher, check_tested
 from . import build, graphs, streams
 from .device_state import SimulatedDevices
-from .rng import FakeCudaRNG
+from .rng import FakeCudaRNG, generator_type
 from .spec_types import DeviceSpec
 
 
@@ -154,6 +154,17 @@ def _cuda_api(dev: SimulatedDevices, spec: DeviceSpec, rng: FakeCudaRNG) -> dict
                 "or by its fallback for an op without a fake kernel (e.g. aten::record_stream); "
                 "the simulated GPU only holds fake tensors")
 
+    sync_debug = [0]  # torch.cuda.set_sync_debug_mode: 0 default, 1 warn, 2 error
+
+    def set_sync_debug_mode(debug_mode: int | str) -> None:
+        if isinstance(debug_mode, str):
+            modes = {"default": 0, "warn": 1, "error": 2}
+            if debug_mode not in modes:
+                raise RuntimeError(
+                    "invalid value of debug_mode, expected one of `default`, `warn`, `error`")
+            debug_mode = modes[debug_mode]
+        sync_debug[0] = int(debug_mode)
+
     def get_rng_state(device: Any = "cuda") -> torch.Tensor:
         return rng.get_state(dev.check(device))
 
@@ -197,6 +208,9 @@ def _cuda_api(dev: SimulatedDevices, spec: DeviceSpec, rng: FakeCudaRNG) -> dict
         "get_rng_state": get_rng_state,
         "set_rng_state": set_rng_state,
         "get_rng_state_all": lambda: [rng.get_state(i) for i in range(dev.count)],
+        # OLMo-core's metric logging sets it around its device-to-host copies.
+        "set_sync_debug_mode": set_sync_debug_mode,
+        "get_sync_debug_mode": lambda: sync_debug[0],
         "set_rng_state_all": set_rng_state_all,
     }
 
@@ -273,6 +287,7 @@ def simulate_cuda(spec: DeviceSpec, memory_source: MemorySource, *, device_count
         cuda_mods = _modules("torch.cuda")
         for name, value in {**_cuda_api(dev, spec, FakeCudaRNG(device_count)), **memory}.items():
             patches.set_everywhere(cuda_mods, name, value)
+        patches.setattr(torch, "Generator", generator_type(dev.check))
         patches.setattr(torch.cuda, "_initialized", True)  # checkpoint reads it to save CUDA RNG state
         accel_mods = _modules("torch.accelerator")
         for name, value in _accelerator_api(dev, memory).items():

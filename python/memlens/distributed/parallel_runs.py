@@ -25,7 +25,8 @@ from rich.markup import escape
 from .env import RankSpec
 from .rank_table import RanksProgress, rank_table, worst_rank
 from .roles import RankGroup, group_ranks
-from .workers import RankResult, run_pool
+from ..worker.result import WorkerResult
+from .workers import run_pool
 
 INDEX_FORMAT, INDEX_VERSION = "memlens.ranks", 1
 
@@ -57,7 +58,7 @@ def run_all(spec: RankSpec, worker_argv, jobs: int, outputs: Outputs, progress_m
     if outputs.directory:
         outputs.directory.mkdir(parents=True, exist_ok=True)
     with RanksProgress(progress_mode, console) as progress:
-        def launch(ranks: list[int], workers: int) -> list[RankResult]:
+        def launch(ranks: list[int], workers: int) -> list[WorkerResult]:
             items = [(r, worker_argv(r, outputs.rank_snapshot(r)), outputs.rank_log(r))
                      for r in ranks]
             return run_pool(items, workers, progress.update,
@@ -69,7 +70,7 @@ def run_all(spec: RankSpec, worker_argv, jobs: int, outputs: Outputs, progress_m
         else:
             first = launch([0], 1)[0]
             if first.ok:
-                groups = group_ranks(first.summary.get("parallel") or {}, spec.world_size)
+                groups = group_ranks(first.output.get("parallel") or {}, spec.world_size)
                 rest = launch([g.representative for g in groups if g.representative != 0], jobs)
             else:  # without rank 0's layout there is no grouping: report its failure
                 groups, rest = [RankGroup(0, [0])], []
@@ -83,19 +84,19 @@ def run_all(spec: RankSpec, worker_argv, jobs: int, outputs: Outputs, progress_m
     return index, 0 if all(r["status"] == "ok" for r in rows) else 1
 
 
-def _done_text(res: RankResult) -> str:
+def _done_text(res: WorkerResult) -> str:
     from ..units import format_bytes
 
     if res.ok:
-        return f"peak {format_bytes(res.summary['peak_bytes'])} ({res.duration_s:.1f} s)"
-    return f"failed: {res.error.get('message', '').splitlines()[0][:120]}"
+        return f"peak {format_bytes(res.output['peak_bytes'])} ({res.duration_s:.1f} s)"
+    return f"failed: {res.failure().get('message', '').splitlines()[0][:120]}"
 
 
-def _row(group: RankGroup, res: RankResult, outputs: Outputs) -> dict[str, Any]:
+def _row(group: RankGroup, res: WorkerResult, outputs: Outputs) -> dict[str, Any]:
     row: dict[str, Any] = {"rank": res.rank, "alike": group.ranks, "duration_s": res.duration_s}
     if not res.ok:
-        return {**row, "status": "failed", "role": None, "error": res.error, "snapshot": None}
-    s = res.summary
+        return {**row, "status": "failed", "role": None, "error": res.failure(), "snapshot": None}
+    s = res.output
     snap = outputs.rank_snapshot(res.rank)
     return {**row, "status": "ok", "role": (s.get("parallel") or {}).get("role"),
             "peak_bytes": s["peak_bytes"], "peak_phase": s["peak_phase"],
@@ -116,8 +117,8 @@ def _verdict(s: dict[str, Any]) -> dict[str, Any]:
                                             "reserved_needed_bytes")} if oom else None}
 
 
-def _index(spec: RankSpec, rows, outputs: Outputs, command, first: RankResult, device) -> dict:
-    s = first.summary or {}
+def _index(spec: RankSpec, rows, outputs: Outputs, command, first: WorkerResult, device) -> dict:
+    s = first.output or {}
     worst = worst_rank(rows)
     return {"format": INDEX_FORMAT, "version": INDEX_VERSION,
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -149,7 +150,7 @@ def _write(index: dict, outputs: Outputs) -> None:
 def _print_notes(first, console) -> None:
     """What an integration changed about the run (the Megatron plugin's mock data, ...): the
     same for every rank of one script, so rank 0's."""
-    for text in (first.summary or {}).get("notes", []):
+    for text in (first.output or {}).get("notes", []):
         console.print(f"[yellow]note:[/] {escape(text)}", highlight=False)
 
 

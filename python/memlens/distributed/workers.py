@@ -11,44 +11,22 @@ from __future__ import annotations
 import sys
 import threading
 from collections import deque
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
-from ..worker.process_tree import WorkerProcess
-from ..worker.protocol import final_json, progress_record, worker_env
+from ..worker import warm
+from ..worker.protocol import progress_record, worker_env
+from ..worker.result import WorkerResult, ended_result
 
 LOG_TAIL = 40  # lines of a worker's log kept for its failure report
 
 
-@dataclass
-class RankResult:
-    rank: int
-    returncode: int = -1
-    summary: dict[str, Any] | None = None  # the worker's --json object
-    log: list[str] = field(default_factory=list)
-    duration_s: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return self.returncode == 0 and self.summary is not None and "error" not in self.summary
-
-    @property
-    def error(self) -> dict[str, Any]:
-        if self.summary and isinstance(self.summary.get("error"), dict):
-            return self.summary["error"]
-        tail = "\n".join(self.log[-10:])
-        return {"kind": "WorkerFailed", "message": f"the worker exited with status "
-                f"{self.returncode}" + (f":\n{tail}" if tail else "")}
-
-
 def run_worker(argv: list[str], rank: int, on_progress: Callable[[int, str], None],
-               log_path: Path | None = None, env: dict[str, str] | None = None) -> RankResult:
+               log_path: Path | None = None, env: dict[str, str] | None = None) -> WorkerResult:
     """Run one worker to its end (the process's, not its pipes': a child the script left
     running may hold them) and end whatever it started. `on_progress(rank, phase)` is called
     from a reader thread. Run in the thread that waits for it (the worker dies with the thread
     that started it)."""
-    result = RankResult(rank)
     tail: deque[str] = deque(maxlen=LOG_TAIL)
     log = open(log_path, "w", encoding="utf-8") if log_path else None
 
@@ -65,9 +43,8 @@ def run_worker(argv: list[str], rank: int, on_progress: Callable[[int, str], Non
                 pass
 
     # One thread per worker, as torchrun does for several processes per node.
-    process = WorkerProcess([sys.executable, "-m", "memlens", *argv], None,
-                            worker_env(extra=env, defaults={"OMP_NUM_THREADS": "1"}),
-                            on_stderr_line=stderr_line)
+    process = warm.worker_process([sys.executable, "-m", "memlens", *argv], None,
+                                  rank_env(env), on_stderr_line=stderr_line)
     try:
         process.start()
         ended = process.wait()
@@ -75,20 +52,20 @@ def run_worker(argv: list[str], rank: int, on_progress: Callable[[int, str], Non
         process.stop()
         if log:
             log.close()
-    result.returncode = ended.returncode
-    result.log = list(tail)
-    result.summary = final_json(ended.stdout)
-    result.duration_s = round(ended.duration_s, 3)
-    return result
+    return ended_result(ended, list(tail), rank=rank)
+
+
+def rank_env(env: dict[str, str] | None) -> dict[str, str]:
+    return worker_env(extra=env, defaults={"OMP_NUM_THREADS": "1"})
 
 
 def run_pool(jobs: list[tuple[int, list[str], Path | None]], workers: int,
              on_progress: Callable[[int, str], None],
-             on_done: Callable[[RankResult], None], env: dict[str, str] | None = None
-             ) -> list[RankResult]:
+             on_done: Callable[[WorkerResult], None], env: dict[str, str] | None = None
+             ) -> list[WorkerResult]:
     """Run (rank, argv, log path) jobs, at most `workers` at a time (with `env` besides this
     process's environment); results in job order."""
-    results: dict[int, RankResult] = {}
+    results: dict[int, WorkerResult] = {}
     lock = threading.Lock()
     queue = list(jobs)
 
@@ -104,6 +81,9 @@ def run_pool(jobs: list[tuple[int, list[str], Path | None]], workers: int,
                 results[rank] = res
             on_done(res)
 
+    # The ranks are forked from one warm process (worker/warm.py), started from this thread,
+    # which outlives them all: each rank skips torch's and memlens' imports.
+    warm.prestart(sys.executable, rank_env(env))
     threads = [threading.Thread(target=loop, daemon=True)
                for _ in range(max(1, min(workers, len(jobs))))]
     for t in threads:

@@ -8,6 +8,7 @@ that is already booked, so they cost nothing. The storage's weakref frees it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import threading
 
@@ -26,6 +27,7 @@ from .phases import SETUP
 
 aten = torch.ops.aten
 _local_scalar_dense = aten._local_scalar_dense.default
+_ITEM = aten.item.default
 _PASSTHROUGH = {torch.ops.prim.device.default, aten.sym_size.default, aten.sym_stride.default,
                 aten.sym_numel.default, aten.sym_storage_offset.default, aten.is_contiguous.default,
                 aten.detach.default, aten.view.default, aten._unsafe_view.default,
@@ -43,6 +45,12 @@ _RECORD_STREAM = aten.record_stream.default
 _IS_PINNED = aten.is_pinned.default
 _PIN_MEMORY = aten._pin_memory.default
 _PLAIN_TYPES = (torch.Tensor, torch._subclasses.FakeTensor, torch.nn.Parameter)
+
+
+@functools.cache
+def _composite(func) -> bool:
+    return func.namespace == "aten" and torch._C._dispatch_has_kernel_for_dispatch_key(
+        func.name(), "CompositeImplicitAutograd")
 
 
 def _plain(types) -> bool:
@@ -112,6 +120,12 @@ class Accountant(TorchDispatchMode):
         kwargs = kwargs or {}
         if func.namespace == "profiler":  # record_function markers: no tensors, no memory
             return func(*args, **kwargs)
+        if torch.is_inference_mode_enabled() and _composite(func):
+            # Inference mode skips the autograd keys, where composite ops (`t.to("cuda")`,
+            # Lightning's evaluation loop) decompose: the whole op comes here, and FakeTensorMode
+            # would constant-fold it for real on a host tensor (a real CUDA tensor). Decompose it.
+            with self:
+                return func.decompose(*args, **kwargs)
         if _FakeTensor not in types and not self._all_fake and runs_on_host(
                 func, types, args, kwargs, sys._getframe(2), self._copying_real > 0):
             return self._run_on_host(func, args, kwargs)
@@ -120,7 +134,7 @@ class Accountant(TorchDispatchMode):
         phases = self.tracer.phases
         if phases.stop_pending and not phases.in_step:
             raise self.tracer.stop()
-        if func is _local_scalar_dense:
+        if func is _local_scalar_dense or func is _ITEM:  # _ITEM: whole, under inference mode
             # A DTensor's value (`.item()` of a clipped grad norm) is its local tensor's: let
             # DTensor dispatch, and read the local tensor when it comes back here.
             return self._read_value(args[0]) if _plain(types) else NotImplemented

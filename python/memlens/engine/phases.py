@@ -22,6 +22,8 @@ is traced whole.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from .. import categories as C
@@ -58,6 +60,7 @@ class PhaseTracker:
         self._backward_in_iteration = False
         self._backward_seen = False
         self._closure_steps = 0  # steps whose closure has not returned yet (step_pre_hook)
+        self._state_init = 0  # inside state_init_step()
         self._iteration_phase = -1  # index of the current iteration's first phase
         self._lead = None  # id of the module whose forward began this iteration
         self.on_phase = lambda name: None  # progress display
@@ -123,10 +126,23 @@ class PhaseTracker:
             self.state = OPTIMIZER
             self.begin(f"optimizer_step_iter_{self.iteration}")
 
+    @contextlib.contextmanager
+    def state_init_step(self) -> Iterator[None]:
+        """Inside, an optimizer step only creates the optimizer's state (DCP's
+        `get_optimizer_state_dict` steps with zero gradients and lr 0 before a first
+        checkpoint, as OLMo-core's at step 0): no iteration ends."""
+        self._state_init += 1
+        try:
+            yield
+        finally:
+            self._state_init -= 1
+
     def step_pre_hook(self, optimizer, args: tuple, kwargs: dict):
         """optimizer.step's pre-hook. A step given a closure runs the iteration's forward and
         backward inside it (Lightning's automatic optimization, LBFGS): the step begins when
         the closure first returns, so those stay in the forward/backward phase."""
+        if self._state_init:
+            return None
         closure = kwargs["closure"] if "closure" in kwargs else (args[0] if args else None)
         if not callable(closure):
             self.on_step_begin()
@@ -148,6 +164,8 @@ class PhaseTracker:
         return (closure_then_step, *args[1:]), kwargs
 
     def step_post_hook(self, optimizer, args: tuple, kwargs: dict) -> None:
+        if self._state_init:
+            return
         if self._closure_steps:  # a step that never called its closure
             self._closure_steps -= 1
             self.on_step_begin()

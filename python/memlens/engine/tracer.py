@@ -28,7 +28,7 @@ from .ledger import Ledger
 from .modules import ModuleTracker
 from ..patches import Patcher
 from ..patches.patcher import versions_noted
-from ..patches import (torch_checkpoint, torch_compile, torch_core, torch_data,
+from ..patches import (checkpoint_files, torch_checkpoint, torch_compile, torch_core, torch_data,
                        torch_inductor_cuda, torch_loops, torch_values)
 from .healthy_values import mark_finite_check
 from .phases import PhaseTracker
@@ -106,6 +106,7 @@ class Tracer:
                              self.accountant.copying_real)
             torch_data.apply(self._patcher)
             torch_values.apply(self._patcher, self.accountant.note_value)
+            checkpoint_files.apply(self._patcher, self.add_note)
             torch_loops.apply(self._patcher, self.phases.on_optimizer_created,
                               self.phases.on_backward_end)
             torch_compile.apply(
@@ -118,7 +119,8 @@ class Tracer:
 
                 torch_distributed.apply(self._patcher, self.rank, self.layout,
                                         lambda t: self.classifier.mark(t, C.GRADIENT),
-                                        type(self.accountant), self.collectives)
+                                        type(self.accountant), self.collectives,
+                                        state_init_step=self.phases.state_init_step)
                 undo.callback(torch_distributed.destroy_if_initialized)
             self.modules.install()
             undo.callback(self.modules.uninstall)
@@ -138,7 +140,7 @@ class Tracer:
 
                 from ..cuda import multi_gpu_comm
 
-                torch_cuda_semantics.apply(self._patcher, self)
+                torch_cuda_semantics.apply(self._patcher, self.device, self.sdpa)
                 cuda_nvtx.apply(self._patcher)
                 # DataParallel's copies between the simulated GPUs of one process.
                 multi_gpu_comm.apply(self._patcher,

@@ -4,11 +4,13 @@ a time (each a `memlens run` process, see trace_point.py)."""
 from __future__ import annotations
 
 import concurrent.futures as cf
+import sys
 import threading
 from pathlib import Path
 from typing import Any
 
-from .trace_point import trace
+from ..worker import warm
+from .trace_point import point_env, trace
 
 
 class LocalRunner:
@@ -19,6 +21,8 @@ class LocalRunner:
         self._procs: set = set()
         self._lock = threading.Lock()
         self.description = f"{jobs} local worker{'s' if jobs != 1 else ''}"
+        # Points are forked from one warm process started from this (the driver's) thread.
+        warm.prestart(sys.executable, point_env())
 
     def submit(self, tag: Any, request: dict[str, Any], folder: Path) -> None:
         self._pending[self._pool.submit(trace, request, folder, self._procs)] = tag

@@ -19,26 +19,29 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..worker.process_tree import WorkerProcess
-from ..worker.protocol import final_json, progress_record, worker_env
+from ..worker import warm
+from ..worker.command import WorkerCommand
+from ..worker.protocol import progress_record, worker_env
+from ..worker.result import ended_result
 
 JOB_FILE, SNAPSHOT_FILE, LOG_FILE = "job.json", "snapshot.json", "trace.log"
 LOG_TAIL = 10
 
 
 def worker_argv(request: dict[str, Any], folder: Path) -> list[str]:
-    argv = ["run", "--json", "--progress", "json", "--recorded-job", str(folder / JOB_FILE),
-            "--device", request["device"]]
-    argv += ["--snapshot", str(folder / SNAPSHOT_FILE)] if request.get("snapshots", True) \
-        else ["--no-snapshot"]
-    if request.get("iterations") is not None:
-        argv += ["--iterations", str(request["iterations"])]
     world = request.get("world_size") or 1
-    if world > 1:
-        argv += ["--world-size", str(world), "--ranks", "all", "--jobs", "1"]
-        if request.get("nproc_per_node"):
-            argv += ["--nproc-per-node", str(request["nproc_per_node"])]
-    return (["--debug"] if request.get("debug") else []) + argv
+    several = world > 1  # all its ranks, one worker at a time (the search runs points at once)
+    return WorkerCommand(
+        ["--recorded-job", str(folder / JOB_FILE)], device=request["device"],
+        world_size=world if several else None,
+        nproc_per_node=request.get("nproc_per_node") or None if several else None,
+        all_ranks=several, jobs=1 if several else None, iterations=request.get("iterations"),
+        snapshot=str(folder / SNAPSHOT_FILE) if request.get("snapshots", True) else False,
+        debug=bool(request.get("debug"))).args()
+
+
+def point_env() -> dict[str, str]:
+    return worker_env(defaults={"OMP_NUM_THREADS": "1"})
 
 
 def trace(request: dict[str, Any], folder: Path, running: set | None = None) -> dict[str, Any]:
@@ -54,9 +57,9 @@ def trace(request: dict[str, Any], folder: Path, running: set | None = None) -> 
         if progress_record(line) is None:
             lines.append(line)
 
-    env = worker_env(defaults={"OMP_NUM_THREADS": "1"})
-    process = WorkerProcess([sys.executable, "-m", "memlens", *worker_argv(request, folder)],
-                            request.get("cwd"), env, on_stderr_line=stderr_line)
+    process = warm.worker_process([sys.executable, "-m", "memlens",
+                                   *worker_argv(request, folder)],
+                                  request.get("cwd"), point_env(), on_stderr_line=stderr_line)
     if running is not None:
         running.add(process)
     try:
@@ -67,8 +70,9 @@ def trace(request: dict[str, Any], folder: Path, running: set | None = None) -> 
         if running is not None:
             running.discard(process)
     (folder / LOG_FILE).write_text("\n".join(lines) + "\n", encoding="utf-8", errors="replace")
-    result = read_result(final_json(ended.stdout), ended.returncode, lines)
-    result["duration_s"] = round(ended.duration_s, 3)
+    worker = ended_result(ended, lines)
+    result = read_result(worker.output, worker.returncode, worker.log)
+    result["duration_s"] = worker.duration_s
     return result
 
 

@@ -24,7 +24,11 @@ import contextlib
 import os
 import sys
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
+
+if TYPE_CHECKING:
+    from ..distributed.env import RankSpec
+    from ..engine.tracer import Tracer
 
 FLAG, SNAPSHOT_FLAG = "--memory-tracing", "--save-peak-memory-snapshot"
 
@@ -85,7 +89,7 @@ def _rank():
     return RankSpec(world, int(os.environ.get("RANK", "0")), local)
 
 
-def _finish(tracer, argv: list[str], spec) -> None:
+def _finish(tracer: Tracer, argv: list[str], spec: RankSpec) -> None:
     from rich.console import Console
 
     from ..reports.terminal import print_report

@@ -161,6 +161,8 @@ TESTED_VERSIONS = {'torch_core': ('torch', '2.13.0', '2.15.0'),
  'torchao_float8': ('torchao', '0.18.0', '0.19.0'),
  'deepspeed': ('deepspeed', '0.18.9', '0.20.0'),
  'bitsandbytes': ('bitsandbytes', '0.50.2', '0.51.0'),
- 'triton': ('triton', '3.8.0', '3.9.0')}
+ 'triton': ('triton', '3.8.0', '3.9.0'),
+ 'checkpoint_files': ('torch', '2.13.0', '2.16.0'),
+ 'olmo_core': ('ai2-olmo-core', '3.0.0', '3.1.0')}
 
-UNRECORDED = []
+UNRECORDED = ['checkpoint_files', 'olmo_core']

@@ -92,7 +92,7 @@ def _no_constant_on_device(patcher: Patcher) -> None:
             moving.pop()
 
     @functools.wraps(fetch)
-    def fetch_proxies(flat_args_kwargs, tracer):
+    def fetch_proxies(flat_args_kwargs, tracer: proxy_tensor.PythonKeyTracer):
         proxies, flat_proxies, all_constant = fetch(flat_args_kwargs, tracer)
         return proxies, flat_proxies, all_constant and not moving[-1]
 

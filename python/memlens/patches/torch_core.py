@@ -89,6 +89,12 @@ def _noting_parameter_copies(original, on_parameter_copy, copying_real):
             with copying_real():  # a real tensor's copy is real (its storage is copied)
                 copied = original(self, memo)
         else:
+            if isinstance(self, FakeTensor) and memo is not None:
+                # The copy keeps its tensor's fake mode: torch deep-copies the tensor's
+                # `__dict__`, and so the mode, into a second FakeTensorMode, and then the
+                # copy's `.data` is a new tensor of that mode, not a view of the copy:
+                # `p.data = p.data.contiguous()` (PEFT's modules_to_save) dropped its storage.
+                memo.setdefault(id(self.fake_mode), self.fake_mode)
             with warnings.catch_warnings():
                 # torch's own deepcopy asks a fake tensor for its data pointer (to take the
                 # clone path); the warning is about torch's code, not the script's.

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from ..cuda import sdpa
+from ..devices import DeviceSpec
 from .patcher import Patcher, check_tested
 
 CUDA_VERSION = "13.0"  # what a current PyTorch wheel for Hopper/Blackwell is built with
@@ -65,12 +66,12 @@ def _composite_op(patcher: Patcher, implementation):
     return torch.ops.memlens.scaled_dot_product_attention.default
 
 
-def apply(patcher: Patcher, tracer) -> None:
+def apply(patcher: Patcher, device: DeviceSpec, log: sdpa.SdpaLog) -> None:
+    """`log`: where the attention kernels that ran are recorded (the snapshot's meta.sdpa)."""
     check_tested("torch_cuda_semantics", torch.__version__)
     _register_gru_cell(patcher)
-    cc = (tracer.device.major, tracer.device.minor)
+    cc = (device.major, device.minor)
     math = F.scaled_dot_product_attention
-    log = tracer.sdpa  # what ran, reported in the snapshot (meta.sdpa) and as a note
 
     @functools.wraps(math)
     def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,

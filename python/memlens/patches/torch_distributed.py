@@ -29,12 +29,14 @@ from __future__ import annotations
 
 import copy
 import functools
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 import torch
 
 from . import (torch_distributed_bringup, torch_distributed_groups, torch_distributed_users,
                torch_object_p2p)
+from .inline_pool import InlineThreadPoolExecutor
 from .patcher import Patcher, check_tested
 
 
@@ -56,11 +58,12 @@ def _real(fn: Callable) -> Callable:
 
 
 def apply(patcher: Patcher, spec, layout, is_gradient: Callable[[torch.Tensor], None],
-          dispatch_mode: type, works=None) -> None:
+          dispatch_mode: type, works=None, state_init_step=None) -> None:
     """`spec`: the simulated RankSpec; `layout`: the recorder of what the rank builds;
     `is_gradient(t)`: t's storage holds gradients (DDP's buckets); `dispatch_mode`: the
     accountant's TorchDispatchMode class (the engine's, handed in: patches import no engine);
-    `works`: the model of NCCL's streams and works (kernels/nccl_work.py), told of waits."""
+    `works`: the model of NCCL's streams and works (kernels/nccl_work.py), told of waits;
+    `state_init_step()`: a context in which an optimizer step ends no iteration."""
     import torch.distributed as dist
 
     check_tested("torch_distributed", torch.__version__)
@@ -73,6 +76,7 @@ def apply(patcher: Patcher, spec, layout, is_gradient: Callable[[torch.Tensor], 
     _device_mesh(patcher, layout)
     _object_collectives(patcher, spec)
     _cross_rank_checks(patcher)
+    _checkpoints(patcher, state_init_step)
     _coalesced_collectives(patcher)
     _dtensor(patcher, dispatch_mode)
     _collective_results(patcher)
@@ -130,6 +134,36 @@ def _cross_rank_checks(patcher: Patcher) -> None:
     patcher.setattr(du, "_verify_param_shape_across_processes", _noop)
     if hasattr(ddp, "_verify_param_shape_across_processes"):
         patcher.setattr(ddp, "_verify_param_shape_across_processes", _noop)
+
+
+def _checkpoints(patcher: Patcher, state_init_step=None) -> None:
+    """`torch.distributed.checkpoint.save` gathers every rank's save plan on the coordinator
+    and checks that the chunks cover each tensor (OLMo-core saves a sharded checkpoint at step
+    0). The object collectives hand the coordinator this rank's plan for every rank, so an
+    FSDP-sharded tensor looks a quarter covered on 4 ranks ("Failed to validate global plan:
+    invalid fill"): the check of chunks other ranks send is skipped; nothing on the device
+    depends on it. `async_save` stages the state dict and writes it from a worker thread: the
+    writes run in the traced thread instead (inline_pool.py), the staging as before.
+    `get_optimizer_state_dict` of a fresh optimizer creates its state with a step of zero
+    gradients and lr 0 (`_init_optim_state`): inside `state_init_step()`, no iteration."""
+    try:
+        import torch.distributed.checkpoint._async_thread_executor as async_executor
+        import torch.distributed.checkpoint.default_planner as planner
+        import torch.distributed.checkpoint.state_dict as state_dict
+    except ImportError:  # a build without torch.distributed.checkpoint
+        return
+    init_state = getattr(state_dict, "_init_optim_state", None)
+    if init_state is not None and state_init_step is not None:
+        @functools.wraps(init_state)
+        def _init_optim_state(optim) -> None:
+            with state_init_step():
+                return init_state(optim)
+
+        patcher.setattr(state_dict, "_init_optim_state", _init_optim_state)
+    if hasattr(planner, "_validate_global_plan"):
+        patcher.setattr(planner, "_validate_global_plan", lambda global_plan, metadata: [])
+    if getattr(async_executor, "ThreadPoolExecutor", None) is ThreadPoolExecutor:
+        patcher.setattr(async_executor, "ThreadPoolExecutor", InlineThreadPoolExecutor)
 
 
 # -- coalesced collectives ------------------------------------------------------------------

@@ -108,6 +108,37 @@ def _get_backend(patcher: Patcher, layout) -> None:
 
     patcher.set_everywhere(_bound_in("get_backend", original, [c10d, dist]), "get_backend",
                            get_backend)
+    _default_device(patcher, layout)
+
+
+_BACKEND_DEVICES = {"nccl": "cuda", "gloo": "cpu", "mpi": "cpu", "xccl": "xpu", "hccl": "hpu"}
+
+
+def _default_device(patcher: Patcher, layout) -> None:
+    """`_get_pg_default_device(group)`: the device of the backend the script asked for. The
+    fake backend is registered for cpu, cuda, hpu and xpu, for which torch answers "cpu"; an
+    NCCL group's is "cuda". torch.distributed.checkpoint's `set_model_state_dict(...,
+    broadcast_from_rank0=True)` of a model still on the meta device (Lightning Fabric's
+    `load_raw`, litgpt's LoRA on FSDP2) broadcasts onto that device, and assigned the shards
+    to the CPU."""
+    import torch
+    import torch.distributed.distributed_c10d as c10d
+
+    original = getattr(c10d, "_get_pg_default_device", None)
+    if original is None:
+        return
+
+    @functools.wraps(original)
+    def _get_pg_default_device(group=None):
+        asked = requested_backend(layout, group or c10d._get_default_group()).lower()
+        devices = [part.split(":")[0] if ":" in part else _BACKEND_DEVICES.get(part)
+                   for part in asked.split(",")]
+        if not devices or None in devices:  # "undefined", a third-party backend
+            return original(group)
+        return torch.device("cpu" if "cpu" in devices else devices[0])  # torch's rule
+
+    patcher.set_everywhere(_bound_in("_get_pg_default_device", original, [c10d]),
+                           "_get_pg_default_device", _get_pg_default_device)
 
 
 def requested_backend(layout, group=None) -> str:

@@ -4,30 +4,32 @@ safetensors, accelerate, the Hugging Face Trainer, torchao's float8 training, De
 One subpackage per library (`megatron/`, `hf/`, `torchao/`); each plugin is a module of it
 that is imported only when its library is: the tracer installs a `PluginHost`, which watches
 for each plugin's trigger module and, when the trigger starts to be imported (before the
-package's `__init__` imports its submodules), hands the plugin the tracer. A plugin keeps its monkey-patches in one module, version-checked, and
-undoes them when the trace ends; what it changed about the run goes into the snapshot's
+package's `__init__` imports its submodules), makes the plugin module's `Plugin(context,
+watcher)` (context.py: what a plugin may use of the trace, and the one shape of a plugin). A
+plugin keeps its monkey-patches in one module, version-checked, and undoes them when the trace
+ends; what it changed about the run goes into the snapshot's
 `meta.notes`.
 """
 
 from __future__ import annotations
 
 import importlib
-from types import ModuleType
-
+from .context import Plugin, PluginContext, PluginFactory
 from .imports import ImportWatcher
 
 # trigger module -> plugin module (in this package: <library>.<plugin>)
 PLUGINS = {"megatron.core": "megatron", "safetensors": "hf.safetensors",
            "accelerate": "hf.accelerate", "transformers": "hf.transformers",
            "transformers.modeling_utils": "hf.loading", "torchao": "torchao.float8",
-           "deepspeed": "deepspeed", "bitsandbytes": "bitsandbytes", "triton": "triton"}
+           "deepspeed": "deepspeed", "bitsandbytes": "bitsandbytes", "triton": "triton",
+           "olmo_core": "olmo_core"}
 
 
 class PluginHost:
-    def __init__(self, tracer) -> None:
+    def __init__(self, tracer: PluginContext) -> None:
         self.tracer = tracer
         self.watcher = ImportWatcher()
-        self.active: list[ModuleType] = []
+        self.active: list[Plugin] = []
 
     def install(self) -> None:
         self.watcher.install()
@@ -40,9 +42,6 @@ class PluginHost:
             self.active.pop().deactivate()
 
     def _activate(self, name: str) -> None:
-        plugin = importlib.import_module(f"{__name__}.{name}")
-        if hasattr(plugin, "Plugin"):  # a LibraryPlugin (library_plugin.py)
-            self.active.append(plugin.Plugin(self.tracer, self.watcher))
-            return
-        self.active.append(plugin)
-        plugin.activate(self.tracer, self.watcher)
+        module = importlib.import_module(f"{__name__}.{name}")
+        factory: PluginFactory = module.Plugin
+        self.active.append(factory(self.tracer, self.watcher))

@@ -10,13 +10,19 @@ calls `deactivate()` when the trace ends, which undoes every patch the plugin ap
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..patches.patcher import Patcher
+
+if TYPE_CHECKING:
+    from .context import PluginContext
+    from .imports import ImportWatcher
 
 
 class LibraryPlugin:
     watches: dict[str, str] = {}
 
-    def __init__(self, tracer, watcher) -> None:
+    def __init__(self, tracer: PluginContext, watcher: ImportWatcher) -> None:
         self.tracer = tracer
         self.patcher = Patcher()
         for module, method in self.watches.items():

@@ -7,5 +7,5 @@ targets (discovery), worker (the trace process), tracing (running traces), comma
 trace means on the LSP side), digest (reading snapshots, in a helper process), index (the
 newest snapshot per target), annotations (snapshot -> per-line text and hovers), edits (line
 mapping), documents (open documents), payloads (what the editor receives), client (sending it),
-diagnostics (kept per key), server (state), features (LSP handlers).
+diagnostics (kept per key), server (state), handlers/ (the LSP handlers, by concern).
 """

@@ -24,10 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(stream=sys.stderr, level=args.log_level.upper(),
                         format="memlens-server %(levelname)s %(name)s: %(message)s")
     forbid_torch()
-    from .features import create_server
+    from .handlers import create_server
 
     server = create_server()
-    atexit.register(server.runner.stop_all, "cancelled")
+    atexit.register(server.runner.running.stop_all, "cancelled")
     if args.tcp:
         server.start_tcp("127.0.0.1", args.tcp)
     else:

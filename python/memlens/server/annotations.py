@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..units import format_bytes
-from ..snapshot.digest import CATEGORIES
+from ..snapshot.digest import CATEGORIES, Digest
 
 LABELS = {"parameter": "parameters", "buffer": "buffers", "gradient": "gradients",
           "optimizer_state": "optimizer state", "activation": "activations",
@@ -150,7 +150,7 @@ def _module_annotation(kind: str, line: int, mods: list[dict[str, Any]], peak: i
     return Annotation(line - 1, kind, label, text, alive, share, body)
 
 
-def module_annotations(digest: dict[str, Any], path: str) -> list[Annotation]:
+def module_annotations(digest: Digest, path: str) -> list[Annotation]:
     peak = digest["summary"]["peakBytes"]
     root_name = next((m["cls"] for m in digest["modules"] if m["fqn"] == ""), "model")
     by_class: dict[int, list[dict[str, Any]]] = {}
@@ -178,7 +178,7 @@ def module_annotations(digest: dict[str, Any], path: str) -> list[Annotation]:
     return out
 
 
-def line_annotations(digest: dict[str, Any], path: str, skip: set[int],
+def line_annotations(digest: Digest, path: str, skip: set[int],
                      in_init: Callable[[int], bool], top: int) -> list[Annotation]:
     """The `top` lines of `path` holding the most bytes at the peak, outside `__init__` bodies
     and the lines in `skip` (1-based)."""
@@ -208,7 +208,7 @@ def line_annotations(digest: dict[str, Any], path: str, skip: set[int],
     return out
 
 
-def annotate(digest: dict[str, Any], path: str, in_init: Callable[[int], bool] = lambda n: False,
+def annotate(digest: Digest, path: str, in_init: Callable[[int], bool] = lambda n: False,
              top_lines: int = 5) -> list[Annotation]:
     """Every annotation of the file `path` (normalized as in the digest), sorted by line."""
     mods = module_annotations(digest, path)
@@ -235,7 +235,7 @@ def age_text(created: str, now: _dt.datetime | None = None) -> str:
     return f"{s // 86400} days ago"
 
 
-def footer(digest: dict[str, Any], budget: int, now: _dt.datetime | None = None,
+def footer(digest: Digest, budget: int, now: _dt.datetime | None = None,
            stale: bool = False) -> str:
     meta, summary = digest["meta"], digest["summary"]
     total = meta["deviceTotalBytes"]
@@ -258,7 +258,7 @@ def footer(digest: dict[str, Any], budget: int, now: _dt.datetime | None = None,
     return text
 
 
-def hover_markdown(a: Annotation, digest: dict[str, Any], budget: int,
+def hover_markdown(a: Annotation, digest: Digest, budget: int,
                    now: _dt.datetime | None = None, stale: bool = False) -> str:
     return f"{a.body}\n\n---\n\n{footer(digest, budget, now, stale)}"
 

@@ -128,10 +128,13 @@ class TraceCommands:
         self.last_requests: dict[str, TraceRequest] = {}  # by target id: what on-save repeats
 
     def on_cancel_request(self, msg_id: Any) -> None:
-        self._cancel(self.runner.by_msg_id(msg_id))
+        run = self.runner.running.by_msg_id(msg_id)
+        if run is not None:
+            run.unanswered = True  # the request is answered "cancelled" at once, not by this
+        self._cancel(run)
 
     def on_progress_cancel(self, token: Any) -> None:
-        self._cancel(self.runner.by_token(token))
+        self._cancel(self.runner.running.by_token(token))
 
     def _cancel(self, run: RunningTrace | None) -> None:
         if run is not None:
@@ -194,7 +197,7 @@ class TraceCommands:
         out: P.TraceResult = {"targetId": t.id, "status": "cancelled",
                               "durationS": round(result.duration_s, 3) if result else 0.0}
         if result is None:
-            out["status"] = run.cancelled_before_start or "cancelled"
+            out["status"] = run.stopped_before_start or "cancelled"
         elif result.status == "ok":
             # The worker's final line carries the snapshot's digest: no process reads it again.
             digest = (result.output or {}).get("digest")
@@ -232,7 +235,8 @@ class TraceCommands:
         if out["status"] == "ok":
             self.client.log(f"trace of {t.name} done: peak "
                             f"{format_bytes(out['snapshot']['peakBytes'])}, {snapshot}")
-        self.client.notify(P.NOTIFY_TRACE_FINISHED, out)
+        if run.msg_id is None or run.unanswered:  # no reply carries it: the one message
+            self.client.notify(P.NOTIFY_TRACE_FINISHED, out)
         self.client.refresh_views()
         return out
 

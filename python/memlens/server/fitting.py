@@ -17,8 +17,10 @@ from lsprotocol import types as lsp
 from ..errors import MemlensError
 from ..fit.axes_from_options import load_config
 from ..fit.report import SORT_KEYS
+from ..fit.script_options import argparse_flags
 from ..fit.space import BUILTIN_AXES
 from ..units import format_bytes
+from ..worker.command import WorkerCommand
 from ..worker.protocol import worker_env
 from . import payloads
 from . import protocol as P
@@ -26,6 +28,7 @@ from .client import LspClient
 from .settings import Settings
 from .targets import TargetInfo
 from .tracing import TraceRequest, explain_failure
+from .jobs import Runs, WorkerRun, start
 from .worker import Worker, WorkerResult, python_executable
 
 # The options of `memlens fit` that shape the space; anything else is the server's to choose.
@@ -70,24 +73,21 @@ def space_options(raw: Any) -> list[str]:
 def fit_command(req: FitRequest, python: str) -> tuple[list[str], str, dict[str, str]]:
     """argv, cwd and environment of the worker that runs the search."""
     t = req.target
-    argv = [python, "-m", "memlens", "fit", "--json", "--progress", "json"] + (
-        ["--device", req.device] if req.device else []) + ["--jobs", str(req.jobs)]
-    if req.iterations:
-        argv += ["--iterations", str(req.iterations)]
-    if req.sort:
-        argv += ["--sort", req.sort]
-    argv += req.space
+    extra = list(req.space)
     # A launch configuration of several processes: its world size, unless the space varies it.
     if t.kind == "launch" and (t.world_size or 1) > 1 and \
             not any(o.startswith("--gpus=") for o in req.space):
-        argv.append(f"--gpus={t.world_size}")
+        extra.append(f"--gpus={t.world_size}")
     if t.kind == "torchrun":  # the CLI runs the shell script with recording launchers
-        argv += ["--from-script", f"{t.path}:{t.line + 1}"]
+        job = ["--from-script", f"{t.path}:{t.line + 1}"]
     elif t.kind in ("script", "launch"):
-        argv += ["--"] + ([t.program] if t.program else ["-m", t.module or ""]) + list(t.args)
+        job = ["--"] + ([t.program] if t.program else ["-m", t.module or ""]) + list(t.args)
     else:
         raise MemlensError(f"{t.name} is a model class: a search runs a training script, a "
                            "launch configuration or a torchrun line (each point is a job)")
+    argv = WorkerCommand(job, "fit", device=req.device, jobs=req.jobs,
+                         iterations=req.iterations or None, options=(("--sort", req.sort),),
+                         extra=extra).argv(python)
     return argv, cwd_of(t), worker_env(extra={} if t.kind == "torchrun" else t.env)
 
 
@@ -95,19 +95,22 @@ def cwd_of(t: TargetInfo) -> str:
     return t.cwd or t.folder or str(Path(t.path).parent)
 
 
-@dataclass
-class RunningFit:
-    request: FitRequest
-    msg_id: Any
-    token: str | None = None
-    worker: Worker | None = None
-    stopped: str | None = None  # why it ended before its worker started
+def script_flags(t: TargetInfo):
+    """The integer argparse flags of the Python script a target runs (none for a module run
+    with -m or a shell script's line whose program is not a file)."""
+    program = t.path if t.kind == "script" else t.program
+    if not program:
+        return []
+    path = Path(program) if Path(program).is_absolute() else Path(cwd_of(t)) / program
+    try:
+        return argparse_flags(path.read_text(encoding="utf-8")) if path.suffix == ".py" else []
+    except (OSError, UnicodeDecodeError):
+        return []
 
-    def stop(self, reason: str) -> None:
-        if self.worker is not None:
-            self.worker.stop(reason)
-        elif self.stopped is None:
-            self.stopped = reason
+
+@dataclass
+class RunningFit(WorkerRun):
+    request: FitRequest
 
 
 class FitCommands:
@@ -119,7 +122,7 @@ class FitCommands:
         self.client = client
         self.settings = settings
         self.trace_request = trace_request  # the target, device and iterations, as a trace's
-        self.running: dict[str, RunningFit] = {}
+        self.running: Runs[RunningFit] = Runs()
 
     async def request_from(self, params: dict[str, Any]) -> tuple[FitRequest, TraceRequest]:
         base = await self.trace_request(params)
@@ -136,7 +139,10 @@ class FitCommands:
         """The `[tool.memlens.fit]` (or memlens.toml `[fit]`) the search of a target would read."""
         t = (await self.trace_request(params)).target
         table, source = await asyncio.to_thread(load_config, None, Path(cwd_of(t)))
-        return {"source": source if table else None, "keys": sorted(table)}
+        flags = await asyncio.to_thread(script_flags, t)
+        return {"source": source if table else None, "keys": sorted(table),
+                "flags": [{"flag": f.flag, "default": f.default, "help": f.help,
+                           "axis": f.axis(), "space": f.space()} for f in flags]}
 
     async def fit(self, params: dict[str, Any], msg_id: Any) -> P.FitResult:
         req, base = await self.request_from(params)
@@ -144,26 +150,22 @@ class FitCommands:
         settings = self.settings()
         python = python_executable(settings.python or t.python)
         argv, cwd, env = fit_command(req, python)
-        old = self.running.get(t.id)
-        if old is not None:
-            old.stop("replaced")
-        run = RunningFit(req, msg_id)
-        self.running[t.id] = run
+        run = RunningFit(req, msg_id=msg_id)
+        self.running.begin(t.id, run)
         try:
-            result = await self._run(run, argv, cwd, env, settings)
+            result = await self._run(run, argv, cwd, env, settings, python)
         finally:
-            if self.running.get(t.id) is run:
-                del self.running[t.id]
+            self.running.end(t.id, run)
         out = self._result(run, result, base, settings, python)
         if run.token is not None:
             self.client.end_progress(run.token, FINISHED.get(out["status"], out["status"]))
         return out
 
     async def _run(self, run: RunningFit, argv: list[str], cwd: str, env: dict[str, str],
-                   settings: Settings) -> WorkerResult | None:
+                   settings: Settings, python: str) -> WorkerResult | None:
         token = await self.client.begin_progress(f"Finding what fits: {run.request.target.name}")
         run.token = token
-        limit = settings.timeLimitSeconds
+        limit = settings.traceTimeout
         loop = asyncio.get_running_loop()
         started = loop.time()
         deadline: list[asyncio.TimerHandle] = []
@@ -190,17 +192,13 @@ class FitCommands:
 
         worker = Worker(argv, cwd, env, None, settings.memory_limit_bytes(), on_progress,
                         on_output)
-        if run.stopped:
+        if run.stopped_before_start:
             return None
         run.worker = worker
         set_deadline(limit)  # until the space is known: the job is being read
-        try:
-            await worker.start()
-        except OSError as e:
-            return WorkerResult("failed", None, {"error": {
-                "kind": "WorkerNotStarted",
-                "message": f"Cannot start the fit worker with {argv[0]}: {e}. Check the "
-                           "memlens.python setting."}})
+        not_started = await start(worker, "fit", python)
+        if not_started is not None:
+            return not_started
         self.client.log(f"finding what fits for {run.request.target.name}: {' '.join(argv)} "
                         f"(pid {worker.pid})")
         try:
@@ -215,7 +213,7 @@ class FitCommands:
         out: P.FitResult = {"targetId": t.id, "status": "cancelled",
                             "durationS": round(result.duration_s, 3) if result else 0.0}
         if result is None:
-            out["status"] = run.stopped or "cancelled"  # type: ignore[typeddict-item]
+            out["status"] = run.stopped_before_start or "cancelled"  # type: ignore[typeddict-item]
             return out
         out["status"] = result.status  # type: ignore[typeddict-item]
         if result.status == "ok":
@@ -226,8 +224,8 @@ class FitCommands:
         elif result.status == "timeout":
             out["error"] = {"kind": "Timeout", "message": (
                 f"The search for {t.name} ran past its time limit of "
-                f"{settings.timeLimitSeconds:g} s per point and was stopped (setting "
-                "memlens.timeLimitSeconds); the points it finished are kept: the same search "
+                f"{settings.traceTimeout:g} s per point and was stopped (setting "
+                "memlens.traceTimeout); the points it finished are kept: the same search "
                 "resumes from them.")}
         elif result.status == "failed":
             out["error"] = explain_failure(result, base, settings, python)  # type: ignore
@@ -236,18 +234,14 @@ class FitCommands:
         return out
 
     def on_cancel_request(self, msg_id: Any) -> None:
-        for run in list(self.running.values()):
-            if run.msg_id == msg_id:
-                run.stop("cancelled")
+        run = self.running.by_msg_id(msg_id)
+        if run is not None:
+            run.stop("cancelled")
 
     def on_progress_cancel(self, token: Any) -> None:
-        for run in list(self.running.values()):
-            if run.token is not None and run.token == token:
-                run.stop("cancelled")
-
-    def stop_all(self, reason: str = "cancelled") -> None:
-        for run in list(self.running.values()):
-            run.stop(reason)
+        run = self.running.by_token(token)
+        if run is not None:
+            run.stop("cancelled")
 
 
 def progress_message(record: dict[str, Any]) -> tuple[str, int | None]:

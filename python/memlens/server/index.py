@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
 from ..worker.protocol import SNAPSHOT_DIR, worker_env
+from ..snapshot.digest import Digest, DigestError
 GITIGNORE = "# Snapshots of Torch Memory Lens; regenerate them with \"Trace Memory\".\n*\n"
 
 
@@ -25,7 +26,7 @@ class SnapshotEntry:
     dir: str  # .memlens/<slug>
     path: str
     mtime: float
-    digest: dict[str, Any] | None = None
+    digest: Digest | None = None
     error: str | None = None
     files: frozenset = field(default_factory=frozenset)
 
@@ -163,7 +164,7 @@ class SnapshotIndex:
                 e.files = frozenset(r.get("files", ()))
             self.entries[e.dir] = e
 
-    def add(self, path: str, digest: dict[str, Any]) -> SnapshotEntry | None:
+    def add(self, path: str, digest: Digest | DigestError) -> SnapshotEntry | None:
         """A snapshot whose digest came with it (the worker's final line): known without a
         helper process reading it again; `refresh` sees it unchanged. None if it is not
         there."""
@@ -187,12 +188,19 @@ class SnapshotIndex:
     def usable(self) -> list[SnapshotEntry]:
         return sorted((e for e in self.entries.values() if e.digest), key=lambda e: -e.created)
 
-    def covering(self, path: str) -> SnapshotEntry | None:
-        """The newest snapshot that has something to say about the file `path`."""
-        for e in self.usable():
-            if path in e.files:
+    def covering_all(self, path: str) -> list[SnapshotEntry]:
+        """Every snapshot that has something to say about the file `path`, newest first."""
+        return [e for e in self.usable() if path in e.files]
+
+    def covering(self, path: str, chosen: str | None = None) -> SnapshotEntry | None:
+        """The one snapshot a document of the file `path` shows: the newest of the snapshot
+        folder `chosen` (Choose Trace) when that covers the file, else the newest covering
+        it. The one place that decides; CodeLens, hints, hovers and the status bar follow."""
+        covering = self.covering_all(path)
+        for e in covering:
+            if e.dir == chosen:
                 return e
-        return None
+        return covering[0] if covering else None
 
     def by_path(self, snapshot_path: str) -> SnapshotEntry | None:
         for e in self.entries.values():

@@ -18,6 +18,7 @@ from .documents import DocState
 from .index import SnapshotEntry
 from .targets import TargetInfo
 from .tracing import traceback_frames
+from ..snapshot.digest import Digest
 
 # How wide a line is in the client's units (UTF-16 code units, usually): an end of line.
 LineEnd = Callable[[str], int]
@@ -89,9 +90,10 @@ def target(t: TargetInfo, tracing: bool, newest: P.SnapshotInfo | None) -> P.Tar
     return out
 
 
-def annotations(state: DocState, snapshot: P.SnapshotInfo | None, budget: int,
-                now: _dt.datetime) -> P.AnnotationsParams:
-    """`memlens/annotations` of an open document; `snapshot` is its attached one's info."""
+def annotations(state: DocState, snapshot: P.SnapshotInfo | None,
+                chosen: bool = False) -> P.AnnotationsParams:
+    """`memlens/annotations` of an open document; `snapshot` is its attached one's info,
+    `chosen`: Choose Trace chose it."""
     stale, e = state.stale, state.entry
     anns: list[P.Annotation] = []
     if e is not None and e.digest is not None:
@@ -99,10 +101,9 @@ def annotations(state: DocState, snapshot: P.SnapshotInfo | None, budget: int,
             a = p.annotation
             anns.append({"line": p.line, "kind": a.kind, "label": a.label,
                          "text": hint_text(a, stale), "bytes": a.bytes, "share": a.share,
-                         "hover": hover_markdown(a, e.digest, budget, now, stale),
                          "stale": stale})
     return {"uri": state.uri, "version": state.version, "stale": stale, "snapshot": snapshot,
-            "annotations": anns}
+            "chosen": chosen and snapshot is not None, "annotations": anns}
 
 
 def trace_started(target_payload: P.Target, pid: int, argv: list[str]) -> P.TraceStartedParams:
@@ -144,11 +145,17 @@ def inlay_hints(state: DocState, first: int, last: int, line_end: LineEnd
 
 
 def code_lenses(targets: Iterable[TargetInfo], running: Collection[str],
-                newest: Callable[[TargetInfo], SnapshotEntry | None], device: str | None
-                ) -> list[lsp.CodeLens]:
-    """Per target: trace it (or cancel its running trace), and open its newest report."""
+                newest: Callable[[TargetInfo], SnapshotEntry | None], device: str | None,
+                shown: SnapshotEntry | None = None) -> list[lsp.CodeLens]:
+    """Per target: trace it (or cancel its running trace); then the one snapshot the document
+    shows (`shown`; None: none), as its target's "Open Report (peak …)", or on the first
+    target when none of them is its target; a target with another snapshot offers to show
+    that one instead (no number: every number of an editor comes from `shown`). A document
+    no trace covers (launch.json, a shell script) opens each target's newest."""
     out = []
-    for t in targets:
+    targets = list(targets)
+    owners = [t for t in targets if shown is not None and _same(newest(t), shown)]
+    for i, t in enumerate(targets):
         rng = lsp.Range(lsp.Position(t.line, t.start), lsp.Position(t.line, t.end))
         arg = {"targetId": t.id}
         if t.id in running:
@@ -161,13 +168,33 @@ def code_lenses(targets: Iterable[TargetInfo], running: Collection[str],
                 tooltip=f"Estimate the memory of one training step of {t.name}"
                         + (f" on {device}" if device else ""))))
         e = newest(t)
-        if e is not None:
-            peak = format_bytes(e.digest["summary"]["peakBytes"])
+        if shown is not None and (t in owners or (not owners and i == 0)):
+            peak = format_bytes(shown.digest["summary"]["peakBytes"])
+            meta = shown.digest["meta"]
+            title = (f"Open Report (peak {peak})" if t in owners else
+                     f"Showing {meta['targetName']} (peak {peak})")
             out.append(lsp.CodeLens(range=rng, command=lsp.Command(
-                title=f"Open Report (peak {peak})", command=P.CMD_OPEN_REPORT,
-                arguments=[{"targetId": t.id, "snapshot": e.path}],
+                title=title, command=P.CMD_OPEN_REPORT,
+                arguments=[{"targetId": t.id, "snapshot": shown.path}],
+                tooltip=f"The trace this editor shows: {meta['targetName']} on "
+                        f"{meta['deviceName']}, {meta['created']}")))
+        elif e is not None and e.digest is not None and shown is None:
+            # No trace covers this document (a launch.json, a shell script): each target
+            # opens its own, as no number of the editor can disagree with it.
+            out.append(lsp.CodeLens(range=rng, command=lsp.Command(
+                title=f"Open Report (peak {format_bytes(e.digest['summary']['peakBytes'])})",
+                command=P.CMD_OPEN_REPORT, arguments=[{"targetId": t.id, "snapshot": e.path}],
                 tooltip=f"The newest snapshot of {t.name}")))
+        if e is not None and e.digest is not None and shown is not None and t not in owners:
+            out.append(lsp.CodeLens(range=rng, command=lsp.Command(
+                title="Show Its Trace", command=P.CMD_CHOOSE_TRACE,
+                arguments=[{"snapshot": e.path}],
+                tooltip=f"Annotate this editor with the newest trace of {t.name}")))
     return out
+
+
+def _same(a: SnapshotEntry | None, b: SnapshotEntry) -> bool:
+    return a is not None and a.dir == b.dir
 
 
 def _line_range(lines: list[str], line0: int) -> lsp.Range:
@@ -183,7 +210,7 @@ def target_range(t: TargetInfo) -> lsp.Range:
     return lsp.Range(lsp.Position(t.line, t.start), lsp.Position(t.line, max(t.end, t.start)))
 
 
-def budget_diagnostic(t: TargetInfo, digest: dict, budget: int) -> lsp.Diagnostic | None:
+def budget_diagnostic(t: TargetInfo, digest: Digest, budget: int) -> lsp.Diagnostic | None:
     """A warning on a target whose peak exceeds the budget."""
     meta, summary = digest["meta"], digest["summary"]
     peak = summary["peakBytes"]

@@ -22,6 +22,7 @@ CMD_TRACE = "memlens.trace"  # TraceParams -> TraceResult (when the trace ends)
 CMD_CANCEL_TRACE = "memlens.cancelTrace"  # CancelTraceParams -> CancelTraceResult
 CMD_OPEN_REPORT = "memlens.openReport"  # OpenReportParams -> OpenReportResult
 CMD_FIT = "memlens.fit"  # FitParams -> FitResult (when the search ends)
+CMD_CHOOSE_TRACE = "memlens.chooseTrace"  # ChooseTraceParams -> ChooseTraceResult
 
 # -- requests, client -> server ---------------------------------------------------------------
 REQ_TARGETS = "memlens/targets"  # TargetsParams -> TargetsResult
@@ -29,6 +30,7 @@ REQ_DOCUMENT_ANNOTATIONS = "memlens/documentAnnotations"  # DocumentParams -> An
 REQ_SNAPSHOTS = "memlens/snapshots"  # EmptyParams -> SnapshotsResult
 REQ_SERVER_INFO = "memlens/serverInfo"  # EmptyParams -> ServerInfo
 REQ_FIT_SPACE = "memlens/fitSpace"  # FitSpaceParams -> FitSpaceResult
+REQ_DOCUMENT_TRACES = "memlens/documentTraces"  # DocumentTracesParams -> DocumentTracesResult
 
 # -- notifications, server -> client ----------------------------------------------------------
 NOTIFY_ANNOTATIONS = "memlens/annotations"  # AnnotationsParams
@@ -168,8 +170,7 @@ class Annotation(TypedDict):
     label: str  # the module group (h.*.attn) or file:line
     text: str  # what an inlay hint shows, e.g. "≈ 7.4 GiB · 6.1 GiB act ×32"
     bytes: int  # bytes alive at the peak that this annotation accounts for
-    share: float  # bytes / peak bytes, 0..1
-    hover: str  # markdown
+    share: float  # bytes / peak bytes, 0..1 (the breakdown: textDocument/hover, on request)
     stale: bool
 
 
@@ -178,11 +179,30 @@ class AnnotationsParams(TypedDict):
     version: Union[int, None]
     stale: bool  # the document changed since the snapshot was taken
     snapshot: Union[SnapshotInfo, None]  # None: no snapshot covers this document
+    chosen: bool  # the snapshot is the one Choose Trace chose (else: the newest covering it)
     annotations: list[Annotation]
 
 
 class SnapshotsResult(TypedDict):
     snapshots: list[SnapshotInfo]
+
+
+class DocumentTracesParams(TypedDict, total=False):
+    uri: str  # absent: every snapshot of the workspace
+
+
+class DocumentTracesResult(TypedDict):
+    traces: list[SnapshotInfo]  # the snapshots covering the document, newest first
+    shown: Union[str, None]  # the path of the one its annotations come from
+    chosen: Union[str, None]  # the path of the snapshot Choose Trace chose, if any
+
+
+class ChooseTraceParams(TypedDict, total=False):
+    snapshot: Union[str, None]  # a snapshot's path (its target's newest follows); None: newest
+
+
+class ChooseTraceResult(TypedDict):
+    chosen: Union[SnapshotInfo, None]
 
 
 class RunningTrace(TypedDict):
@@ -221,9 +241,18 @@ class FitSpaceParams(TypedDict, total=False):
     target: Target
 
 
+class ScriptFlag(TypedDict):
+    flag: str  # "--batch-size": an integer flag of the script's argparse
+    default: Union[int, None]
+    help: str
+    axis: Union[str, None]  # the built-in axis it is ("micro-batch", "seq"), else None
+    space: list[str]  # the `memlens fit` options making it an axis, e.g. ["--arg", "--n=1,2,4"]
+
+
 class FitSpaceResult(TypedDict):
     source: Union[str, None]  # "…/pyproject.toml [tool.memlens.fit]"; None: no such table
     keys: list[str]  # the table's keys (its axes and options), sorted
+    flags: list[ScriptFlag]  # the script's own integer flags, offered as axes
 
 
 class FitAxis(TypedDict):
@@ -293,10 +322,10 @@ class Settings(TypedDict, total=False):
     device: str  # absent: the recipe's or launch configuration's device, else "h100-80gb"
     budget: Union[str, int, None]  # "70GiB" or bytes; default: the device's total memory
     iterations: Union[int, None]  # default: the recipe's, else 2
-    timeLimitSeconds: float  # default 300
+    traceTimeout: float  # default 300
     memoryLimitMB: int  # the worker's address-space limit; 0: twice the host's memory; -1: none
     traceOnSave: bool  # default false
-    topLines: int  # hot lines annotated per file; default 5
+    hotLines: int  # hot lines annotated per file; default 5
     inlayHints: bool  # default true
     python: Union[str, None]  # the worker's interpreter; default the server's
 
@@ -314,6 +343,10 @@ METHODS: dict[str, dict[str, Any]] = {
     REQ_SERVER_INFO: {"kind": "request", "params": "EmptyParams", "result": "ServerInfo"},
     CMD_FIT: {"kind": "command", "params": "FitParams", "result": "FitResult"},
     REQ_FIT_SPACE: {"kind": "request", "params": "FitSpaceParams", "result": "FitSpaceResult"},
+    REQ_DOCUMENT_TRACES: {"kind": "request", "params": "DocumentTracesParams",
+                          "result": "DocumentTracesResult"},
+    CMD_CHOOSE_TRACE: {"kind": "command", "params": "ChooseTraceParams",
+                       "result": "ChooseTraceResult"},
     NOTIFY_ANNOTATIONS: {"kind": "notification", "params": "AnnotationsParams"},
     NOTIFY_TRACE_STARTED: {"kind": "notification", "params": "TraceStartedParams"},
     NOTIFY_TRACE_FINISHED: {"kind": "notification", "params": "TraceResult"},
@@ -323,8 +356,9 @@ METHODS: dict[str, dict[str, Any]] = {
 TYPES = (Position, Range, SnapshotInfo, Target, TraceParams, TraceError, TraceResult,
          CancelTraceParams, CancelTraceResult, OpenReportParams, OpenReportResult,
          TargetsParams, TargetsResult, DocumentParams, EmptyParams, Annotation,
-         AnnotationsParams, SnapshotsResult, RunningTrace, ServerInfo, TraceStartedParams,
-         FitParams, FitSpaceParams, FitSpaceResult, FitAxis, FitRow, FitCounts, FitReport,
+         AnnotationsParams, SnapshotsResult, DocumentTracesParams, DocumentTracesResult,
+         ChooseTraceParams, ChooseTraceResult, RunningTrace, ServerInfo, TraceStartedParams,
+         FitParams, FitSpaceParams, ScriptFlag, FitSpaceResult, FitAxis, FitRow, FitCounts, FitReport,
          FitResult, Settings)
 ALIASES = {"TargetKind": TargetKind, "TraceStatus": TraceStatus,
            "AnnotationKind": AnnotationKind, "FitVerdict": FitVerdict, "FitSort": FitSort}

@@ -1,6 +1,6 @@
 """The memlens language server: its state (settings, targets, snapshot index, open documents,
 running traces, diagnostics) and what happens when any of them changes. The LSP handlers that
-call into it are in features.py; what it sends is built in payloads.py and sent through
+call into it are in handlers/; what it sends is built in payloads.py and sent through
 client.py; traces are commands.py's."""
 
 from __future__ import annotations
@@ -24,13 +24,16 @@ from .client import LspClient
 from .commands import LspTraceHooks, TraceCommands
 from .diagnostics import DiagnosticStore
 from ..snapshot.digest import normalize_path
-from .documents import DocState, now_utc
+from .documents import DocState
 from .fitting import FitCommands
 from .index import SnapshotEntry, SnapshotIndex
 from .settings import Settings, parse_settings
 from .targets import RecipeCache, TargetInfo, document_targets, scan_workspace
 from .traced import TracedTexts
 from .tracing import TraceRunner
+from .worker import python_executable
+from ..worker import warm
+from ..worker.protocol import worker_env
 
 POLL_SECONDS = 2.0
 SCAN_MAX_AGE = 10.0
@@ -82,6 +85,7 @@ class MemlensServer(LanguageServer):
         self._pending_publish: dict[str, asyncio.TimerHandle] = {}
         self._pending_targets: dict[str, asyncio.TimerHandle] = {}
         self._entry_targets: dict[str, TargetInfo | None] | None = None  # snapshot -> target
+        self.chosen: str | None = None  # the snapshot folder Choose Trace chose, for the session
 
     # -- small helpers ---------------------------------------------------------------------
     def log(self, message: str, kind: lsp.MessageType = lsp.MessageType.Info) -> None:
@@ -119,11 +123,18 @@ class MemlensServer(LanguageServer):
         if self.settings == old:
             return
         for state in self.docs.values():
-            if old.topLines != self.settings.topLines:
+            if old.hotLines != self.settings.hotLines:
                 self.attach(state, state.entry)
             self.publish_annotations(state)
         self.update_budget_diagnostics()
         self.client.refresh_views()
+        if old.python != self.settings.python:
+            self.warm_up()
+
+    def warm_up(self) -> None:
+        """Start the warm worker of the configured interpreter (worker/warm.py) from the event
+        loop's thread, so that the first trace is forked, not started cold."""
+        warm.prestart(python_executable(self.settings.python), worker_env())
 
     async def pull_settings(self) -> None:
         if not self.client.can("workspace", "configuration"):
@@ -240,13 +251,36 @@ class MemlensServer(LanguageServer):
     def on_index_changed(self) -> None:
         self._entry_targets = None
         for state in self.docs.values():
-            entry = self.index.covering(state.path)
+            entry = self.shown_entry(state.path)
             if entry is not state.entry:  # another snapshot, or the same one read again
                 self.attach(state, entry)
                 self.publish_annotations(state)
         self.update_budget_diagnostics()
         self.client.refresh_views()
         self.client.notify(P.NOTIFY_SNAPSHOTS_CHANGED, self.snapshots_json())
+
+    def shown_entry(self, path: str) -> SnapshotEntry | None:
+        """The one snapshot every view of the file `path` shows (index.covering decides)."""
+        return self.index.covering(path, self.chosen)
+
+    def choose_trace(self, snapshot: str | None) -> P.ChooseTraceResult:
+        """Choose Trace: the snapshot folder of `snapshot` annotates every file it covers from
+        now on (its newer snapshots too); None: back to the newest covering each file."""
+        e = self.index.by_path(snapshot) if snapshot else None
+        if snapshot and (e is None or e.digest is None):
+            raise MemlensError(f"{snapshot} is not a snapshot of this workspace")
+        self.chosen = e.dir if e is not None else None
+        self.on_index_changed()
+        return {"chosen": self.snapshot_info(e) if e is not None else None}
+
+    def document_traces(self, path: str | None) -> P.DocumentTracesResult:
+        """The snapshots Choose Trace offers for the file `path` (None: the workspace's)."""
+        entries = self.index.covering_all(path) if path else self.index.usable()
+        shown = self.shown_entry(path) if path else None
+        chosen = next((e for e in self.index.usable() if e.dir == self.chosen), None)
+        return {"traces": [self.snapshot_info(e) for e in entries],
+                "shown": shown.path if shown else None,
+                "chosen": chosen.path if chosen else None}
 
     def attach(self, state: DocState, entry: SnapshotEntry | None) -> None:
         """Show `entry` in a document, placed by the text its lines refer to. The snapshot
@@ -256,7 +290,7 @@ class MemlensServer(LanguageServer):
             base = state.base
         else:
             base = self.traced.text_of(entry, state.path) if entry is not None else None
-        state.attach(entry, base, self.settings.topLines)
+        state.attach(entry, base, self.settings.hotLines)
 
     def snapshots_json(self) -> P.SnapshotsResult:
         return {"snapshots": [self.snapshot_info(e) for e in self.index.usable()]}
@@ -276,9 +310,8 @@ class MemlensServer(LanguageServer):
     def annotations_json(self, state: DocState) -> P.AnnotationsParams:
         e = state.entry
         if e is None or e.digest is None:
-            return payloads.annotations(state, None, 0, now_utc())
-        return payloads.annotations(state, self.snapshot_info(e), self.budget_for(None, e),
-                                    now_utc())
+            return payloads.annotations(state, None)
+        return payloads.annotations(state, self.snapshot_info(e), chosen=e.dir == self.chosen)
 
     def publish_annotations(self, state: DocState, delay: float = 0.0) -> None:
         """Send memlens/annotations for a document (debounced by `delay` seconds)."""
@@ -300,7 +333,7 @@ class MemlensServer(LanguageServer):
         path = normalize_path(uris.to_fs_path(uri) or uri)
         state = DocState(uri, path, text, version)
         self.docs[uri] = state
-        self.attach(state, self.index.covering(path))
+        self.attach(state, self.shown_entry(path))
         self.update_document_targets(state)
         self.publish_annotations(state)
         return state

@@ -17,10 +17,10 @@ class Settings:
     device: str | None = None
     budget: int | None = None  # bytes; None: the traced device's total memory
     iterations: int | None = None
-    timeLimitSeconds: float = 300.0
+    traceTimeout: float = 300.0
     memoryLimitMB: int = 0  # 0: twice the host's memory, at least 16 GiB; below 0: no limit
     traceOnSave: bool = False
-    topLines: int = 5
+    hotLines: int = 5
     inlayHints: bool = True
     python: str | None = None
 
@@ -92,10 +92,10 @@ _PARSERS = {
     "device": lambda v: str(v).strip().lower() or None if v is not None else None,
     "budget": _budget,
     "iterations": _opt_iterations,
-    "timeLimitSeconds": _positive(float),
+    "traceTimeout": _positive(float),
     "memoryLimitMB": _int,
     "traceOnSave": _bool,
-    "topLines": lambda v: max(0, _int(v)),
+    "hotLines": lambda v: max(0, _int(v)),
     "inlayHints": _bool,
     "python": _opt_str,
 }

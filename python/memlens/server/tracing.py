@@ -19,6 +19,7 @@ from .index import ensure_snapshot_dir
 from .settings import Settings
 from .targets import TargetInfo
 from ..worker.protocol import snapshot_path, trace_command
+from .jobs import Runs, WorkerRun, start
 from .worker import Worker, WorkerResult, python_executable
 
 _PHASE = re.compile(r"^(forward_backward|optimizer_step)_iter_(\d+)$")
@@ -82,9 +83,9 @@ def explain_failure(result: WorkerResult, req: TraceRequest, settings: Settings,
     if result.status == "timeout":
         return {"kind": "Timeout",
                 "message": f"The trace of {name} ran past its time limit of "
-                           f"{settings.timeLimitSeconds:g} s and was stopped "
-                           "(setting memlens.timeLimitSeconds)."}
-    tail = "\n".join(result.stderr_tail)
+                           f"{settings.traceTimeout:g} s and was stopped "
+                           "(setting memlens.traceTimeout)."}
+    tail = "\n".join(result.log)
     limit = settings.memory_limit_bytes()
     limit_text = f" (the worker's memory limit is {format_bytes(limit)}; setting " \
                  "memlens.memoryLimitMB)" if limit else ""
@@ -114,7 +115,7 @@ def explain_failure(result: WorkerResult, req: TraceRequest, settings: Settings,
         return {"kind": "OutOfMemory",
                 "message": f"The trace worker ran out of memory{limit_text}.",
                 "traceback": tail}
-    last = next((ln.strip() for ln in reversed(result.stderr_tail) if ln.strip()), "")
+    last = next((ln.strip() for ln in reversed(result.log) if ln.strip()), "")
     if rc is not None and rc < 0:
         try:
             sig = signal.Signals(-rc).name
@@ -132,20 +133,10 @@ def explain_failure(result: WorkerResult, req: TraceRequest, settings: Settings,
 
 
 @dataclass
-class RunningTrace:
+class RunningTrace(WorkerRun):
     request: TraceRequest
-    msg_id: Any  # the memlens.trace request's id (None: a trace on save)
     snapshot: str = ""  # the path the worker is told to write
-    token: str | None = None  # its `$/progress`, where the client shows one
-    worker: Worker | None = None
-    cancelled_before_start: str | None = None
     started: float = field(default_factory=lambda: _dt.datetime.now().timestamp())
-
-    def stop(self, reason: str) -> None:
-        if self.worker is not None:
-            self.worker.stop(reason)
-        elif self.cancelled_before_start is None:
-            self.cancelled_before_start = reason
 
 
 class TraceHooks(Protocol):
@@ -176,7 +167,7 @@ class TraceRunner:
     def __init__(self, hooks: TraceHooks, settings: Callable[[], Settings]):
         self.hooks = hooks
         self.settings = settings
-        self.running: dict[str, RunningTrace] = {}
+        self.running: Runs[RunningTrace] = Runs()
 
     def snapshot_path(self, t: TargetInfo) -> str:
         folder = t.folder or os.path.dirname(t.path)
@@ -188,12 +179,9 @@ class TraceRunner:
         """Trace; returns the run, the worker's result (None if it never started) and the
         snapshot path it was told to write."""
         tid = req.target.id
-        old = self.running.get(tid)
-        if old is not None:
-            old.stop("replaced")
         snapshot = self.snapshot_path(req.target)
-        run = RunningTrace(req, msg_id, snapshot)
-        self.running[tid] = run
+        run = RunningTrace(req, snapshot, msg_id=msg_id)
+        self.running.begin(tid, run)
         self.hooks.running_changed(run)
         settings = self.settings()
         python = python_executable(settings.python or req.target.python)
@@ -210,35 +198,19 @@ class TraceRunner:
             def on_output(line: str) -> None:
                 self.hooks.worker_output(run, line)
 
-            worker = Worker(argv, cwd, env, settings.timeLimitSeconds,
+            worker = Worker(argv, cwd, env, settings.traceTimeout,
                             settings.memory_limit_bytes(), on_progress, on_output)
-            if run.cancelled_before_start:
+            if run.stopped_before_start:
                 return run, None, snapshot
             run.worker = worker
             self.hooks.spawning(run)
-            try:
-                await worker.start()
-            except OSError as e:
-                self.hooks.log(f"cannot start the trace worker {argv[0]}: {e}")
-                fake = WorkerResult("failed", None, {"error": {
-                    "kind": "WorkerNotStarted",
-                    "message": f"Cannot start the trace worker with {python}: {e}. Check the "
-                               "memlens.python setting."}})
-                return run, fake, snapshot
+            not_started = await start(worker, "trace", python)
+            if not_started is not None:
+                self.hooks.log(not_started.error["message"])
+                return run, not_started, snapshot
             self.hooks.started(run, argv)
             result = await worker.run()
             return run, result, snapshot
         finally:
-            if self.running.get(tid) is run:  # not replaced by a newer run
-                del self.running[tid]
+            if self.running.end(tid, run):  # not replaced by a newer run
                 self.hooks.running_changed(run)
-
-    def by_msg_id(self, msg_id: Any) -> RunningTrace | None:
-        return next((r for r in self.running.values() if r.msg_id == msg_id), None)
-
-    def by_token(self, token: Any) -> RunningTrace | None:
-        return next((r for r in self.running.values() if r.token == token), None)
-
-    def stop_all(self, reason: str = "cancelled") -> None:
-        for r in list(self.running.values()):
-            r.stop(reason)

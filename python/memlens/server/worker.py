@@ -12,28 +12,14 @@ import asyncio
 import collections
 import sys
 import threading
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..worker import warm
 from ..worker.process_tree import Ended, WorkerProcess
-from ..worker.protocol import final_json, progress_record
+from ..worker.protocol import progress_record
+from ..worker.result import WorkerResult, ended_result
 
 _STDERR_TAIL = 200
-
-
-@dataclass
-class WorkerResult:
-    status: str  # ok | failed | cancelled | replaced | timeout
-    returncode: int | None
-    output: dict[str, Any] | None  # the JSON object the CLI printed on stdout
-    stderr_tail: list[str] = field(default_factory=list)
-    duration_s: float = 0.0
-
-    @property
-    def error(self) -> dict[str, Any] | None:
-        if self.output and isinstance(self.output.get("error"), dict):
-            return self.output["error"]
-        return None
 
 
 class Worker:
@@ -45,19 +31,27 @@ class Worker:
                  on_output: Callable[[str], None] = lambda line: None):
         self.argv, self.time_limit = argv, time_limit
         self.on_progress, self.on_output = on_progress, on_output
-        self.process = WorkerProcess(argv, cwd, env, memory_limit, self._stderr_line)
+        self.cwd, self.env, self.memory_limit = cwd, env, memory_limit
+        self.process: WorkerProcess | None = None  # cold, or forked from the warm worker
         self._tail: collections.deque = collections.deque(maxlen=_STDERR_TAIL)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_reason: str | None = None  # "cancelled", "replaced" or "timeout"
 
     @property
     def pid(self) -> int | None:
-        return self.process.pid
+        return self.process.pid if self.process is not None else None
 
     async def start(self) -> None:
         """Start the process, from the event loop's thread: the worker dies with the thread that
         started it (PR_SET_PDEATHSIG), and this one lives as long as the server."""
         self._loop = asyncio.get_running_loop()
+        if self.process is None:
+            if self.argv[1:3] == ["-m", "memlens"]:  # from this thread: see warm.prestart
+                warm.prestart(self.argv[0], self.env)
+            self.process = await _in_thread(warm.worker_process, self.argv, self.cwd,
+                                            self.env, self.memory_limit, self._stderr_line)
+            if self._stop_reason is not None:
+                self.process.stop()
         if self.process.proc is None:
             self.process.start()
 
@@ -65,7 +59,8 @@ class Worker:
         """End the worker and its children now (idempotent)."""
         if self._stop_reason is None:
             self._stop_reason = reason
-        self.process.stop()
+        if self.process is not None:
+            self.process.stop()
 
     def _stderr_line(self, line: str) -> None:  # a reader thread
         try:
@@ -88,16 +83,7 @@ class Worker:
         except asyncio.CancelledError:
             self.stop("cancelled")
             raise
-        output = final_json(ended.stdout)
-        if self._stop_reason is not None:
-            status = self._stop_reason
-        elif ended.timed_out:
-            status = "timeout"
-        elif ended.returncode == 0 and output is not None and "error" not in output:
-            status = "ok"
-        else:
-            status = "failed"
-        return WorkerResult(status, ended.returncode, output, list(self._tail), ended.duration_s)
+        return ended_result(ended, list(self._tail), self._stop_reason)
 
 
 def _in_thread(fn, *args) -> asyncio.Future:

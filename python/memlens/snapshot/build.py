@@ -18,8 +18,9 @@ from .analysis import DeviceStats, group_key, live_at, replay
 from .device_memory import device_memory
 from .io import FORMAT, VERSION  # noqa: F401  (the reader owns them: it needs no torch)
 
-if TYPE_CHECKING:  # the ledger is handed in (ledger_facts.py); never the engine
+if TYPE_CHECKING:  # the trace is handed in (trace_facts.py); never the engine
     from .ledger_facts import LedgerFacts
+    from .trace_facts import ModulesFacts, StacksFacts, TraceFacts
 
 DEFAULT_MAX_ALLOCATIONS = 1_000_000
 
@@ -55,7 +56,7 @@ class _Modules:
     (a loss module, a second model) are prefixed with their class name; modules outside every
     top-level module are named Class#index."""
 
-    def __init__(self, tracker) -> None:
+    def __init__(self, tracker: ModulesFacts) -> None:
         self.tracker = tracker
         self.fqn: dict[int, str] = {}
         self.root_of: dict[int, str] = {}  # module index -> fqn of its top-level module
@@ -91,7 +92,7 @@ class _Modules:
                        for i in range(1, len(parts) + 1)]
 
 
-def build_snapshot(tracer, meta: dict[str, Any],
+def build_snapshot(tracer: TraceFacts, meta: dict[str, Any],
                    max_allocations: int = DEFAULT_MAX_ALLOCATIONS) -> dict[str, Any]:
     ledger: LedgerFacts = tracer.ledger
     records = ledger.records
@@ -278,11 +279,12 @@ def build_snapshot(tracer, meta: dict[str, Any],
             "device": tracer.device.to_json(), "device_key": target,
             **tracer.parallel_meta(),
             "allocator": tracer.allocator_settings,
-            "iterations": tracer.iterations, "duration_s": round(tracer.finished - tracer.started, 3),
+            "iterations": tracer.iterations,
+            "duration_s": round(tracer.finished - tracer.started, 3),
             "iterations_traced": tracer.phases.iterations_traced,
             "iteration_unit": tracer.phases.counted,
-            "interrupted": bool(getattr(tracer, "interrupted", False)),
-            **({"notes": list(tracer.notes)} if getattr(tracer, "notes", None) else {}),
+            "interrupted": tracer.interrupted,
+            **({"notes": list(tracer.notes)} if tracer.notes else {}),
             **({"compiled_regions": regions} if (regions := _compiled_regions(tracer)) else {}),
             **meta,
         },
@@ -336,7 +338,7 @@ def _timeline(t: DeviceStats, ledger: LedgerFacts) -> dict[str, Any]:
     return out
 
 
-def _graph_pools(t: DeviceStats, ledger: Ledger) -> list[dict[str, Any]]:
+def _graph_pools(t: DeviceStats, ledger: LedgerFacts) -> list[dict[str, Any]]:
     """Each CUDA graph private pool of the device: the graphs captured into it and the
     segments it held (cuda/graphs.py, allocator/graph_pools.py)."""
     out = []
@@ -364,7 +366,7 @@ def _stream_event(event: tuple, dev_index: dict[str, int]) -> dict[str, Any]:
     return out
 
 
-def _placeholder(stacks, p) -> dict[str, Any]:
+def _placeholder(stacks: StacksFacts, p) -> dict[str, Any]:
     stack_id, op, value = p
     top = stacks.top_frame(stack_id)
     return {"file": top[0] if top else None, "line": top[1] if top else None, "op": op,
@@ -376,6 +378,5 @@ def _torch_version() -> str:
     return getattr(torch, "__version__", "unknown")
 
 
-def _compiled_regions(tracer) -> list:
-    compiled = getattr(tracer, "compiled", None)
-    return compiled.to_json() if compiled is not None else []
+def _compiled_regions(tracer: TraceFacts) -> list:
+    return tracer.compiled.to_json()

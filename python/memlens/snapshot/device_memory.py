@@ -10,19 +10,23 @@ the allocated peak with the host's memory.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..allocator import nccl, outside
 from .analysis import DeviceStats
 from ..units import format_bytes
 from ..kernels.cuda import CUBLAS_WORKSPACE_OP
 
+if TYPE_CHECKING:  # handed in, never imported: the engine is above this room
+    from .trace_facts import TraceFacts
+
 CONV_OPS = frozenset({"convolution", "_convolution", "cudnn_convolution",
                       "cudnn_convolution_transpose", "convolution_backward"})
 
 
-def device_memory(tracer, stats: dict[str, DeviceStats], target: str, world_size: int,
-                  n_events: int) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+def device_memory(tracer: TraceFacts, stats: dict[str, DeviceStats], target: str,
+                  world_size: int, n_events: int
+                  ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """(summary fields for the target, extra fields per CUDA device)."""
     total = tracer.device.total_memory_bytes
     if tracer.device.type != "cuda":
@@ -46,8 +50,8 @@ def device_memory(tracer, stats: dict[str, DeviceStats], target: str, world_size
                      for d, e in per_device.items()}
 
 
-def _device(tracer, device: str, s: DeviceStats, world_size: int, n_events: int, total: int,
-            oom) -> dict[str, Any]:
+def _device(tracer: TraceFacts, device: str, s: DeviceStats, world_size: int, n_events: int,
+            total: int, oom) -> dict[str, Any]:
     items = outside_items(tracer, device, world_size, n_events)
     outside_bytes = sum(i["bytes"] for i in items if not i["counted_by_allocator"])
     # After an OOM the model's reserved peak lacks what it refused: the headroom (negative)
@@ -73,7 +77,8 @@ def _item(item: outside.OutsideItem, short: str) -> dict[str, Any]:
             "short_basis": short, "counted_by_allocator": item.counted_by_allocator}
 
 
-def outside_items(tracer, device: str, world_size: int, n_events: int) -> list[dict[str, Any]]:
+def outside_items(tracer: TraceFacts, device: str, world_size: int,
+                  n_events: int) -> list[dict[str, Any]]:
     """Line items next to the allocator's numbers for one CUDA device of the traced process."""
     spec = tracer.device
     [context] = outside.cuda_context_items(spec.name)
@@ -92,7 +97,7 @@ def outside_items(tracer, device: str, world_size: int, n_events: int) -> list[d
     return items
 
 
-def _cublas(tracer, workspaces) -> list[dict[str, Any]]:
+def _cublas(tracer: TraceFacts, workspaces) -> list[dict[str, Any]]:
     """One row per stream that ran matmuls: a workspace per (thread's handle, stream)."""
     spec = tracer.device
     by_stream: dict[int, list] = {}
@@ -116,7 +121,7 @@ def _cublas(tracer, workspaces) -> list[dict[str, Any]]:
     return rows
 
 
-def _nccl(tracer, device: str, world_size: int) -> list[dict[str, Any]]:
+def _nccl(tracer: TraceFacts, device: str, world_size: int) -> list[dict[str, Any]]:
     """One row per communicator (process group) that ran an operation on this device."""
     rules = tracer.workspaces.cuda
     groups = rules.communicators.get(device, {}) if rules is not None else {}
@@ -141,7 +146,7 @@ def _nccl(tracer, device: str, world_size: int) -> list[dict[str, Any]]:
              "short_basis": "no collective ran", "counted_by_allocator": False}]
 
 
-def first_oom(tracer, n_events: int) -> dict[str, Any] | None:
+def first_oom(tracer: TraceFacts, n_events: int) -> dict[str, Any] | None:
     """The first allocation the modelled allocator refused, as the user's code made it."""
     ledger = tracer.ledger
     for rid, info in ledger.ooms:
@@ -162,7 +167,7 @@ def first_oom(tracer, n_events: int) -> dict[str, Any] | None:
     return None
 
 
-def reserved_without_limit(tracer, device: str, n_events: int) -> int:
+def reserved_without_limit(tracer: TraceFacts, device: str, n_events: int) -> int:
     """The reserved peak the step would reach on a card with no memory limit: how much it
     needs, once the modelled allocator has refused an allocation."""
     from ..allocator import parse_alloc_conf, replay

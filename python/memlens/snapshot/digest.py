@@ -16,13 +16,82 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any
+from typing import Any, TypedDict, Union
 
 from .. import categories as C
 from ..errors import SnapshotError
 from ..worker.protocol import normalize_path
 
 CATEGORIES = C.NAMES
+
+# -- the digest: what crosses from the worker (or the helper process) to the language server --
+Position = list  # [normalized file, line]
+
+
+class DigestMeta(TypedDict):
+    targetKind: str
+    targetName: str
+    targetPath: Union[str, None]
+    targetArgs: list[str]
+    targetCwd: Union[str, None]
+    created: str  # ISO 8601
+    deviceName: str
+    deviceDisplayName: str
+    deviceType: str
+    deviceTotalBytes: int
+    deviceKey: str
+    worldSize: int
+    rank: int
+    iterations: int
+    precision: Union[str, None]
+
+
+class DigestSubcategory(TypedDict):
+    label: str
+    atPeakBytes: int
+    peakBytes: int
+
+
+class DigestSummary(TypedDict):
+    peakBytes: int
+    peakPhase: Union[str, None]
+    fits: Union[bool, None]  # the verdict every view shows (snapshot/device_memory.py)
+    headroomBytes: Union[int, None]
+    categoriesAtPeak: dict[str, int]
+    subcategories: list[DigestSubcategory]
+
+
+class DigestModule(TypedDict):
+    fqn: str
+    cls: str
+    group: Any
+    source: Union[Position, None]
+    constructedAt: Union[Position, None]
+    bytes: dict[str, int]  # by category: the module's own bytes over the step
+    atPeak: dict[str, int]  # by category: its bytes alive at the peak
+
+
+class DigestLine(TypedDict):
+    file: str
+    line: int
+    bytesAtPeak: int
+    totalBytes: int
+    allocations: int
+    categories: dict[str, int]  # bytes alive at the peak by category
+
+
+class Digest(TypedDict):
+    path: str
+    meta: DigestMeta
+    summary: DigestSummary
+    modules: list[DigestModule]
+    lines: list[DigestLine]
+    files: list[str]  # every source file it annotates, normalized
+
+
+class DigestError(TypedDict):
+    path: str
+    error: str  # why the snapshot cannot be used
 
 
 def _norm(path: str, cache: dict[str, str]) -> str:
@@ -43,7 +112,7 @@ def _cats(values: dict[str, int]) -> dict[str, int]:
     return {c: int(values.get(c, 0)) for c in CATEGORIES}
 
 
-def digest(doc: dict[str, Any], path: str) -> dict[str, Any]:
+def digest(doc: dict[str, Any], path: str) -> Digest:
     """The server's view of a validated snapshot document."""
     cache: dict[str, str] = {}
     meta, summary = doc["meta"], doc["summary"]
@@ -58,7 +127,7 @@ def digest(doc: dict[str, Any], path: str) -> dict[str, Any]:
         files.add(f)
         return [f, int(p["line"])]
 
-    modules = []
+    modules: list[DigestModule] = []
     for m in doc["modules"]:
         modules.append({
             "fqn": m["fqn"], "cls": m["class"], "group": m["group"],
@@ -79,7 +148,7 @@ def digest(doc: dict[str, Any], path: str) -> dict[str, Any]:
         key = (_norm(fr["file"], cache), int(fr["line"]))
         cats = by_line.setdefault(key, {})
         cats[t["category"]] = cats.get(t["category"], 0) + int(t["bytes"])
-    lines = []
+    lines: list[DigestLine] = []
     for ln in doc["lines"]:
         f = _norm(ln["file"], cache)
         files.add(f)
@@ -114,7 +183,7 @@ def digest(doc: dict[str, Any], path: str) -> dict[str, Any]:
     }
 
 
-def digest_file(path: str | os.PathLike) -> dict[str, Any]:
+def digest_file(path: str | os.PathLike) -> Digest | DigestError:
     """Read, validate and digest one snapshot; a bad file gives {"path", "error"}."""
     try:
         return digest(read_checked(path), str(path))

@@ -37,5 +37,12 @@ class LedgerFacts(Protocol):
     stream_events: list[tuple]
     stream_names: dict[int, tuple[str, str | None]]
 
+    ooms: list[tuple[int, Any]]  # (record id, the allocator's OomInfo) of refused allocations
+    graph_pools: dict[int, dict[str, Any]]  # CUDA graph pool id -> its name, graphs, replays
+
+    def allocator_events(self, device: str, n_events: int) -> Any:
+        """The first `n_events` alloc/free/stream events of `device`, as the allocator model
+        replays them."""
+
     def module_bytes(self, rid: int) -> Iterator[tuple[int, int]]:
         """(module, bytes) pairs of an allocation."""

@@ -6,11 +6,15 @@ import contextlib
 import importlib.util
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from pathlib import Path
 
 from ..errors import Location, MemlensError, StopTracing
 from .recipe import Recipe
 from .failure import script_error
+
+if TYPE_CHECKING:
+    from ..engine.tracer import Tracer
 
 _DTYPES = {"float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8",
            "bool"}
@@ -63,7 +67,7 @@ def _load_module(path: Path):
     return module
 
 
-def run_model(target: ModelTarget, tracer, device_type: str) -> bool:
+def run_model(target: ModelTarget, tracer: Tracer, device_type: str) -> bool:
     """Build the model and run `recipe.iterations` training steps under `tracer`."""
     import torch
 
@@ -96,7 +100,8 @@ def run_model(target: ModelTarget, tracer, device_type: str) -> bool:
     return False
 
 
-def _train(factory, recipe: Recipe, device_type: str, path: str, symbol: str, tracer) -> None:
+def _train(factory, recipe: Recipe, device_type: str, path: str, symbol: str,
+           tracer: Tracer) -> None:
     import torch
 
     param_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(recipe.precision)

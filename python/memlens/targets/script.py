@@ -6,10 +6,14 @@ import os
 import runpy
 import sys
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from pathlib import Path
 
 from ..errors import MemlensError, StopTracing
 from .failure import StderrTail, exit_error, script_error
+
+if TYPE_CHECKING:
+    from ..engine.tracer import Tracer
 
 
 @dataclass
@@ -39,7 +43,7 @@ def resolve(target: ScriptTarget) -> Path | None:
     return path
 
 
-def run_script(target: ScriptTarget, tracer) -> bool:
+def run_script(target: ScriptTarget, tracer: Tracer) -> bool:
     """Run the script under `tracer`. Returns True if tracing stopped it after the requested
     iterations, False if it ran to its end. Raises ScriptError if the script failed."""
     path = resolve(target)

@@ -15,9 +15,14 @@ def prepare_process(device: DeviceSpec | str, device_count: int = 1) -> None:
         from ..devices import get_device
 
         device = get_device(device)
+    from ..cuda.build import FakeCudaError, ensure_fake_cuda_support, loaded_shim
+
     if device.type != "cuda":
+        if loaded_shim() is not None:  # a warm worker's child: its shim says "a GPU is here"
+            from ..worker.fork_child import run_cold_instead
+
+            run_cold_instead(f"a {device.name} target needs a process without the CUDA shim")
         return
-    from ..cuda.build import FakeCudaError, ensure_fake_cuda_support
     from ..errors import MemlensError
 
     try:

@@ -242,16 +242,20 @@ class WorkerProcess:
     def start(self) -> None:
         """Start the process (OSError if it cannot be)."""
         self._started = time.monotonic()
-        self.proc = subprocess.Popen(
-            self.argv, cwd=self.cwd, env=self.env, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=os.name == "posix",
-            preexec_fn=_preexec(self.memory_limit))
+        self.proc = self._spawn()
         self._readers = [threading.Thread(target=self._read_stdout, daemon=True),
                          threading.Thread(target=self._read_stderr, daemon=True)]
         for t in self._readers:
             t.start()
         if self._stopped:
             self.stop()
+
+    def _spawn(self):
+        """The process (a Popen, or what stands for one: worker/warm.py's forked child)."""
+        return subprocess.Popen(
+            self.argv, cwd=self.cwd, env=self.env, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=os.name == "posix",
+            preexec_fn=_preexec(self.memory_limit))
 
     def _read_stdout(self) -> None:
         fd = self.proc.stdout.fileno()

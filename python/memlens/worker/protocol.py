@@ -3,8 +3,8 @@
 asyncio), `--ranks all` (distributed/workers.py, threads) and the tests.
 
 - the worker's environment: the parent's, plus PYTHONPATH such that it imports this memlens;
-- its command line: `trace_command` for a trace the language server asks for, `rank_argv` for
-  one rank of `--ranks all`;
+- its command line: `trace_command` for a trace the language server asks for (every worker's
+  command line is a command.WorkerCommand);
 - where a target's snapshots go: `<folder>/.memlens/<kind>-<name>-<hash>/<time>.json`, the same
   for the CLI (folder: its working directory) and the language server (the workspace folder);
 - stderr: progress records, one JSON object a line (`{"event": "progress", "phase": ...}`,
@@ -23,7 +23,9 @@ import hashlib
 import json
 import os
 import re
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
+
+from .command import WorkerCommand
 
 PROGRESS_EVENT = "progress"
 
@@ -116,45 +118,26 @@ def trace_command(req: TraceAsk, snapshot: str, python: str
                   ) -> tuple[list[str], str, dict[str, str]]:
     """argv, cwd and environment of the worker for one trace the language server asks for."""
     t = req.target
-    common = (["--device", req.device] if req.device else []) + [
-        "--json", "--progress", "json", "--with-digest", "--snapshot", snapshot]
-    if req.iterations:
-        common += ["--iterations", str(req.iterations)]
     # Distributed options: only when asked for, or when the launch configuration itself says
     # several processes. A shell script's job (world size included) comes from running it.
     world = req.world_size if req.world_size is not None else \
         (None if t.kind == "torchrun" else t.world_size)
-    if req.world_size is not None or (world is not None and world > 1):
-        common += ["--world-size", str(world)]
-    if req.all_ranks:
-        common += ["--ranks", "all"]
-    elif req.rank is not None:
-        common += ["--rank", str(req.rank)]
-    base = [python, "-m", "memlens"]
+    if req.world_size is None and (world is None or world <= 1):
+        world = None
     if t.kind == "model":
-        argv = base + ["trace", f"{t.path}:{t.symbol}"] + common
+        job, subcommand = [f"{t.path}:{t.symbol}"], "trace"
     elif t.kind == "torchrun":  # the CLI runs the script with recording launchers
-        argv = base + ["run"] + common + ["--from-script", f"{t.path}:{t.line + 1}"]
+        job, subcommand = ["--from-script", f"{t.path}:{t.line + 1}"], "run"
     else:
-        what = [t.program] if t.program else ["-m", t.module or ""]
-        argv = base + ["run"] + common + ["--"] + what + list(t.args)
+        job = ["--"] + ([t.program] if t.program else ["-m", t.module or ""]) + list(t.args)
+        subcommand = "run"
+    command = WorkerCommand(job, subcommand, device=req.device, world_size=world,
+                            rank=None if req.all_ranks else req.rank, all_ranks=req.all_ranks,
+                            iterations=req.iterations or None, snapshot=snapshot,
+                            with_digest=True)
     cwd = t.cwd or t.folder or os.path.dirname(t.path)
     # A shell script's own variables reach the rank through the recording, as it sets them.
-    return argv, cwd, worker_env(extra={} if t.kind == "torchrun" else t.env)
-
-
-def rank_argv(world_size: int, nproc_per_node: int, rank: int, snapshot: str | None,
-              options: Sequence[tuple[str, Any]], what: list[str]) -> list[str]:
-    """`memlens run` arguments of the worker that traces one rank of a job (`--ranks all`):
-    `options` are the parent's (flag, value) pairs passed on where set, `what` the job (`--launch
-    NAME`, `--recorded-job FILE`, or `--` and the script)."""
-    argv = ["run", "--world-size", str(world_size), "--nproc-per-node", str(nproc_per_node),
-            "--rank", str(rank), "--json", "--progress", "json"]
-    for flag, value in options:
-        if value is not None:
-            argv += [flag, str(value)]
-    argv += ["--snapshot", snapshot] if snapshot else ["--no-snapshot"]
-    return argv + list(what)
+    return command.argv(python), cwd, worker_env(extra={} if t.kind == "torchrun" else t.env)
 
 
 # -- what the worker writes ----------------------------------------------------------------

@@ -161,6 +161,20 @@ def test_torch_cuda_queries_answer_from_the_memory_source(cache_dir):
             c.manual_seed_all(12)
             c.set_rng_state(st)
             out["rng"] = [c.initial_seed(), str(st.dtype), list(st.shape), type(st).__name__]
+            # torch.Generator("cuda"), as OLMo-core seeds its weight init: a CPU build cannot
+            # make one ("Cannot get CUDA generator without ATen_cuda library").
+            g = torch.Generator("cuda").manual_seed(5)
+            g3 = torch.Generator(device=torch.device("cuda", 3))
+            torch.nn.init.normal_(torch.empty(4, 4, device="cuda"), generator=g)
+            cpu = torch.Generator()
+            c.set_sync_debug_mode("warn")
+            warned = c.get_sync_debug_mode()
+            c.set_sync_debug_mode(0)
+            out["sync_debug"] = [warned, c.get_sync_debug_mode()]
+            out["generator"] = [str(g.device), str(g3.device), g.initial_seed(),
+                                list(g.get_state().shape), str(cpu.device),
+                                isinstance(g, torch.Generator), isinstance(cpu, torch.Generator),
+                                isinstance(torch.default_generator, torch.Generator)]
             try:
                 c.get_device_properties(4)
                 out["bad_index"] = "no error"
@@ -185,6 +199,9 @@ def test_torch_cuda_queries_answer_from_the_memory_source(cache_dir):
     assert (r["in_device_ctx"], r["after_ctx"]) == (3, 2)
     assert r["in_stream"] is True and r["events"] == [True, 0.0, True]
     assert r["rng"] == [11, "torch.uint8", [16], "Tensor"]
+    # current device 2; CUDA's state is 16 bytes (seed, Philox offset), a CPU one 5056.
+    assert r["sync_debug"] == [1, 0]  # OLMo-core's metric logging sets and restores it
+    assert r["generator"] == ["cuda:2", "cuda:3", 5, [16], "cpu", True, True, True]
     assert "Invalid device id" in r["bad_index"]
 
 
@@ -224,11 +241,13 @@ def test_every_patch_is_undone_on_exit(cache_dir):
             pass
         emit(inside=len(inside), sample=inside[:5], after=changed(),
              avail=[avail, torch.cuda.is_available()],
-             cur_fn=torch.cuda.current_device.__module__)
+             cur_fn=torch.cuda.current_device.__module__,
+             generator=torch.Generator is torch._C.Generator)
     """, cache=cache_dir)
     ok(proc)
     assert r["inside"] > 40, r["sample"]
     assert r["after"] == []
+    assert r["generator"] is True  # torch.Generator is torch's own again
     assert r["avail"][0] == r["avail"][1] is False  # no GPU here, before and after
     assert r["cur_fn"] == "torch.cuda"
 

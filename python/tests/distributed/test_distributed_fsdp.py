@@ -36,7 +36,8 @@ STEP_BYTES = 4 * len(shapes(1003)) if DEVICE == "cpu" else 0
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fsdp")
-    plan = {"r0": (SCRIPT, WORLD, 0), "r7": (SCRIPT, WORLD, 7),
+    # Rank 7 first saves its shards and AdamW state with torch.distributed.checkpoint.
+    plan = {"r0": (SCRIPT, WORLD, 0), "r7": (SCRIPT, WORLD, 7, "--checkpoint", "ckpt"),
             "r0-noreshard": (SCRIPT, WORLD, 0, "--no-reshard"),
             "r0-zero3": (SCRIPT, WORLD, 0, "--bf16", "--vocab", "1024")}
     if DEVICE != "cpu":  # offloading is from a GPU; FSDP1 refuses to run without one
@@ -62,6 +63,18 @@ def test_each_rank_holds_its_own_shards_with_fsdp_padding(runs):
     assert sum(local_shard(s, WORLD, 7) for s in params) == padded - 2 * 5 * HIDDEN
     assert runs["r7"]["meta"]["parallel"]["role"] == "dp 7/8"
     assert (runs["r7"]["meta"]["world_size"], runs["r7"]["meta"]["rank"]) == (8, 7)
+
+
+def test_a_sharded_checkpoint_saved_before_training_changes_no_step(runs):
+    """DCP's coordinator checks that the ranks' save plans cover each tensor; the simulated
+    rank has only its own plan for every rank ("Failed to validate global plan: invalid
+    fill"), and async_save writes from a worker thread outside the trace's modes. Rank 7's
+    states above are those of a rank that saved; its steps are the usual ones: the step
+    `get_optimizer_state_dict` takes to create AdamW's state (zero gradients, lr 0) is none."""
+    snap = runs["r7"]
+    assert [p["name"] for p in snap["phases"] if p["device"] == "cuda:7"] == [
+        "setup_model_and_optimizer", "forward_backward_iter_0", "optimizer_step_iter_0",
+        "forward_backward_iter_1", "optimizer_step_iter_1"]
 
 
 def test_all_gather_buffers_appear_in_forward_and_backward(runs):

@@ -105,7 +105,7 @@ def test_a_helper_traces_the_senders_rank_of_the_same_job():
         ["run", "--device", "h100-80gb", "--rank", "3", "--snapshot", "s.json",
          "--from-script", "run_train.sh", "--", "--parallelism.pipeline_parallel_degree=4"])
     argv = peer_argv(args, RankSpec(8, 3), 2)
-    assert argv == ["run", "--world-size", "8", "--nproc-per-node", "8", "--rank", "2",
-                    "--json", "--progress", "json", "--device", "h100-80gb", "--no-snapshot",
+    assert argv == ["run", "--json", "--progress", "json", "--device", "h100-80gb",
+                    "--world-size", "8", "--nproc-per-node", "8", "--rank", "2", "--no-snapshot",
                     "--from-script", "run_train.sh", "--",
                     "--parallelism.pipeline_parallel_degree=4"]

@@ -2,7 +2,9 @@
 tensor's copy is real there too (torchmetrics' `add_state` copies `torch.tensor(0.0)` made in
 `MeanMetric.__init__`; it failed with "Attempted to set the storage of a tensor on device meta
 to a storage on different device cpu"), fake ones copy as fake tensors, and a metric moved to
-the GPU and an EMA copy of the model copy as on the GPU.
+the GPU and an EMA copy of the model copy as on the GPU. A copy keeps its tensor's fake mode:
+with a second mode (torch deep-copies the tensor's `__dict__`), `p.data = p.data.contiguous()`
+on the EMA copy's parameters dropped their booking.
 
 One trace of scripts/platform/deepcopy_states.py (needs torchmetrics)."""
 
@@ -45,7 +47,8 @@ def test_copies_keep_their_device_and_shape(traced):
 
 def test_the_ema_copy_holds_a_second_set_of_parameters(traced):
     _, snap = traced
-    # The model's and the EMA copy's parameters (fp32), the model's gradients; SGD without
-    # momentum keeps no state.
+    # The model's and the EMA copy's parameters (fp32; the copy's still booked after its
+    # `p.data = p.data.contiguous()`), the model's gradients; SGD without momentum keeps no
+    # state.
     assert model_state_bytes(snap) == {"parameter": 2 * PSI * F32, "gradient": PSI * F32,
                                        "optimizer_state": 0}

@@ -70,6 +70,10 @@ def test_every_way_of_reading_a_device_value_answers_a_placeholder_once_per_line
         (24, "item", 0.0),    # logits[0].tolist()
         (25, "item", True),   # bool(torch.isfinite(loss)): a healthy run's answer
         (26, "item", True),   # not torch.isfinite(loss).all() or torch.isnan(norm).any()
+        # Under inference_mode composite ops come to the modes whole: `.to("cuda")` of a
+        # host tensor is a fake copy, not one FakeTensorMode folds for real ("Could not run
+        # aten::empty_strided with arguments from the CUDA backend"), and `float()` is a read.
+        (30, "item", 0.0),    # float(held.sum() + logits.sum())
     ]
     # Four steps were asked, two are traced: the second has SGD's momentum buffers.
     assert data["phases"][-1]["name"] == "optimizer_step_iter_1"

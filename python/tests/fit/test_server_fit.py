@@ -58,7 +58,18 @@ def fit_script(workspace):
 async def test_a_workspace_without_a_fit_table_has_no_space(client: MemlensClient):
     # the example's memlens.toml has a recipe but no [fit]: the editor asks for the axes
     space = await client.protocol.send_request_async("memlens/fitSpace", {"targetId": TARGET})
-    assert space == {"source": None, "keys": []}
+    assert (space["source"], space["keys"]) == (None, [])
+    # fit_gpt.py's integer argparse flags are offered as axes: --batch-size (default 1) as
+    # micro-batch 1, 2, 4; --seq-len (8192) as seq; --tp as tp; the others as generic axes
+    flags = {f["flag"]: f for f in space["flags"]}
+    assert list(flags) == ["--batch-size", "--seq-len", "--n-layer", "--n-embd", "--n-head",
+                           "--vocab-size", "--tp", "--steps"]
+    assert flags["--batch-size"]["space"] == ["--micro-batch", "1,2,4",
+                                              "--axis", "micro-batch=--batch-size"]
+    assert flags["--seq-len"]["space"] == ["--seq", "8192,16384,32768", "--axis", "seq=--seq-len"]
+    assert flags["--n-layer"]["space"] == ["--arg", "--n-layer=4,8,16"]
+    assert [flags[f]["axis"] for f in ("--batch-size", "--seq-len", "--tp", "--n-layer")] == \
+        ["micro-batch", "seq", "tp", None]
 
 
 async def test_the_frontier_is_the_clis_with_progress_per_point(client, workspace,
@@ -113,8 +124,8 @@ async def test_the_workspace_fit_table_is_the_space_and_the_search_resumes(clien
     with open(workspace / "memlens.toml", "a") as f:
         f.write(FIT_TABLE)
     space = await client.protocol.send_request_async("memlens/fitSpace", {"targetId": TARGET})
-    assert space == {"source": f"{workspace / 'memlens.toml'} [fit]",
-                     "keys": ["axis", "gpus", "micro-batch", "recompute"]}
+    assert (space["source"], space["keys"]) == (f"{workspace / 'memlens.toml'} [fit]",
+                                                ["axis", "gpus", "micro-batch", "recompute"])
     # the same space (from the table now): the same run folder, nothing traced again
     result = await command(client, "memlens.fit", {"targetId": TARGET}, 300)
     assert result["status"] == "ok", result

@@ -8,7 +8,6 @@ autocast), fused AdamW's exp_avg and exp_avg_sq 8 B per parameter plus one fp32 
 """
 
 import json
-import struct
 
 import pytest
 import torch
@@ -96,22 +95,13 @@ def test_trainer_llama_follows_the_trainers_steps_and_saves_checkpoints(tmp_path
     assert [forwards[f"forward_backward_iter_{i}"] for i in range(3)] == [2, 2, 2]
     assert forwards["evaluate_after_iter_0"] == forwards["evaluate_after_iter_1"] == 2
     assert_model_state(snap, n, tensors)
-    # Checkpoints of steps 1 and 2 were written (the trace stops after step 3's optimizer
-    # step): the safetensors file holds no fake tensor's bytes, its header lists all 21; the
-    # optimizer's state was pickled as meta tensors (exp_avg, exp_avg_sq, step per tensor).
-    for step in (1, 2):
-        ckpt = tmp_path / "out" / f"checkpoint-{step}"
-        raw = (ckpt / "model.safetensors").read_bytes()
-        header = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])
-        fakes = json.loads(header["__metadata__"]["memlens.fake_tensors"])
-        assert len(fakes) == 21 and fakes["lm_head.weight"] == ["float32", [1000, 128]]
-        assert len(raw) < 8192  # no tensor data
-        state = torch.load(ckpt / "optimizer.pt", weights_only=True)["state"]
-        assert len(state) == 21
-        assert {(k, v.device.type, tuple(v.shape)) for k, v in state[0].items()} == {
-            ("exp_avg", "meta", (1000, 128)), ("exp_avg_sq", "meta", (1000, 128)),
-            ("step", "meta", ())}
-    assert not (tmp_path / "out" / "checkpoint-3").exists()
+    # Checkpoints of steps 1 and 2 were saved as on a GPU (the trace stops after step 3's
+    # optimizer step: safetensors left the 21 fake tensors' bytes out of each), into the
+    # trace's own folder: nothing in output_dir that a real run would resume from.
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").glob("checkpoint-*"))
+    assert any(note.startswith("the Trainer's checkpoints and saved model went into a folder "
+                               f"of the trace's own, not into {tmp_path / 'out'}")
+               for note in summary["notes"])
     assert sum("fake tensors left out" in note for note in summary["notes"]) == 2
     # The evaluation loss went through numpy: a placeholder noted at its line.
     assert any(p["op"] == "numpy" and p["file"].endswith("trainer_pt_utils.py")
@@ -150,7 +140,7 @@ def test_bert_classification_with_metrics_and_default_saving(tmp_path):
     assert [forwards[f"forward_backward_iter_{i}"] for i in range(3)] == [4, 4, 4]
     assert forwards["evaluate_after_iter_1"] == 2
     assert_model_state(snap, n, tensors)
-    assert (tmp_path / "out" / "checkpoint-2" / "optimizer.pt").exists()
+    assert not (tmp_path / "out" / "checkpoint-2").exists()  # saved in the trace's own folder
 
 
 @pytest.mark.parametrize("rank", [None, 1])

@@ -62,7 +62,7 @@ for step in range(1):
 """
 
 pytestmark_lsp = pytest.mark.asyncio(loop_scope="module")
-workspace, client = session_fixtures({"device": "cpu", "timeLimitSeconds": 300})
+workspace, client = session_fixtures({"device": "cpu", "traceTimeout": 300})
 
 
 @pytestmark_lsp

@@ -93,7 +93,7 @@ def test_payloads_have_the_shapes_protocol_py_declares():
     text = "\n".join(f"line {i}" for i in range(1, 51))
     doc = DocState("file:///src/model.py", F, text)
     doc.attach(e, text, top_lines=5)
-    anns = payloads.annotations(doc, info, 80 * 1024**3, now=None)
+    anns = payloads.annotations(doc, info)
     _keys_fit(anns, P.AnnotationsParams)
     for a in anns["annotations"]:
         _keys_fit(a, P.Annotation)
@@ -113,7 +113,7 @@ def test_payloads_have_the_shapes_protocol_py_declares():
     hints = payloads.inlay_hints(doc, 29, 39, len)
     assert [(h.position.line, h.position.character) for h in hints] == [(29, 7), (39, 7)]
 
-    lenses = payloads.code_lenses([GPT], {GPT.id}, lambda t: e, "h100-80gb")
+    lenses = payloads.code_lenses([GPT], {GPT.id}, lambda t: e, "h100-80gb", shown=e)
     assert [c.command.title for c in lenses] == ["Tracing… (cancel)",
                                                  "Open Report (peak 100.0 MiB)"]
 
@@ -149,16 +149,22 @@ def test_trace_commands_work_with_what_they_are_given(tmp_path):
     commands = TraceCommands(runner, index, lambda: settings, client, diagnostics=None,
                              traced=traced, workspace=None)
     run = RunningTrace(TraceRequest(GPT, "h100-80gb"), msg_id=7, token="tok",
-                       cancelled_before_start="replaced")
+                       stopped_before_start="replaced")
     out = asyncio.run(commands.finish_trace(run, None, str(tmp_path / "never.json")))
     assert out == {"targetId": GPT.id, "status": "replaced", "durationS": 0.0}
+    # a request's trace: the reply is the result, nothing is notified
+    assert client.sent == [("end", "replaced by a newer trace"), ("refresh", None)]
+    client.sent.clear()
+    on_save = RunningTrace(TraceRequest(GPT, "h100-80gb"), token="tok0",
+                           stopped_before_start="replaced")  # no request: a trace on save
+    out = asyncio.run(commands.finish_trace(on_save, None, str(tmp_path / "never.json")))
     assert client.sent == [("end", "replaced by a newer trace"), (P.NOTIFY_TRACE_FINISHED, out),
                            ("refresh", None)]
     waiting = RunningTrace(TraceRequest(GPT, "h100-80gb"), msg_id=8, token="tok2")
     runner.running[GPT.id] = waiting
     client.sent.clear()
     commands.on_progress_cancel("tok")  # another progress: nothing to stop
-    assert waiting.cancelled_before_start is None and client.sent == []
+    assert waiting.stopped_before_start is None and client.sent == []
     commands.on_progress_cancel("tok2")  # the cancel button of its progress
-    assert waiting.cancelled_before_start == "cancelled"
+    assert waiting.stopped_before_start == "cancelled"
     assert client.sent == [("log", "cancelling the trace of Net")]

@@ -238,17 +238,17 @@ def test_scan_skips_environments_and_reports_bad_files(tmp_path):
 
 def test_settings_are_read_leniently():
     warnings: list[str] = []
-    s = parse_settings({"device": "A100-80GB", "budget": "70GiB", "timeLimitSeconds": 30,
-                        "memoryLimitMB": 2048, "traceOnSave": "true", "topLines": -3,
+    s = parse_settings({"device": "A100-80GB", "budget": "70GiB", "traceTimeout": 30,
+                        "memoryLimitMB": 2048, "traceOnSave": "true", "hotLines": -3,
                         "colour": "red", "iterations": "two"}, warnings.append)
-    assert (s.device, s.budget, s.timeLimitSeconds, s.traceOnSave, s.topLines) == (
+    assert (s.device, s.budget, s.traceTimeout, s.traceOnSave, s.hotLines) == (
         "a100-80gb", 70 * 1024**3, 30.0, True, 0)
     assert s.iterations is None and s.memory_limit_bytes() == 2048 * MiB
     assert warnings == ["setting memlens.iterations: expected a positive number, got 'two'; "
                         "using the default"]
     bad: list[str] = []
-    s = parse_settings({"budget": "lots", "timeLimitSeconds": 0}, bad.append)
-    assert s.budget is None and s.timeLimitSeconds == 300.0 and len(bad) == 2
+    s = parse_settings({"budget": "lots", "traceTimeout": 0}, bad.append)
+    assert s.budget is None and s.traceTimeout == 300.0 and len(bad) == 2
     assert Settings().memory_limit_bytes() >= 16 * 1024**3
     assert parse_settings({"memoryLimitMB": -1}).memory_limit_bytes() is None
 
@@ -262,7 +262,8 @@ def test_protocol_is_declared_once_and_dumps_as_json():
         "memlens.trace", "memlens.cancelTrace", "memlens.openReport", "memlens/targets",
         "memlens/documentAnnotations", "memlens/snapshots", "memlens/serverInfo",
         "memlens/annotations", "memlens/traceStarted", "memlens/traceFinished",
-        "memlens/snapshotsChanged", "memlens.fit", "memlens/fitSpace"}
+        "memlens/snapshotsChanged", "memlens.fit", "memlens/fitSpace",
+        "memlens/documentTraces", "memlens.chooseTrace"}
     types = described["types"]
     for m in methods.values():
         assert m["params"] in types and m.get("result", "EmptyParams") in types

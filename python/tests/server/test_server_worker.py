@@ -163,7 +163,7 @@ def test_memory_limit_applies_to_the_worker(tmp_path):
     code = "b = bytearray(1024 * 1024 * 1024)\nprint('{\"allocated\": true}')"
     limited = run(Worker([PY, "-c", code], str(tmp_path), dict(os.environ), 60,
                          512 * 1024 * 1024).run())
-    assert limited.status == "failed" and "MemoryError" in "\n".join(limited.stderr_tail)
+    assert limited.status == "failed" and "MemoryError" in "\n".join(limited.log)
     free = run(Worker([PY, "-c", code], str(tmp_path), dict(os.environ), 60, None).run())
     assert free.status == "ok" and free.output == {"allocated": True}
 
@@ -183,9 +183,9 @@ def _target(kind, **kw):
 def test_worker_command_lines():
     model = TraceRequest(_target("model", symbol="GPT"), "h100-80gb", iterations=3)
     argv, cwd, env = trace_command(model, "/ws/.memlens/s.json", "/py")
-    assert argv == ["/py", "-m", "memlens", "trace", "/ws/model.py:GPT", "--device", "h100-80gb",
-                    "--json", "--progress", "json", "--with-digest", "--snapshot",
-                    "/ws/.memlens/s.json", "--iterations", "3"]
+    assert argv == ["/py", "-m", "memlens", "trace", "/ws/model.py:GPT", "--json", "--progress",
+                    "json", "--with-digest", "--device", "h100-80gb", "--iterations", "3",
+                    "--snapshot", "/ws/.memlens/s.json"]
     assert cwd == "/ws" and env["PYTHONPATH"].split(os.pathsep)[0] == str(TESTS.parent)
     launch = _target("launch", program="/ws/train.py", args=["--lr", "1"], world_size=8,
                      env={"OMP_NUM_THREADS": "1"}, cwd="/ws/run")
@@ -210,7 +210,7 @@ def test_worker_command_lines():
 
 def test_failures_are_explained():
     req = TraceRequest(_target("script", program="/ws/t.py"), "cpu")
-    s = Settings(timeLimitSeconds=30, memoryLimitMB=1024)
+    s = Settings(traceTimeout=30, memoryLimitMB=1024)
 
     def explain(status="failed", rc=1, output=None, tail=()):
         return explain_failure(WorkerResult(status, rc, output, list(tail)), req, s, "/py")
@@ -260,6 +260,16 @@ def test_digest_of_a_real_snapshot(tiny_snapshot):
     assert tiny["source"] == [str((TESTS / "scripts" / "model_factory.py").resolve()), 4]
     for ln in d["lines"]:  # categories at the peak add up to the line's bytes at the peak
         assert sum(ln["categories"].values()) == ln["bytesAtPeak"]
+    # the digest has exactly the typed shape the server reads (snapshot/digest.py's Digest)
+    from memlens.snapshot import digest as D
+
+    def keys(typed):
+        return set(typed.__annotations__)
+
+    assert set(d) == keys(D.Digest)
+    assert set(d["meta"]) == keys(D.DigestMeta) and set(d["summary"]) == keys(D.DigestSummary)
+    assert all(set(m) == keys(D.DigestModule) for m in d["modules"]) and d["modules"]
+    assert all(set(ln) == keys(D.DigestLine) for ln in d["lines"]) and d["lines"]
 
 
 @pytest.mark.parametrize("text,message", [
@@ -379,7 +389,7 @@ def _trace_script(tmp_path, script):
     worker = Worker(argv, cwd, env, LIMIT, None)
     # Past the child's own 300 s only if nothing ends it: the test fails instead of hanging.
     result = run(asyncio.wait_for(worker.run(), LIMIT + 60))
-    return result, explain_failure(result, req, Settings(timeLimitSeconds=LIMIT), PY)
+    return result, explain_failure(result, req, Settings(traceTimeout=LIMIT), PY)
 
 
 @pytest.mark.slow  # traces or waits out a time limit in fresh processes

@@ -6,7 +6,8 @@ import json
 import os
 from pathlib import Path
 
-from memlens.worker.protocol import (final_json, progress_record, rank_argv,
+from memlens.worker.command import WorkerCommand
+from memlens.worker.protocol import (final_json, progress_record,
                                      snapshot_folder_name, worker_env)
 
 
@@ -46,11 +47,20 @@ def test_a_targets_snapshot_folder_is_named_by_what_it_is_not_how_it_was_reached
         "launch-a_b_c-")
 
 
-def test_a_ranks_worker_gets_the_parents_options_that_are_set():
-    argv = rank_argv(8, 4, 5, "/out/rank-5.json", (("--device", "h100-80gb"),
-                                                   ("--iterations", None)), ["--", "t.py", "-v"])
-    assert argv == ["run", "--world-size", "8", "--nproc-per-node", "4", "--rank", "5", "--json",
-                    "--progress", "json", "--device", "h100-80gb", "--snapshot",
-                    "/out/rank-5.json", "--", "t.py", "-v"]
-    assert rank_argv(2, 2, 0, None, (), ["--launch", "train"])[-3:] == \
+def test_one_command_line_for_every_worker():
+    rank = WorkerCommand(["--", "t.py", "-v"], world_size=8, nproc_per_node=4, rank=5,
+                         device="h100-80gb", iterations=None, snapshot="/out/rank-5.json")
+    assert rank.args() == ["run", "--json", "--progress", "json", "--device", "h100-80gb",
+                           "--world-size", "8", "--nproc-per-node", "4", "--rank", "5",
+                           "--snapshot", "/out/rank-5.json", "--", "t.py", "-v"]
+    assert WorkerCommand(["--launch", "train"], snapshot=False).args()[-3:] == \
         ["--no-snapshot", "--launch", "train"]
+    model = WorkerCommand(["/ws/m.py:GPT"], "trace", with_digest=True, debug=True,
+                          options=(("--sdpa-backend", None), ("--max-allocations", 10)))
+    assert model.argv("/py") == ["/py", "-m", "memlens", "--debug", "trace", "/ws/m.py:GPT",
+                                 "--json", "--progress", "json", "--with-digest",
+                                 "--max-allocations", "10"]
+    search = WorkerCommand(["--", "t.py"], "fit", jobs=2, all_ranks=False,
+                           extra=["--gpus=1,2"])
+    assert search.args() == ["fit", "--json", "--progress", "json", "--jobs", "2", "--gpus=1,2",
+                             "--", "t.py"]

@@ -20,23 +20,12 @@ loading thread collects them: the most a real run's workers can have in flight.
 
 from __future__ import annotations
 
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType
 
+from ...patches.inline_pool import InlineThreadPoolExecutor
 from ...patches.patcher import check_tested
 from ..library_plugin import LibraryPlugin
-
-
-class InlineThreadPoolExecutor(ThreadPoolExecutor):
-    """A ThreadPoolExecutor whose jobs run at submit, in the submitting thread."""
-
-    def submit(self, fn, /, *args, **kwargs):
-        future: Future = Future()
-        try:
-            future.set_result(fn(*args, **kwargs))
-        except BaseException as e:  # the worker would hand it to .result() too
-            future.set_exception(e)
-        return future
 
 
 class Plugin(LibraryPlugin):

@@ -1,4 +1,5 @@
-"""The Hugging Face Trainer's evaluations as phases of their own.
+"""The Hugging Face Trainer's evaluations as phases of their own, and its saves kept out of the
+user's output folder.
 
 Activated when `transformers` is imported inside a trace; `transformers.trainer` is patched
 right after its body has run, undone when the trace ends.
@@ -9,6 +10,10 @@ right after its body has run, undone when the trace ends.
   would be reported as the next step's. Each call is an `evaluate_after_iter_N` phase instead
   (phases.py), whose forwards start no iteration: one iteration stays one optimizer step, and
   `--iterations K` counts optimizer steps.
+- `Trainer._save_checkpoint` (every `save_steps`) and `Trainer.save_model` run as on a GPU (the
+  state dicts gathered and serialized: their memory is the step's), into a folder of the
+  trace's own, removed when the trace ends: a traced checkpoint holds no data, and one left in
+  `output_dir` would be what a later real run resumes from (`get_last_checkpoint`).
 - Hub kernels: from 5.25 `from_pretrained` swaps layers for compiled kernels it downloads from
   the Hub (`kernels-community/...`, with the `kernels` package) unless USE_HUB_KERNELS=NO. A
   trace runs no compiled kernel and reads nothing from the Hub (offline it stopped with "could
@@ -18,6 +23,9 @@ right after its body has run, undone when the trace ends.
 from __future__ import annotations
 
 import functools
+import os
+import shutil
+import tempfile
 from importlib.util import find_spec
 from types import ModuleType
 
@@ -25,10 +33,23 @@ from ...patches.patcher import check_tested
 from ..library_plugin import LibraryPlugin
 
 
-
-
 class Plugin(LibraryPlugin):
     watches = {"transformers.trainer": "trainer", "transformers.modeling_utils": "modeling"}
+    scratch: str | None = None  # where the Trainer's saves go during the trace
+
+    def deactivate(self) -> None:
+        super().deactivate()
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.scratch = None
+
+    def _scratch(self, output_dir: str | None) -> str:
+        if self.scratch is None:
+            self.scratch = tempfile.mkdtemp(prefix="memlens-trainer-")
+            self.tracer.add_note(f"the Trainer's checkpoints and saved model went into a "
+                                 f"folder of the trace's own, not into {output_dir} (a traced "
+                                 "checkpoint holds no data)")
+        return self.scratch
 
     def modeling(self, mod: ModuleType) -> None:
         if not hasattr(mod, "_kernels_enabled"):  # before 5.25: no hub kernels by default
@@ -56,3 +77,28 @@ class Plugin(LibraryPlugin):
                     phases.end_evaluation()
 
             self.patcher.setattr(mod.Trainer, name, evaluation)
+        self._saves(mod.Trainer)
+
+    def _saves(self, trainer: type) -> None:
+        plugin = self
+        save_checkpoint, save_model = trainer._save_checkpoint, trainer.save_model
+
+        @functools.wraps(save_checkpoint)
+        def _save_checkpoint(self, *args, **kwargs):
+            scratch = plugin._scratch(self.args.output_dir)
+            self._get_output_dir = lambda trial=None: scratch  # this call's run folder
+            try:
+                return save_checkpoint(self, *args, **kwargs)
+            finally:
+                del self._get_output_dir
+
+        @functools.wraps(save_model)
+        def _save_model(self, output_dir=None, *args, **kwargs):
+            asked = output_dir or self.args.output_dir
+            scratch = plugin._scratch(asked)
+            if not os.path.abspath(asked).startswith(scratch):  # not a checkpoint's own
+                asked = os.path.join(scratch, "saved-model")
+            return save_model(self, asked, *args, **kwargs)
+
+        self.patcher.setattr(trainer, "_save_checkpoint", _save_checkpoint)
+        self.patcher.setattr(trainer, "save_model", _save_model)

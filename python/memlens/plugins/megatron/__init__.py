@@ -27,6 +27,8 @@ import sys
 from types import ModuleType
 
 from ...patches.patcher import Patcher
+from ..context import PluginContext
+from ..imports import ImportWatcher
 
 # Megatron-LM's entry-point scripts and their helpers, which import Megatron's functions.
 _ENTRY_POINTS = ("__main__", "gpt_builders", "mamba_builders", "model_provider")
@@ -34,28 +36,29 @@ _ENTRY_POINTS = ("__main__", "gpt_builders", "mamba_builders", "model_provider")
 _active: "MegatronPlugin | None" = None
 
 
-def activate(tracer, watcher) -> None:
-    """Called as `megatron.core` starts to be imported: nothing of it exists yet."""
-    global _active
-    _active = MegatronPlugin(tracer)
-    from . import kernels as megatron_kernels
+class Plugin:
+    """Made as `megatron.core` starts to be imported: nothing of it exists yet."""
 
-    _active.kernels = megatron_kernels.install()
-    for name, patch in _active.patches():
-        watcher.watch(name, patch)
+    def __init__(self, tracer: PluginContext, watcher: ImportWatcher) -> None:
+        global _active
+        _active = MegatronPlugin(tracer)
+        from . import kernels as megatron_kernels
 
+        _active.kernels = megatron_kernels.install()
+        for name, patch in _active.patches():
+            watcher.watch(name, patch)
 
-def deactivate() -> None:
-    global _active
-    if _active is not None:
-        _active.undo()
-        _active = None
+    def deactivate(self) -> None:
+        global _active
+        if _active is not None:
+            _active.undo()
+            _active = None
 
 
 class MegatronPlugin:
     """What the patches share: the tracer, the one Patcher that undoes them all, the notes."""
 
-    def __init__(self, tracer) -> None:
+    def __init__(self, tracer: PluginContext) -> None:
         self.tracer = tracer
         self.patcher = Patcher()
         self.kernels: list[str] = []  # stand-in CUDA extensions put in sys.modules

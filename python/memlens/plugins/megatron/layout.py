@@ -5,6 +5,10 @@ the Megatron plugin (__init__.py) calls these from its patches."""
 from __future__ import annotations
 
 from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..context import PluginContext
 
 
 def declare_layout(ps: ModuleType, layout, order: str) -> None:
@@ -30,7 +34,7 @@ def declare_layout(ps: ModuleType, layout, order: str) -> None:
                            L.PIPELINE if name == "pp" else L.SYMMETRIC)
 
 
-def share_by_parameter(tracer, buffer, data) -> None:
+def share_by_parameter(tracer: PluginContext, buffer, data) -> None:
     """A flat buffer holds every parameter's data (or gradient): in the module tables each
     module gets the slices of its own parameters."""
     rid = tracer.ledger.storage_rid(data.untyped_storage())

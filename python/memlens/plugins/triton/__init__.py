@@ -23,13 +23,15 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
 from ...patches.patcher import check_tested
+from ..context import PluginContext
+from ..imports import ImportWatcher
 from ..library_plugin import LibraryPlugin
 
 
 class Plugin(LibraryPlugin):
     watches = {"triton.runtime.jit": "jit", "triton.runtime.autotuner": "autotuner"}
 
-    def __init__(self, tracer, watcher) -> None:
+    def __init__(self, tracer: PluginContext, watcher: ImportWatcher) -> None:
         self.launches: dict[str, int] = {}
         super().__init__(tracer, watcher)
 

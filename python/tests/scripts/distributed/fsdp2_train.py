@@ -1,5 +1,6 @@
 """An FSDP2 (`fully_shard`) training script with a known parameter count, launched as
-`torchrun --nproc_per_node 8 fsdp2_train.py [--no-reshard] [--bf16] [--offload] [--vocab N]`.
+`torchrun --nproc_per_node 8 fsdp2_train.py [--no-reshard] [--bf16] [--offload] [--vocab N]
+[--checkpoint DIR]`.
 
 The model: an embedding and an output head of 1,003 x 128 (1,003 rows do not split evenly over
 8 ranks, so FSDP pads them) and two pre-norm MLP blocks of width 128 -> 512 -> 128.
@@ -14,6 +15,8 @@ import os
 
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 import torch.nn.functional as F
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
@@ -55,6 +58,9 @@ def parse(argv=None):
     p.add_argument("--vocab", type=int, default=VOCAB, help="rows of the embedding and head")
     p.add_argument("--fail-on-rank", type=int, default=None, help="raise on this rank")
     p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--checkpoint", default=None,
+                   help="save the sharded model and optimizer with torch.distributed.checkpoint's "
+                        "async_save to this folder before training (as OLMo-core does at step 0)")
     return p.parse_args(argv)
 
 
@@ -88,6 +94,12 @@ def step(model, optimizer, x, y):
     return loss
 
 
+def save(model, optimizer, folder):
+    state = {"model": model.state_dict(),
+             "optim": get_optimizer_state_dict(model, optimizer)}  # makes AdamW's state
+    dcp.async_save(state, checkpoint_id=folder).result()
+
+
 def main():
     args = parse()
     cuda = torch.cuda.is_available()
@@ -100,6 +112,8 @@ def main():
     if args.fail_on_rank == dist.get_rank():
         raise RuntimeError(f"rank {dist.get_rank()} has no data shard")
     model, optimizer = build(args, device, mesh)
+    if args.checkpoint:
+        save(model, optimizer, args.checkpoint)
     for _ in range(args.steps):
         x, y = batch(device, args.vocab)
         step(model, optimizer, x, y)

@@ -59,6 +59,9 @@ def main():
     init(args, world, rank)
     assert (dist.get_rank(), dist.get_world_size()) == (rank, world)
     assert dist.get_backend() == "nccl", dist.get_backend()  # picks the GPU code paths
+    # An NCCL group's device, where torch.distributed.checkpoint broadcasts a full state dict
+    # loaded on rank 0 (set_model_state_dict(..., broadcast_from_rank0=True)).
+    assert c10d._get_pg_default_device().type == "cuda", c10d._get_pg_default_device()
     c10d._set_pg_timeout(timedelta(seconds=120), dist.group.WORLD)
     # A high-priority NCCL communicator for metrics, as Megatron configures its groups.
     options = dist.ProcessGroupNCCL.Options(is_high_priority_stream=True)

@@ -1,7 +1,8 @@
 """Deep copies of tensors made in a module's constructor: torchmetrics' `add_state` copies its
 default (`torch.tensor(0.0)`, made in `MeanMetric.__init__`), a metric copied after it moved to
 the GPU (as Lightning's logging and litgpt's RunningMean do), a fake buffer made in the
-constructor, and an EMA copy of the whole model. Prints one `COPY name device shape` line each."""
+constructor, and an EMA copy of the whole model (its parameters' data then reassigned,
+`p.data = p.data.contiguous()`, as PEFT does with the module copies of `modules_to_save`). Prints one `COPY name device shape` line each."""
 
 import copy
 
@@ -31,6 +32,8 @@ def main() -> None:
     show("init_copy", model.table_copy)
     show("metric_default", model.loss_mean._defaults["mean_value"])
     ema = copy.deepcopy(model)
+    for p in ema.parameters():  # as PEFT's modules_to_save does with its copy
+        p.data = p.data.contiguous()
     show("ema_weight", ema.fc.weight)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for _ in range(2):

@@ -1,0 +1,45 @@
+"""What a handler is, and the two things every handler module shares: the guard that keeps a
+notification handler's failure out of pygls, and reading a request's parameters."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from lsprotocol import types as lsp
+from pygls.exceptions import JsonRpcInvalidParams
+
+FEATURE, COMMAND = "feature", "command"
+
+
+@dataclass(frozen=True)
+class Handler:
+    kind: str  # FEATURE (an LSP method or notification) or COMMAND (workspace/executeCommand)
+    name: str
+    fn: Callable
+    options: Any = None  # the feature's registration options
+
+
+def guard(fn):
+    """Notification handlers: log what goes wrong instead of raising into pygls."""
+    @functools.wraps(fn)
+    async def wrapper(ls, *args):
+        try:
+            result = fn(ls, *args)
+            if hasattr(result, "__await__"):
+                await result
+        except Exception as e:  # noqa: BLE001 - the server must outlive any bug
+            ls.log(f"internal error in {fn.__name__}: {type(e).__name__}: {e}",
+                   lsp.MessageType.Error)
+    return wrapper
+
+
+def params_dict(params: Any) -> dict[str, Any]:
+    if params is None:
+        return {}
+    if isinstance(params, dict):
+        return params
+    if hasattr(params, "_asdict"):
+        return params._asdict()
+    raise JsonRpcInvalidParams(message=f"expected an object, got {type(params).__name__}")
