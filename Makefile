@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 
 .PHONY: demo test setup setup-system setup-python setup-node setup-web setup-node24 \
 	setup-code-server setup-e2e build vsix test-python test-ts test-webview test-e2e \
-	test-cuda-build bench bench-startup bench-warm bench-test-suite bench-ranks bench-megatron bench-webview bench-ext clean
+	test-cuda-build test-compat bench bench-startup bench-warm bench-test-suite bench-ranks bench-megatron bench-webview bench-ext clean
 
 # -- set-up (each step is idempotent: quick when already done) -------------------------------
 setup-python:
@@ -66,7 +66,16 @@ test-cuda-build:
 	@VENV=.venv-cuda TORCH=torch==2.14.1 scripts/setup-python.sh
 	.venv-cuda/bin/python -m pytest -q python/tests/cuda/test_fake_cuda.py \
 	  python/tests/cuda/test_cuda_analytic.py python/tests/cuda/test_cuda_scripts.py \
-	  python/tests/snapshot/test_oom.py python/tests/engine/test_python_api.py
+	  python/tests/snapshot/test_oom.py python/tests/engine/test_python_api.py \
+	  "python/tests/plugins/test_hf_trainer.py::test_accelerate_loop"
+
+# The compatibility matrix (not part of make test; run before a release, ~1 h and ~20 GB): one
+# environment per row under .compat/ (the pinned versions on Python 3.11, the newest releases on
+# 3.12 and 3.13), the smoke tests of scripts/compat/smoke.toml in each, and TESTED_VERSIONS
+# (python/memlens/patches/tested_versions.py) written from what passed. COMPAT_ARGS="--rows
+# pinned-py3.11 --upgrade" runs one row; the others keep their record.
+test-compat: setup-python
+	$(PY) scripts/compat/matrix.py $(COMPAT_ARGS)
 
 # Type checks and the unit tests of the TypeScript side (plain Node; the protocol mirror and
 # the device list are compared with the Python side through .venv).

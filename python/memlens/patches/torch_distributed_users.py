@@ -142,7 +142,11 @@ def _ddp(patcher: Patcher, layout, L, is_gradient) -> None:
     gradients became ready, agreeing on that order across ranks by reading a broadcast tensor
     of indices: skipped (the buckets keep their first order; every gradient is in one bucket
     either way). Its C++ logger times the first iterations with a CUDA timer that a build
-    without CUDA lacks (it asserts): statistics with no memory, skipped."""
+    without CUDA lacks (it asserts): statistics with no memory, skipped. On a CUDA build the
+    reducer's own timer records CUDA events (a real driver call, "CUDA driver version is
+    insufficient") from `prepare_for_forward`, whose only other work is counting iterations
+    for those statistics (reducer.cpp, torch 2.13 and 2.14): skipped there, and with no
+    iteration counted no backward records its time either."""
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
@@ -158,6 +162,8 @@ def _ddp(patcher: Patcher, layout, L, is_gradient) -> None:
     patcher.setattr(DistributedDataParallel, "register_comm_hook", _ddp_register_comm_hook)
     patcher.setattr(dist.Reducer, "_rebuild_buckets", lambda self: False)
     patcher.setattr(dist.Logger, "set_runtime_stats_and_log", lambda self: None)
+    if torch.version.cuda is not None:
+        patcher.setattr(dist.Reducer, "prepare_for_forward", lambda self: None)
 
 
 class _HookSlot:

@@ -22,6 +22,12 @@ sys.path.insert(0, str(CASE.parent))
 import compiled_case  # noqa: E402  (its models; the training loop runs only as a script)
 
 
+def notes_but_versions(data: dict) -> list[str]:
+    """The trace's notes but one of a library outside TESTED_VERSIONS (make test-compat runs
+    these tests on versions its table does not hold yet)."""
+    return [n for n in data["notes"] if "outside the range memlens' integration" not in n]
+
+
 def partitioner_saved_bytes(model: torch.nn.Module, x: torch.Tensor) -> int:
     """Dynamo's graph of the model (activation checkpointing becomes a tagged region there)
     through AOTAutograd with Inductor's decompositions and its partition function (joint-graph
@@ -74,7 +80,7 @@ def test_saved_for_backward_is_what_the_partitioner_saves(memlens, name):
     assert (region["compiled_as"], region["graphs"], region["graph_breaks"]) == \
         ("inductor", 1, 0)
     assert region["saved_bytes"] == expected
-    assert not data["notes"]
+    assert not notes_but_versions(data)
 
 
 def forward_and_backward_buffers(snapshot: dict) -> tuple[list, list]:
@@ -147,7 +153,7 @@ def test_without_triton_a_region_is_the_partitioners_graphs_with_a_note(memlens,
     region, = data["compiled_regions"]
     assert region["compiled_as"] == "partitioner"
     assert region["saved_bytes"] == 4 * 16 * 256 * 4
-    note, = data["notes"]
+    note, = notes_but_versions(data)
     assert "fusion and buffer reuse are not" in note and "Triton is not installed" in note
 
 

@@ -9,6 +9,7 @@ MEMLENS_MEGATRON_LM_DEPS: `six`, `triton`), the real `pretrain_gpt.py` and the p
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import shutil
@@ -121,10 +122,19 @@ def test_a_batch_megatron_rejects_is_rejected_by_megatron():
     says so, before the trace changes the batch."""
     with pytest.raises(AssertionError, match="1030"):
         megatron_args.set_up(_args(global_batch_size=1030), iterations=2)
-    # (1024 - 16) is no multiple of 10: a ramp-up that does not reach the batch in its steps
-    with pytest.raises(AssertionError, match="increment"):
-        megatron_args.set_up(_args(train_iters=None, train_samples=10**6,
-                                   rampup_batch_size=["16", "10", "1000"]), iterations=2)
+    # (1024 - 16) is no multiple of 10: a ramp-up that does not reach the batch in its steps.
+    # megatron-core 0.18 replaced the ramp-up by --step-batch-size-schedule: its calculator
+    # warns of a ramp-up and ignores it, so nothing is rejected there (as in Megatron).
+    from megatron.core import num_microbatches_calculator as calc
+
+    ramp = _args(train_iters=None, train_samples=10**6, rampup_batch_size=["16", "10", "1000"])
+    if "step_batch_size_schedule" in inspect.signature(
+            calc.init_num_microbatches_calculator).parameters:
+        megatron_args.set_up(ramp, iterations=2)
+        assert ramp.global_batch_size == 16  # 1024 / 4 = 256 micro-batches, 4 traced (PP 4)
+    else:
+        with pytest.raises(AssertionError, match="increment"):
+            megatron_args.set_up(ramp, iterations=2)
 
 
 @needs_megatron
@@ -138,6 +148,21 @@ def test_ramp_up_is_traced_at_the_full_batch_and_said():
     # 1536 / 4 = 384 micro-batches per iteration, 4 traced (1F1B, PP 4).
     assert args.global_batch_size == 16 and "global batch 1536 = 384 micro-batches" in notes
     assert args.train_samples == 2 * 16 and args.lr_decay_samples == 10**9
+
+
+@needs_megatron
+def test_a_step_batch_size_schedule_is_traced_at_its_largest_batch_and_said():
+    """0.18's --step-batch-size-schedule (thresholds in samples or tokens, then the global
+    batch): the largest, 1536 = 384 micro-batches of 1 x DP 4, of which 4 are traced (1F1B,
+    PP 4), as with a ramp-up."""
+    schedule = "0:16 2.4B:320 4.8B:1024 9.6B:1536"
+    args = _args(train_iters=None, train_samples=10**9, lr_decay_samples=None,
+                 global_batch_size=4, step_batch_size_schedule=schedule, seq_length=2048)
+    notes = " ".join(megatron_args.set_up(args, iterations=2))
+    assert args.step_batch_size_schedule is None
+    assert f"step batch-size schedule {schedule!r}: traced at its largest global batch 1536" \
+        in notes
+    assert args.global_batch_size == 16 and "global batch 1536 = 384 micro-batches" in notes
 
 
 @needs_megatron

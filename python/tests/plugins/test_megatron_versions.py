@@ -60,6 +60,23 @@ def test_saving_off_turns_off_what_only_saving_uses():
     assert args.async_strategy == "nvrx"  # no save or ckpt word: how, not whether
 
 
+@M.NEEDS
+def test_value_checks_are_off_by_their_check_name():
+    """0.19 checks the weights' hashes across data-parallel replicas before the first iteration
+    whenever --check-weight-hash-across-dp-replicas-interval is set (a CI configuration sets 10):
+    fake values differ across replicas, so that check, like every `check_*` one, is off; an
+    option that only has `check` inside its name stays the user's."""
+    args = _validated_args(
+        check_weight_hash_across_dp_replicas_interval=10, check_for_nan_in_loss_and_grad=True,
+        check_for_spiky_loss=True, check_for_large_grads=True, check_for_nan_in_loss=True,
+        use_checkpoint_opt_param_scheduler=True)
+    megatron_args.set_up(args, iterations=2)
+    assert args.check_weight_hash_across_dp_replicas_interval is None
+    assert (args.check_for_nan_in_loss_and_grad, args.check_for_spiky_loss,
+            args.check_for_large_grads, args.check_for_nan_in_loss) == (False,) * 4
+    assert args.use_checkpoint_opt_param_scheduler is True
+
+
 def test_logical_and_stand_in_takes_0_19s_group_argument():
     """0.19's training step calls `logical_and_across_model_parallel_group(update_successful,
     group=mp_group)`; 0.16's took the value only. The stand-in the plugin installs answers both
@@ -114,3 +131,19 @@ def test_fused_adam_stand_in_refuses_capturable_true_naming_the_version():
     text = str(refused.value)
     assert f"megatron-core {version('megatron-core')}" in text
     assert "capturable=True (--optimizer-cuda-graph)" in text and "Transformer Engine" in text
+
+
+@M.NEEDS
+def test_an_experimental_attention_variant_without_te_names_version_and_missing_piece():
+    """0.19's --experimental-attention-variant (a CI configuration's gated delta net) builds
+    its decoder block from Transformer Engine's modules only: without TE the trace stops before
+    Megatron's bare assertion, naming megatron-core's version and what is missing."""
+    args = _validated_args(transformer_impl="transformer_engine",
+                           experimental_attention_variant="gated_delta_net")
+    from megatron.core import package_info  # 0.18.2 calls itself 0.18.2+bba59cf there
+
+    with pytest.raises(MemlensError) as e:
+        megatron_args.set_up(args, iterations=2)
+    assert str(e.value).startswith(f"megatron-core {package_info.__version__}: "
+                                   "--experimental-attention-variant gated_delta_net")
+    assert "Transformer Engine is not installed here" in str(e.value)

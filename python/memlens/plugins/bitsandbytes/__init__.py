@@ -95,7 +95,9 @@ class Plugin(LibraryPlugin):
     def cuda_ops(self, mod: ModuleType) -> None:
         import torch
 
-        if self.tracer.device.type == "cuda":
+        # bitsandbytes 0.50 added `gemm_4bit` (MatMul4Bit's forward); before it, the forward
+        # dequantizes the weight (`dequantize_4bit`) and multiplies, booked as any op.
+        if self.tracer.device.type == "cuda" and hasattr(torch.ops.bitsandbytes, "gemm_4bit"):
             self.patcher.defer(self.tracer.workspaces.add_rule(
                 torch.ops.bitsandbytes.gemm_4bit.default, gemm_4bit_rule(mod)))
 

@@ -14,6 +14,10 @@ right after its body has run, undone when the trace ends.
   state dicts gathered and serialized: their memory is the step's), into a folder of the
   trace's own, removed when the trace ends: a traced checkpoint holds no data, and one left in
   `output_dir` would be what a later real run resumes from (`get_last_checkpoint`).
+- Hub kernels: from 5.25 `from_pretrained` swaps layers for compiled kernels it downloads from
+  the Hub (`kernels-community/...`, with the `kernels` package) unless USE_HUB_KERNELS=NO. A
+  trace runs no compiled kernel and reads nothing from the Hub (offline it stopped with "could
+  not verify publisher trust status"): the layers keep their PyTorch code, with a note.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import functools
 import os
 import shutil
 import tempfile
+from importlib.util import find_spec
 from types import ModuleType
 
 from ...patches.patcher import check_tested
@@ -29,7 +34,7 @@ from ..library_plugin import LibraryPlugin
 
 
 class Plugin(LibraryPlugin):
-    watches = {"transformers.trainer": "trainer"}
+    watches = {"transformers.trainer": "trainer", "transformers.modeling_utils": "modeling"}
     scratch: str | None = None  # where the Trainer's saves go during the trace
 
     def deactivate(self) -> None:
@@ -45,6 +50,15 @@ class Plugin(LibraryPlugin):
                                  f"folder of the trace's own, not into {output_dir} (a traced "
                                  "checkpoint holds no data)")
         return self.scratch
+
+    def modeling(self, mod: ModuleType) -> None:
+        if not hasattr(mod, "_kernels_enabled"):  # before 5.25: no hub kernels by default
+            return
+        self.patcher.setattr(mod, "_kernels_enabled", lambda: False)
+        if find_spec("kernels") is not None:
+            self.tracer.add_note("transformers' hub kernels (kernels-community, downloaded by "
+                                 "from_pretrained) are not used in a trace: layers run their "
+                                 "PyTorch code, as with USE_HUB_KERNELS=NO")
 
     def trainer(self, mod: ModuleType) -> None:
         import transformers

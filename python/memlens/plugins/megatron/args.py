@@ -33,8 +33,7 @@ _OFF = (
     ("tensorboard_dir", None), ("wandb_project", ""), ("wandb_exp_name", ""),
     ("enable_one_logger", False), ("enable_ft_package", False),
     ("profile", False), ("use_pytorch_profiler", False),
-    ("check_for_nan_in_loss_and_grad", False), ("check_for_spiky_loss", False),
-    ("check_for_large_grads", False), ("rerun_mode", "disabled"),
+    ("rerun_mode", "disabled"),
     ("log_straggler", False), ("num_workers", 0),
 )
 
@@ -60,6 +59,7 @@ def set_up(args: Any, iterations: int) -> list[str]:
         if hasattr(args, name):
             setattr(args, name, value)
     _no_saving(args)
+    _no_value_checks(args)
     notes += megatron_batch.set_up(args)
     _iterations(args, iterations)
     notes += _tokenizer(args) + _implementation(args) + _moe(args)
@@ -83,6 +83,17 @@ def _no_saving(args: Any) -> None:
         if not set(name.split("_")) & {"save", "ckpt"} or name in _CHECKPOINT_FORMAT:
             continue
         setattr(args, name, False if isinstance(value, bool) else None)
+
+
+def _no_value_checks(args: Any) -> None:
+    """Megatron's checks of values (`check_*`: NaN/inf and spiky losses, large gradients, the
+    weights' hashes across data-parallel replicas) read what a trace does not have, so each is
+    off, found by its `check_` name rather than listed: 0.19 checks the hashes once before the
+    first iteration whenever --check-weight-hash-across-dp-replicas-interval is set, and the
+    fake values differ across replicas ("Parameter hashes not matching")."""
+    for name, value in list(vars(args).items()):
+        if name.startswith("check_"):
+            setattr(args, name, False if isinstance(value, bool) else None)
 
 
 def _data(args: Any) -> str:
@@ -154,6 +165,16 @@ def _implementation(args: Any) -> list[str]:
                            "(install transformer_engine, or trace without the flag)")
     if getattr(args, "transformer_impl", "local") != "transformer_engine":
         return []
+    variant = getattr(args, "experimental_attention_variant", None)
+    if variant:
+        # 0.19's experimental decoder block spec (gated delta net, DSA, ...) is built from TE's
+        # modules only: Megatron asserts "only supports transformer engine" with local ones.
+        from .optimizer import _megatron_version
+
+        raise MemlensError(f"{_megatron_version()}: --experimental-attention-variant {variant} "
+                           "builds its layers from Transformer Engine's modules only, and "
+                           "Transformer Engine is not installed here; memlens has no stand-in "
+                           "for them (install transformer_engine to trace it)")
     args.transformer_impl = "local"  # the plugin notes it, with how attention is held
     return []
 

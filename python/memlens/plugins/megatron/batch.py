@@ -5,6 +5,8 @@ with a note:
 
 - batch-size ramp-up (with sample-based training; Megatron rejects it with --train-iters): the
   trace runs the full global batch, the largest of the ramp-up, from the first iteration;
+  so with megatron-core 0.18's --step-batch-size-schedule (which replaces the ramp-up, then
+  only warned of and ignored by Megatron's calculator): its largest batch;
 - micro-batches per iteration: fewer are traced only when every pipeline stage then holds the
   same micro-batches in flight as with the user's count (schedule.fewest_alike); the
   global batch is lowered to match and the note names both counts.
@@ -12,6 +14,8 @@ with a note:
 
 from __future__ import annotations
 
+import inspect
+import re
 from typing import Any
 
 from .schedule import Pipeline, fewest_alike
@@ -22,10 +26,13 @@ def check(args: Any) -> None:
     which it runs after validate_args, run now on the user's values: a trace changes them."""
     from megatron.core import num_microbatches_calculator as calc
 
-    calc.init_num_microbatches_calculator(
-        getattr(args, "rank", 0), args.rampup_batch_size, args.global_batch_size,
-        args.micro_batch_size, args.data_parallel_size,
-        getattr(args, "decrease_batch_size_if_needed", False))
+    init = calc.init_num_microbatches_calculator
+    since_0_18 = {name: getattr(args, name, None) for name in ("step_batch_size_schedule",
+                                                                "seq_length")
+                  if name in inspect.signature(init).parameters}
+    init(getattr(args, "rank", 0), args.rampup_batch_size, args.global_batch_size,
+         args.micro_batch_size, args.data_parallel_size,
+         getattr(args, "decrease_batch_size_if_needed", False), **since_0_18)
     calc.destroy_num_microbatches_calculator()
 
 
@@ -38,6 +45,12 @@ def set_up(args: Any) -> list[str]:
         notes.append(f"batch-size ramp-up from {start} by {step} over {samples} samples: traced "
                      f"at the full global batch {args.global_batch_size}, the largest (the "
                      f"ramp-up's smaller batches hold no more)")
+    schedule = getattr(args, "step_batch_size_schedule", None)
+    if schedule:
+        largest = max(int(size) for size in re.findall(r":(\d+)", schedule))
+        args.step_batch_size_schedule, args.global_batch_size = None, largest
+        notes.append(f"step batch-size schedule {schedule!r}: traced at its largest global "
+                     f"batch {largest} (a smaller batch holds no more)")
     per_step = args.micro_batch_size * args.data_parallel_size
     if args.global_batch_size % per_step:
         return notes  # Megatron's own error (decrease_batch_size_if_needed aside) says so
