@@ -20,6 +20,7 @@ from .. import categories as C
 from ..cuda.pinned_memory import PinnedFakeStorages, pinning_available
 from ..kernels.cuda import COLLECTIVE_NAMESPACES
 from ..errors import DataDependentError, Location
+from .accountant_host import AccountantHost
 from .dynamic_sizes import bounded_result, has_bound
 from .healthy_values import HEALTHY_OPS, HEALTHY_VALUE, note_healthy_value
 from .host_compute import runs_on_host
@@ -69,7 +70,7 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 
 class Accountant(TorchDispatchMode):
-    def __init__(self, tracer):
+    def __init__(self, tracer: AccountantHost):
         super().__init__()
         self.tracer = tracer
         self.ledger = tracer.ledger
