@@ -10,13 +10,13 @@ from lsprotocol import types as lsp
 from pygls import uris
 from pygls.exceptions import JsonRpcInvalidParams
 
-from ...errors import MemlensError
 from ...snapshot.digest import normalize_path
 from .. import payloads
 from ..documents import now_utc
 from .. import protocol as P
 from ..server import MemlensServer
-from .handler import COMMAND, FEATURE, Handler, guard, params_dict
+from .handler import (COMMAND, FEATURE, Handler, command_params, guard, params_dict,
+                      refusals_as_invalid_params)
 
 
 @guard
@@ -97,11 +97,9 @@ def document_traces(ls: MemlensServer, params):
 
 
 def choose_trace(ls: MemlensServer, *args):
-    snapshot = params_dict(args[0] if args else None).get("snapshot")
-    try:
+    snapshot = command_params(args).get("snapshot")
+    with refusals_as_invalid_params():
         return ls.choose_trace(str(snapshot) if snapshot else None)
-    except MemlensError as e:
-        raise JsonRpcInvalidParams(message=e.message) from None
 
 
 HANDLERS = [

@@ -1,14 +1,18 @@
-"""What a handler is, and the two things every handler module shares: the guard that keeps a
-notification handler's failure out of pygls, and reading a request's parameters."""
+"""What a handler is, and what every handler module shares: the guard that keeps a
+notification handler's failure out of pygls, reading a request's or command's parameters, and
+a refusal (MemlensError) answered as invalid parameters."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcInvalidParams
+
+from ...errors import MemlensError
 
 FEATURE, COMMAND = "feature", "command"
 
@@ -43,3 +47,20 @@ def params_dict(params: Any) -> dict[str, Any]:
     if hasattr(params, "_asdict"):
         return params._asdict()
     raise JsonRpcInvalidParams(message=f"expected an object, got {type(params).__name__}")
+
+
+def command_params(args: tuple) -> dict[str, Any]:
+    """A workspace/executeCommand's one argument object."""
+    return params_dict(args[0] if args else None)
+
+
+@contextlib.contextmanager
+def refusals_as_invalid_params(ls=None):
+    """A MemlensError (bad input, named) answers the request as invalid parameters, logged
+    where `ls` is given."""
+    try:
+        yield
+    except MemlensError as e:
+        if ls is not None:
+            ls.log(str(e), lsp.MessageType.Warning)
+        raise JsonRpcInvalidParams(message=e.message) from None

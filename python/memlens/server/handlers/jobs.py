@@ -5,15 +5,13 @@ payloads.py). `HANDLERS` is what handlers/__init__.py registers."""
 
 from __future__ import annotations
 
-from lsprotocol import types as lsp
 from pygls import uris
-from pygls.exceptions import JsonRpcInvalidParams
 
-from ...errors import MemlensError
 from ...snapshot.digest import normalize_path
 from .. import protocol as P
 from ..server import MemlensServer
-from .handler import COMMAND, FEATURE, Handler, params_dict
+from .handler import (COMMAND, FEATURE, Handler, command_params, params_dict,
+                      refusals_as_invalid_params)
 
 
 async def targets(ls: MemlensServer, params):
@@ -27,16 +25,12 @@ async def targets(ls: MemlensServer, params):
 
 
 async def trace(ls: MemlensServer, *args):
-    params = params_dict(args[0] if args else None)
-    try:
-        return await ls.commands.trace(params, ls.protocol.msg_id)
-    except MemlensError as e:
-        ls.log(str(e), lsp.MessageType.Warning)
-        raise JsonRpcInvalidParams(message=e.message) from None
+    with refusals_as_invalid_params(ls):
+        return await ls.commands.trace(command_params(args), ls.protocol.msg_id)
 
 
 def cancel_trace(ls: MemlensServer, *args):
-    tid = params_dict(args[0] if args else None).get("targetId")
+    tid = command_params(args).get("targetId")
     run = ls.runner.running.get(str(tid))
     if run is not None:
         run.stop("cancelled")
@@ -44,19 +38,13 @@ def cancel_trace(ls: MemlensServer, *args):
 
 
 async def fit(ls: MemlensServer, *args):
-    params = params_dict(args[0] if args else None)
-    try:
-        return await ls.fits.fit(params, ls.protocol.msg_id)
-    except MemlensError as e:
-        ls.log(str(e), lsp.MessageType.Warning)
-        raise JsonRpcInvalidParams(message=e.message) from None
+    with refusals_as_invalid_params(ls):
+        return await ls.fits.fit(command_params(args), ls.protocol.msg_id)
 
 
 async def fit_space(ls: MemlensServer, params):
-    try:
+    with refusals_as_invalid_params():
         return await ls.fits.space(params_dict(params))
-    except MemlensError as e:
-        raise JsonRpcInvalidParams(message=e.message) from None
 
 
 HANDLERS = [

@@ -10,7 +10,7 @@ from pygls.exceptions import JsonRpcInvalidParams
 
 from .. import protocol as P
 from ..server import MemlensServer
-from .handler import COMMAND, FEATURE, Handler, params_dict
+from .handler import COMMAND, FEATURE, Handler, command_params
 
 
 def snapshots(ls: MemlensServer, params):
@@ -18,7 +18,7 @@ def snapshots(ls: MemlensServer, params):
 
 
 async def open_report(ls: MemlensServer, *args):
-    params = params_dict(args[0] if args else None)
+    params = command_params(args)
     e = None
     if params.get("snapshot"):
         e = ls.index.by_path(str(params["snapshot"]))
