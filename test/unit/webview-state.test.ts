@@ -48,3 +48,9 @@ test('snapshot keys tell snapshots apart', () => {
   assert.notEqual(snapshotKeyOf(a), snapshotKeyOf(b));
   assert.equal(snapshotKeyOf(a), snapshotKeyOf(makeSnapshot({ batch: 1 })));
 });
+
+test('the phases chart starts at the phases\' own scale, the device memory on request', () => {
+  assert.equal(defaultState('k').phasesView.budget, false);
+  assert.equal(restoreState({ version: 1, snapshotKey: 'k', phasesView: {} }, 'k').phasesView.budget, false);
+  assert.equal(restoreState({ version: 1, snapshotKey: 'k', phasesView: { budget: true } }, 'k').phasesView.budget, true);
+});

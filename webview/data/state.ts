@@ -48,7 +48,8 @@ export function defaultState(snapshotKey = ''): PanelState {
     table: { query: '', category: null, module: null, sort: { column: 'bytes', direction: 'desc' }, selected: [] },
     modules: { measure: 'at_peak', expanded: [], merge: true },
     timeline: { range: null, budget: false, streams: false },
-    phasesView: { budget: true },
+    // The phases at their own scale: a 7.8 GiB peak on an 80 GiB card would be a sliver.
+    phasesView: { budget: false },
     details: { tensor: null, line: null },
     compare: { merged: true },
   };
@@ -72,7 +73,7 @@ export function restoreState(saved: unknown, snapshotKey: string): PanelState {
       expanded: sameSnapshot ? strings(modules['expanded']) : [],
       merge: modules['merge'] !== false,
     },
-    phasesView: { budget: phasesView['budget'] !== false },
+    phasesView: { budget: phasesView['budget'] === true },
     timeline: { range: null, budget: timeline['budget'] === true, streams: timeline['streams'] === true },
     compare: { merged: compare['merged'] !== false },
   };
