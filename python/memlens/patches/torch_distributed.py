@@ -79,6 +79,7 @@ def apply(patcher: Patcher, spec, layout, is_gradient: Callable[[torch.Tensor], 
     _checkpoints(patcher, state_init_step)
     _coalesced_collectives(patcher)
     _dtensor(patcher, dispatch_mode)
+    _fsdp2_copy_in(patcher)
     _collective_results(patcher)
     if works is not None:
         _work_waits(patcher, works)
@@ -246,6 +247,32 @@ def _dtensor_random_ops(patcher: Patcher, accountant: type) -> None:
         hop._dispatch_cache.clear()
 
     patcher.defer(undo)
+
+
+def _fsdp2_copy_in(patcher: Patcher) -> None:
+    """FSDP2 copies each parameter's shard into the all-gather buffer with its own op,
+    `fsdp::all_gather_copy_in(inputs, output, ...)`. On a GPU the dispatcher runs its CUDA
+    kernel whenever the output is a CUDA tensor, and that kernel's `_foreach_copy_` takes
+    shards from any device: shards held in host memory (litgpt's LoRA loads its frozen base
+    weights with `cpu_offload=True`) are copied host to device. FakeTensorMode runs the op's
+    Meta kernel only after checking that all its tensors share one device, and refused them.
+    A fake kernel of the op (which FakeTensorMode runs instead, without that check) runs the
+    CUDA kernel's own body: a view of the output, then the copies. torch refuses to register
+    one beside a Meta kernel, so it is put in torch's registry directly, and taken out after."""
+    try:
+        from torch.distributed.fsdp._fully_shard import _fsdp_collectives
+    except ImportError:
+        return
+    kernel_body = getattr(_fsdp_collectives, "all_gather_copy_in_cuda", None)
+    if kernel_body is None:
+        return
+    from torch._library.simple_registry import singleton
+    from torch._library.utils import Kernel
+
+    holder = singleton.find("fsdp::all_gather_copy_in").fake_impl
+    kernel = Kernel(kernel_body, "memlens: FSDP2's CUDA kernel, run on fake tensors")
+    holder.kernels.append(kernel)
+    patcher.defer(lambda: holder.kernels.remove(kernel) if kernel in holder.kernels else None)
 
 
 # -- object collectives ----------------------------------------------------------------------
