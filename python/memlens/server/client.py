@@ -40,6 +40,16 @@ class LspClient:
         self._server.text_document_publish_diagnostics(
             lsp.PublishDiagnosticsParams(uri=uri, diagnostics=diags))
 
+    async def watch_files(self, glob: str) -> None:
+        """Ask the editor to send workspace/didChangeWatchedFiles for files matching `glob`
+        (every workspace folder); raises where it refuses."""
+        await asyncio.wait_for(self._server.client_register_capability_async(
+            lsp.RegistrationParams(registrations=[lsp.Registration(
+                id=f"memlens-watch-{uuid.uuid4().hex[:12]}",
+                method=lsp.WORKSPACE_DID_CHANGE_WATCHED_FILES,
+                register_options=lsp.DidChangeWatchedFilesRegistrationOptions(
+                    watchers=[lsp.FileSystemWatcher(glob_pattern=glob)]))])), 10)
+
     def refresh_views(self) -> None:
         if self.can("workspace", "inlay_hint", "refresh_support"):
             self._server.protocol.send_request(lsp.WORKSPACE_INLAY_HINT_REFRESH, None)

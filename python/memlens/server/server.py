@@ -33,9 +33,9 @@ from .traced import TracedTexts
 from .tracing import TraceRunner
 from .worker import python_executable
 from ..worker import warm
-from ..worker.protocol import worker_env
+from ..worker.protocol import SNAPSHOT_DIR, worker_env
 
-POLL_SECONDS = 2.0
+POLL_SECONDS = 2.0  # only where the editor cannot watch the snapshot folders
 SCAN_MAX_AGE = 10.0
 
 
@@ -356,14 +356,29 @@ class MemlensServer(LanguageServer):
         text = self.docs_text(normalize_path(path))
         return text.split("\n") if text is not None else []
 
+    async def watch_snapshots(self) -> None:
+        """Pick up snapshots that other processes (the CLI) write: the editor watches the
+        snapshot folders and says what changed (workspace/didChangeWatchedFiles, registered
+        here); an editor that cannot watch files for a server has the folders polled."""
+        if self.client.can("workspace", "did_change_watched_files", "dynamic_registration"):
+            try:
+                await self.client.watch_files(f"**/{SNAPSHOT_DIR}/**/*.json")
+                return
+            except Exception as e:
+                self.log(f"snapshot folders polled: the editor refused to watch them ({e})",
+                         lsp.MessageType.Log)
+        self.spawn(self.poll())
+
     async def poll(self) -> None:
-        """Pick up snapshots that other processes (the CLI) write."""
         while True:
             await asyncio.sleep(POLL_SECONDS)
-            try:
-                await self.refresh_index()
-            except Exception as e:  # keep polling whatever a snapshot folder holds
-                self.log(f"snapshot index: {type(e).__name__}: {e}", lsp.MessageType.Warning)
+            await self.refresh_index_logged()
+
+    async def refresh_index_logged(self) -> None:
+        try:
+            await self.refresh_index()
+        except Exception as e:  # keep watching whatever a snapshot folder holds
+            self.log(f"snapshot index: {type(e).__name__}: {e}", lsp.MessageType.Warning)
 
     def server_info(self) -> P.ServerInfo:
         return payloads.server_info(

@@ -112,9 +112,12 @@ async def test_a_refresh_after_a_save_keeps_annotations_with_their_text(client: 
         lsp.TextDocumentIdentifier(uri(path))))
     assert await hint_labels(client, path) == moved
 
-    # The index reads the snapshot again (touched, as a sync or a copy would): same places.
+    # The index reads the snapshot again (touched, as a sync or a copy would, and the editor,
+    # watching the glob the server registered, says so): same places.
+    assert client.watched == ["**/.memlens/**/*.json"]
     n = len(client.events)
     os.utime(snapshot, (saved + 1, saved + 1))
+    client.files_changed(snapshot)
     await client.wait_until(lambda: [m for m, _ in client.events[n:]
                                      if m == "memlens/snapshotsChanged"], 60, "the refresh")
     sent = [p for m, p in client.events[n:]

@@ -329,6 +329,7 @@ async def test_bad_input_gets_a_clear_answer(client: MemlensClient, workspace):
     bad = workspace / ".memlens" / "broken" / "20200101-000000-000000.json"
     bad.parent.mkdir(parents=True)
     bad.write_text('{"format": "memlens.snapshot", "version": 1, "meta": ')
+    client.files_changed(bad)  # as the editor watching the server's glob says
     message = await client.wait_until(lambda: [
         m.message for m in client.log_messages if "broken" in m.message
         and "not valid JSON" in m.message], 60, "a log message about the broken snapshot")
@@ -336,6 +337,7 @@ async def test_bad_input_gets_a_clear_answer(client: MemlensClient, workspace):
     future = workspace / ".memlens" / "future" / "20200101-000000-000000.json"
     future.parent.mkdir(parents=True)
     future.write_text('{"format": "memlens.snapshot", "version": 99}')
+    client.files_changed(future)
     await client.wait_until(lambda: [m for m in client.log_messages
                                      if "version 99 is not supported" in m.message], 60,
                             "a log message about the unknown version")

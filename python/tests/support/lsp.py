@@ -67,6 +67,12 @@ class MemlensClient(LanguageClient):
         self.lens_uri: str | None = None
         self.session_settings: dict[str, Any] = {}  # what start_session gave the server
         self.settings: dict[str, Any] = {}  # the server's settings since apply_settings
+        self.watched: list[str] = []  # the globs the server asked to be told about
+
+    def files_changed(self, *paths: Path) -> None:
+        """What VS Code sends for a file under a watched glob that changed on disk."""
+        self.workspace_did_change_watched_files(lsp.DidChangeWatchedFilesParams(changes=[
+            lsp.FileEvent(uri=uri(p), type=lsp.FileChangeType.Changed) for p in paths]))
 
     def received(self, method: str) -> list[Any]:
         return [p for m, p in self.notifications if m == method]
@@ -90,6 +96,14 @@ def make_client() -> MemlensClient:
             ls.notifications.append((method, params))
             ls.events.append((method, params))
         client.feature(method)(record)
+
+    @client.feature(lsp.CLIENT_REGISTER_CAPABILITY)
+    def register_capability(ls, params):
+        for r in params["registrations"] if isinstance(params, dict) else params.registrations:
+            r = r if isinstance(r, dict) else default_converter().unstructure(r)
+            if r["method"] == lsp.WORKSPACE_DID_CHANGE_WATCHED_FILES:
+                ls.watched += [w["globPattern"] for w in r["registerOptions"]["watchers"]]
+        return None
 
     @client.feature(lsp.WORKSPACE_INLAY_HINT_REFRESH)
     def inlay_refresh(ls, params):

@@ -31,7 +31,7 @@ async def initialized(ls: MemlensServer, params: lsp.InitializedParams):
     await ls.pull_settings()
     ls.warm_up()
     await ls.refresh_index()
-    ls.spawn(ls.poll())
+    await ls.watch_snapshots()
     await ls.scan(force=True)
     ls.update_budget_diagnostics()
     ls.client.refresh_views()
@@ -50,6 +50,11 @@ async def did_change_configuration(ls: MemlensServer, params):
 async def did_change_folders(ls: MemlensServer, params):
     await ls.refresh_index()
     await ls.scan(force=True)
+
+
+@guard
+async def did_change_watched_files(ls: MemlensServer, params: lsp.DidChangeWatchedFilesParams):
+    await ls.refresh_index_logged()
 
 
 @guard
@@ -72,6 +77,7 @@ HANDLERS = [
     Handler(FEATURE, lsp.INITIALIZED, initialized),
     Handler(FEATURE, lsp.WORKSPACE_DID_CHANGE_CONFIGURATION, did_change_configuration),
     Handler(FEATURE, lsp.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS, did_change_folders),
+    Handler(FEATURE, lsp.WORKSPACE_DID_CHANGE_WATCHED_FILES, did_change_watched_files),
     Handler(FEATURE, lsp.WINDOW_WORK_DONE_PROGRESS_CANCEL, progress_cancel),
     Handler(FEATURE, lsp.SHUTDOWN, shutdown),
     Handler(FEATURE, P.REQ_SERVER_INFO, server_info),
