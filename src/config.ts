@@ -1,6 +1,8 @@
 // The extension's settings (package.json "configuration", section `memlens`) as one typed
-// value, and what follows from them: the settings the server reads (protocol.Settings, named
-// differently), the parameters of a trace, and which changes need a server restart.
+// value, and what follows from them: the settings the server reads (protocol.Settings), the
+// parameters of a trace, and which changes need a server restart. The settings only the server
+// reads are passed on as the user wrote them: the server validates them, once, and says which
+// one it replaced by its default (server/settings.py).
 // No `vscode` import: settings.ts reads the values and hands them in.
 import type { Settings, TraceParams } from '../common/protocol';
 
@@ -11,56 +13,51 @@ export interface Config {
   /** "" when not set: the recipe's or launch configuration's device, else h100-80gb (the
    * setting's default must not win over a recipe's `device`). */
   device: string;
-  /** "" for the device's memory, else a size such as "70GiB" (the server parses it). */
-  budget: string;
   /** null: what the launch configuration or torchrun line says, else 1. */
   worldSize: number | null;
   rank: number;
   /** null: the recipe's, else 2. */
   iterations: number | null;
-  /** Seconds. */
-  traceTimeout: number;
-  /** 0: the host's memory. */
-  memoryLimitMB: number;
-  traceOnSave: boolean;
+  /** The settings only the server reads, unvalidated; absent where not set. */
+  server: ServerOwned;
   annotationStyle: AnnotationStyle;
   /** Share of the peak (0..1) below which annotations are not painted. */
   annotationThreshold: number;
-  hotLines: number;
   /** "" to find one: the Python extension's, else python3 on PATH. */
   python: string;
   logLevel: LogLevel;
 }
 
+/** protocol.Settings' names of the settings only the server reads (and their keys). */
+export const SERVER_OWNED = {
+  budget: 'budget',
+  traceTimeout: 'traceTimeout',
+  memoryLimitMB: 'memoryLimitMB',
+  traceOnSave: 'traceOnSave',
+  hotLines: 'annotations.hotLines',
+} as const;
+export type ServerOwned = Partial<Record<keyof typeof SERVER_OWNED, unknown>>;
+
 export const DEFAULTS: Readonly<Config> = {
   device: '',
-  budget: '',
   worldSize: null,
   rank: 0,
   iterations: null,
-  traceTimeout: 300,
-  memoryLimitMB: 0,
-  traceOnSave: false,
+  server: {},
   annotationStyle: 'decorations',
   annotationThreshold: 0,
-  hotLines: 5,
   python: '',
   logLevel: 'info',
 };
 
 /** Setting keys (under `memlens.`) of each Config field. */
-export const KEYS: Readonly<Record<keyof Config, string>> = {
+export const KEYS: Readonly<Record<Exclude<keyof Config, 'server'>, string>> = {
   device: 'device',
-  budget: 'budget',
   worldSize: 'worldSize',
   rank: 'rank',
   iterations: 'iterations',
-  traceTimeout: 'traceTimeout',
-  memoryLimitMB: 'memoryLimitMB',
-  traceOnSave: 'traceOnSave',
   annotationStyle: 'annotations.style',
   annotationThreshold: 'annotations.threshold',
-  hotLines: 'annotations.hotLines',
   python: 'python',
   logLevel: 'logLevel',
 };
@@ -78,27 +75,27 @@ function int(v: unknown, min: number): number | undefined {
 /** A Config from a getter of raw values (`workspace.getConfiguration('memlens').get`); a
  * missing or malformed value takes its default. */
 export function readConfig(get: (key: string) => unknown): Config {
-  const raw = (field: keyof Config): unknown => get(KEYS[field]);
-  const str = (field: keyof Config, fallback: string): string => {
+  const raw = (field: keyof typeof KEYS): unknown => get(KEYS[field]);
+  const str = (field: keyof typeof KEYS, fallback: string): string => {
     const v = raw(field);
     return typeof v === 'string' ? v.trim() : fallback;
   };
   const style = raw('annotationStyle');
   const level = raw('logLevel');
   const threshold = raw('annotationThreshold');
-  const timeout = raw('traceTimeout');
+  const server: ServerOwned = {};
+  for (const [name, key] of Object.entries(SERVER_OWNED)) {
+    const value = get(key);
+    if (value !== undefined) server[name as keyof ServerOwned] = value;
+  }
   return {
     device: str('device', DEFAULTS.device).toLowerCase(),
-    budget: str('budget', ''),
     worldSize: int(raw('worldSize'), 1) ?? null,
     rank: int(raw('rank'), 0) ?? 0,
     iterations: int(raw('iterations'), 1) ?? null,
-    traceTimeout: typeof timeout === 'number' && timeout > 0 ? timeout : DEFAULTS.traceTimeout,
-    memoryLimitMB: int(raw('memoryLimitMB'), 0) ?? 0,
-    traceOnSave: raw('traceOnSave') === true,
+    server,
     annotationStyle: STYLES.includes(style as AnnotationStyle) ? (style as AnnotationStyle) : DEFAULTS.annotationStyle,
     annotationThreshold: typeof threshold === 'number' && threshold >= 0 && threshold <= 1 ? threshold : 0,
-    hotLines: int(raw('hotLines'), 0) ?? DEFAULTS.hotLines,
     python: str('python', ''),
     logLevel: LEVELS.includes(level as LogLevel) ? (level as LogLevel) : DEFAULTS.logLevel,
   };
@@ -108,13 +105,9 @@ export function readConfig(get: (key: string) => unknown): Config {
  * didChangeConfiguration). Inlay hints come from the server only in the "inlayHints" style. */
 export function serverSettings(c: Config): Settings {
   return {
+    ...(c.server as Settings),
     ...(c.device ? { device: c.device } : {}),
-    budget: c.budget === '' ? null : c.budget,
     iterations: c.iterations,
-    traceTimeout: c.traceTimeout,
-    memoryLimitMB: c.memoryLimitMB,
-    traceOnSave: c.traceOnSave,
-    hotLines: c.hotLines,
     inlayHints: c.annotationStyle === 'inlayHints',
     // The worker runs with the server's interpreter, which is the one chosen for the server.
     python: null,

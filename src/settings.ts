@@ -24,7 +24,7 @@ export function onDidChangeConfig(listener: (change: ConfigChange) => void): vsc
 
 /** Writes a setting where the user most likely wants it: the workspace when one is open (a
  * device or an interpreter belongs to a project), else the user settings. */
-export async function updateSetting(field: keyof Config, value: unknown): Promise<void> {
+export async function updateSetting(field: keyof typeof KEYS, value: unknown): Promise<void> {
   const section = vscode.workspace.getConfiguration(SETTINGS_SECTION);
   const target = vscode.workspace.workspaceFolders?.length
     ? vscode.ConfigurationTarget.Workspace
@@ -32,7 +32,7 @@ export async function updateSetting(field: keyof Config, value: unknown): Promis
   await section.update(KEYS[field], value, target);
 }
 
-export function openSettings(field?: keyof Config): Thenable<unknown> {
+export function openSettings(field?: keyof typeof KEYS): Thenable<unknown> {
   return vscode.commands.executeCommand(
     'workbench.action.openSettings',
     field ? `${SETTINGS_SECTION}.${KEYS[field]}` : `@ext:memlens.torch-memory-lens`,

@@ -2,7 +2,7 @@ import { strict as assert } from 'node:assert';
 import { readFileSync } from 'node:fs';
 import * as path from 'node:path';
 import { test } from 'node:test';
-import { DEFAULTS, KEYS, readConfig, serverLogLevel, serverSettings, traceParams, type Config } from '../../src/config';
+import { DEFAULTS, KEYS, SERVER_OWNED, readConfig, serverLogLevel, serverSettings, traceParams, type Config } from '../../src/config';
 
 const config = (over: Partial<Config> = {}): Config => ({ ...DEFAULTS, ...over });
 
@@ -13,7 +13,6 @@ test('missing and malformed values take their defaults', () => {
     worldSize: 0,
     rank: -1,
     iterations: 1.5,
-    traceTimeout: -3,
     'annotations.style': 'neon',
     'annotations.threshold': 2,
     logLevel: 'loud',
@@ -33,7 +32,7 @@ test('values are read from their setting keys and trimmed', () => {
   };
   const c = readConfig((k) => raw[k]);
   assert.equal(c.device, 'a100-80gb');
-  assert.equal(c.budget, '70GiB');
+  assert.deepEqual(c.server, { budget: '70GiB' });
   assert.equal(c.worldSize, 8);
   assert.equal(c.rank, 3);
   assert.equal(c.annotationStyle, 'inlayHints');
@@ -41,19 +40,24 @@ test('values are read from their setting keys and trimmed', () => {
   assert.equal(c.python, '/x/python');
 });
 
-test('the server gets its own names; inlay hints only in the inlay-hint style', () => {
-  assert.deepEqual(serverSettings(config({ budget: '70GiB', traceTimeout: 60, hotLines: 3 })), {
+test('the server gets the settings only it reads as written (it validates them); inlay hints only in the inlay-hint style', () => {
+  const raw: Record<string, unknown> = {
     budget: '70GiB',
-    iterations: null,
-    traceTimeout: 60,
-    memoryLimitMB: 0,
-    traceOnSave: false,
+    traceTimeout: -3, // the server says it replaced this one by its default
+    'annotations.hotLines': 3,
+    traceOnSave: true,
+  };
+  assert.deepEqual(serverSettings(readConfig((k) => raw[k])), {
+    budget: '70GiB',
+    traceTimeout: -3,
     hotLines: 3,
+    traceOnSave: true,
+    iterations: null,
     inlayHints: false,
     python: null,
   });
   assert.equal(serverSettings(config({ annotationStyle: 'inlayHints' })).inlayHints, true);
-  assert.equal(serverSettings(config()).budget, null);
+  assert.equal('budget' in serverSettings(config()), false);
 });
 
 test("the device is sent only when the user set it: a recipe's device wins over the default", () => {
@@ -77,7 +81,7 @@ test('trace parameters carry distributed options only when something asks for th
   });
 });
 
-test('every Config field is a setting of the manifest, in a titled section, described', () => {
+test('every Config field and server-owned setting is a setting of the manifest, in a titled section, described', () => {
   const root = path.resolve(__dirname, '..', '..', '..');
   const manifest = JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')) as {
     contributes: { configuration: { title: string; properties: Record<string, Record<string, unknown>> }[] };
@@ -101,7 +105,11 @@ test('every Config field is a setting of the manifest, in a titled section, desc
       assert.equal((p['enumDescriptions'] as unknown[] | undefined)?.length, p['enum'].length, `memlens.${key} describes each value`);
     }
   }
-  assert.equal(props.size, Object.keys(KEYS).length, 'no setting without a Config field');
+  for (const key of Object.values(SERVER_OWNED)) {
+    const p = props.get(`memlens.${key}`);
+    assert.ok(p && (p['markdownDescription'] || p['description']), `memlens.${key} is contributed and described`);
+  }
+  assert.equal(props.size, Object.keys(KEYS).length + Object.keys(SERVER_OWNED).length, 'no setting that nobody reads');
 });
 
 test('the server logs its Python logging only from the debug level on', () => {
