@@ -102,17 +102,91 @@ def build_snapshot(tracer: TraceFacts, meta: dict[str, Any],
     stats: dict[str, DeviceStats] = {
         d: replay(ledger, d, phase_starts, tracer.end_seq) for d in devices}
     t = stats[target]
+    live = live_at(ledger, target, t.peak_seq)  # the live set at the peak
 
-    # -- the live set at the peak --------------------------------------------------------
-    peak_seq = t.peak_seq
-    live = live_at(ledger, target, peak_seq)
-    peak_rid = ledger.events[peak_seq] if peak_seq >= 0 else -1
+    names = _Modules(tracer.modules)
+    modules_out = _modules_section(tracer, t, live, names)
+    index_of_fqn = {m["fqn"]: i for i, m in enumerate(modules_out)}
+
+    def module_ref(idx: int) -> int:
+        name = names.name_of(idx)
+        return index_of_fqn.get(name, -1) if name is not None else -1
+
+    tensors_out, peak_tensor = _tensors_section(ledger, live, t.peak_seq, module_ref)
+    subs = _subcategories(ledger, target, live)
+    phases_out = _phases_section(stats)
+    n_events = len(ledger.events) if tracer.end_seq < 0 else \
+        min(len(ledger.events), tracer.end_seq + 1)
+    # The job's world size (a simulated rank's), not the caller's meta: NCCL rows need it.
+    world_size = meta.get("world_size") or tracer.parallel_meta()["world_size"]
+    memory, per_device = device_memory(tracer, stats, target, world_size, n_events)
+    if memory.get("reserved_peak_seq") is not None:
+        memory["reserved_peak_phase"] = _phase_at(phases_out, target, memory["reserved_peak_seq"])
+
     at_peak = [0] * len(C.NAMES)
     for rid in live:
         at_peak[records[rid].category] += records[rid].size
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "meta": _meta_section(tracer, meta),
+        "summary": {
+            "peak_bytes": t.peak, "peak_seq": t.peak_seq,
+            "peak_phase": _phase_at(phases_out, target, t.peak_seq),
+            "peak_tensor": peak_tensor,
+            "categories_at_peak": _cat_dict(at_peak),
+            "category_peaks": _cat_dict(t.category_peaks),
+            "final_bytes": t.final, "total_allocated_bytes": t.total_allocated,
+            "allocation_count": t.allocations,
+            **({"subcategories": subs} if subs else {}),
+            "devices": {d: {"peak_bytes": s.peak, "final_bytes": s.final, **per_device.get(d, {}),
+                            **({"graph_pools": _graph_pools(s, ledger)} if s.reserved_pools
+                               else {})}
+                        for d, s in stats.items()},
+            "placeholders": [_placeholder(tracer.stacks, p)
+                             for p in tracer.accountant.placeholders],
+            **memory,
+        },
+        "phases": phases_out,
+        "modules": modules_out,
+        "lines": _lines_section(tracer, live),
+        "tensors": tensors_out,
+        "ops": list(ledger.ops),
+        "frames": [{"file": f, "line": ln, "name": n} for f, ln, n in tracer.stacks.frames],
+        "stacks": [list(s) for s in tracer.stacks.stacks],
+        "timeline": _timeline(t, ledger),
+        "allocations": (_allocations_section(ledger, devices, subs, module_ref)
+                        if len(records) <= max_allocations else None),
+    }
 
-    # -- modules ---------------------------------------------------------------------------
-    names = _Modules(tracer.modules)
+
+def _meta_section(tracer: TraceFacts, meta: dict[str, Any]) -> dict[str, Any]:
+    """What was traced, where and with what; the caller's `meta` wins."""
+    return {
+        "tool": "memlens", "tool_version": __version__,
+        "torch_version": _torch_version(), "python_version": platform.python_version(),
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "device": tracer.device.to_json(), "device_key": tracer.target_key,
+        **tracer.parallel_meta(),
+        "allocator": tracer.allocator_settings,
+        "iterations": tracer.iterations,
+        "duration_s": round(tracer.finished - tracer.started, 3),
+        "iterations_traced": tracer.phases.iterations_traced,
+        "iteration_unit": tracer.phases.counted,
+        "interrupted": tracer.interrupted,
+        **({"notes": list(tracer.notes)} if tracer.notes else {}),
+        **({"compiled_regions": regions} if (regions := _compiled_regions(tracer)) else {}),
+        **meta,
+    }
+
+
+def _modules_section(tracer: TraceFacts, t: DeviceStats, live: list[int],
+                     names: _Modules) -> list[dict[str, Any]]:
+    """One row per module (parents before children): its bytes per category, at the peak,
+    and the highest live bytes while it allocated in forward and in backward."""
+    ledger = tracer.ledger
+    records = ledger.records
+    target = tracer.target_key
     by_module: dict[str, dict[str, Any]] = {}
 
     def entry(fqn: str) -> dict[str, Any]:
@@ -147,7 +221,6 @@ def build_snapshot(tracer: TraceFacts, meta: dict[str, Any],
                 if cur > e[key]:
                     e[key] = cur
 
-    index_of_fqn = {}
     modules_out = []
     fqn_to_idx = {v: k for k, v in names.fqn.items()}
     for fqn in sorted(by_module, key=lambda f: (f.count(".") if f else -1, f)):
@@ -155,7 +228,6 @@ def build_snapshot(tracer: TraceFacts, meta: dict[str, Any],
         info = tracer.modules.infos[idx] if idx is not None else None
         e = by_module[fqn]
         src = info.source if info else None
-        index_of_fqn[fqn] = len(modules_out)
         modules_out.append({
             "fqn": fqn,
             "class": info.class_name if info else "",
@@ -168,17 +240,17 @@ def build_snapshot(tracer: TraceFacts, meta: dict[str, Any],
             "forward_peak_bytes": e["forward_peak_bytes"],
             "backward_peak_bytes": e["backward_peak_bytes"],
         })
+    return modules_out
 
-    def module_ref(idx: int) -> int:
-        name = names.name_of(idx)
-        return index_of_fqn.get(name, -1) if name is not None else -1
 
-    # -- lines -----------------------------------------------------------------------------
-    stacks = tracer.stacks
+def _lines_section(tracer: TraceFacts, live: list[int]) -> list[dict[str, Any]]:
+    """Bytes by source line (the innermost frame of each allocation's stack), the line
+    holding most at the peak first."""
+    ledger, stacks = tracer.ledger, tracer.stacks
     lines: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0])  # frame -> at peak, total, n
     live_set = set(live)
-    for rid, rec in enumerate(records):
-        if rec.device != target or rec.alloc_seq > tracer.end_seq >= 0:
+    for rid, rec in enumerate(ledger.records):
+        if rec.device != tracer.target_key or rec.alloc_seq > tracer.end_seq >= 0:
             continue
         stack = stacks.stacks[rec.stack]
         if not stack:
@@ -195,11 +267,17 @@ def build_snapshot(tracer: TraceFacts, meta: dict[str, Any],
         acc[0] += peak_b
         acc[1] += total_b
         acc[2] += n
-    lines_out = [{"file": f, "line": ln, "bytes_at_peak": v[0], "total_bytes": v[1],
-                  "allocations": v[2]}
-                 for (f, ln), v in sorted(by_line.items(), key=lambda kv: (-kv[1][0], -kv[1][1]))]
+    return [{"file": f, "line": ln, "bytes_at_peak": v[0], "total_bytes": v[1],
+             "allocations": v[2]}
+            for (f, ln), v in sorted(by_line.items(), key=lambda kv: (-kv[1][0], -kv[1][1]))]
 
-    # -- tensors at the peak ---------------------------------------------------------------
+
+def _tensors_section(ledger: LedgerFacts, live: list[int], peak_seq: int,
+                     module_ref) -> tuple[list[dict[str, Any]], int]:
+    """The tensors live at the peak, largest first, and the index of the one whose
+    allocation made the peak (-1: none)."""
+    records = ledger.records
+    peak_rid = ledger.events[peak_seq] if peak_seq >= 0 else -1
     tensors_out = []
     peak_tensor = -1
     for rid in sorted(live, key=lambda r: -records[r].size):
@@ -212,36 +290,40 @@ def build_snapshot(tracer: TraceFacts, meta: dict[str, Any],
             "category": C.NAMES[rec.category], "module": module_ref(rec.module),
             "phase": rec.phase, "op": ledger.ops[rec.op], "stack": rec.stack,
             **({"subcategory": C.SUB_NAMES[rec.sub]} if rec.sub else {})})
+    return tensors_out, peak_tensor
 
-    subs = _subcategories(ledger, target, live)
+
+def _allocations_section(ledger: LedgerFacts, devices: list[str], subs: list[dict[str, Any]],
+                         module_ref) -> dict[str, Any]:
+    """The full event stream, column by column, for allocator replay and memory_viz."""
+    records = ledger.records
     sub_index = {C.SUB_NAMES.index(sub["name"]): i for i, sub in enumerate(subs)}
+    dev_index = {d: i for i, d in enumerate(devices)}
+    return {
+        "devices": devices,
+        "device": [dev_index[r.device] for r in records],
+        "bytes": [r.size for r in records],
+        "requested_bytes": [r.nbytes for r in records],
+        "category": [r.category for r in records],
+        "module": [module_ref(r.module) for r in records],
+        "op": [r.op for r in records],
+        "stack": [r.stack for r in records],
+        "stream": [r.stream for r in records],
+        "alloc_seq": [r.alloc_seq for r in records],
+        "free_seq": [r.free_seq for r in records],
+        "backward": [int(r.backward) for r in records],
+        # index into summary.subcategories, -1 for none (only when there are some)
+        **({"subcategory": [sub_index.get(r.sub, -1) for r in records]} if sub_index else {}),
+        "stream_events": [_stream_event(e, dev_index) for e in ledger.stream_events],
+        "stream_names": {str(k): name for k, (name, _) in sorted(ledger.stream_names.items())},
+    }
 
-    # -- allocations (the full event stream, for allocator replay and memory_viz) ----------
-    allocations = None
-    if len(records) <= max_allocations:
-        dev_index = {d: i for i, d in enumerate(devices)}
-        allocations = {
-            "devices": devices,
-            "device": [dev_index[r.device] for r in records],
-            "bytes": [r.size for r in records],
-            "requested_bytes": [r.nbytes for r in records],
-            "category": [r.category for r in records],
-            "module": [module_ref(r.module) for r in records],
-            "op": [r.op for r in records],
-            "stack": [r.stack for r in records],
-            "stream": [r.stream for r in records],
-            "alloc_seq": [r.alloc_seq for r in records],
-            "free_seq": [r.free_seq for r in records],
-            "backward": [int(r.backward) for r in records],
-            # index into summary.subcategories, -1 for none (only when there are some)
-            **({"subcategory": [sub_index.get(r.sub, -1) for r in records]} if sub_index else {}),
-            "stream_events": [_stream_event(e, dev_index) for e in ledger.stream_events],
-            "stream_names": {str(k): name for k, (name, _) in sorted(ledger.stream_names.items())},
-        }
 
+def _phases_section(stats: dict[str, DeviceStats]) -> list[dict[str, Any]]:
+    """Each phase on each device (target first): live bytes before, after and at its peak."""
     phases_out = []
-    for d in devices:
-        for ph in stats[d].phases:
+    for d, device_stats in stats.items():
+        for ph in device_stats.phases:
             row = {"name": ph.name, "device": d, "start_seq": ph.start_seq,
                    "end_seq": ph.end_seq, "current_before_bytes": ph.current_before,
                    "current_after_bytes": ph.current_after, "peak_bytes": ph.peak,
@@ -249,70 +331,18 @@ def build_snapshot(tracer: TraceFacts, meta: dict[str, Any],
                    "categories_before": _cat_dict(ph.categories_before),
                    "categories_after": _cat_dict(ph.categories_after),
                    "categories_at_peak": _cat_dict(ph.categories_at_peak)}
-            if stats[d].has_allocator:
+            if device_stats.has_allocator:
                 row.update(reserved_before_bytes=ph.reserved_before,
                            reserved_after_bytes=ph.reserved_after,
                            reserved_peak_bytes=ph.reserved_peak,
                            reserved_peak_seq=ph.reserved_peak_seq)
             phases_out.append(row)
-    peak_phase = next((p["name"] for p in phases_out
-                       if p["device"] == target and p["start_seq"] <= peak_seq < p["end_seq"]),
-                      None)
+    return phases_out
 
-    n_events = len(ledger.events) if tracer.end_seq < 0 else \
-        min(len(ledger.events), tracer.end_seq + 1)
-    # The job's world size (a simulated rank's), not the caller's meta: NCCL rows need it.
-    world_size = meta.get("world_size") or tracer.parallel_meta()["world_size"]
-    memory, per_device = device_memory(tracer, stats, target, world_size, n_events)
-    if memory.get("reserved_peak_seq") is not None:
-        memory["reserved_peak_phase"] = next(
-            (p["name"] for p in phases_out if p["device"] == target
-             and p["start_seq"] <= memory["reserved_peak_seq"] < p["end_seq"]), None)
 
-    return {
-        "format": FORMAT,
-        "version": VERSION,
-        "meta": {
-            "tool": "memlens", "tool_version": __version__,
-            "torch_version": _torch_version(), "python_version": platform.python_version(),
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "device": tracer.device.to_json(), "device_key": target,
-            **tracer.parallel_meta(),
-            "allocator": tracer.allocator_settings,
-            "iterations": tracer.iterations,
-            "duration_s": round(tracer.finished - tracer.started, 3),
-            "iterations_traced": tracer.phases.iterations_traced,
-            "iteration_unit": tracer.phases.counted,
-            "interrupted": tracer.interrupted,
-            **({"notes": list(tracer.notes)} if tracer.notes else {}),
-            **({"compiled_regions": regions} if (regions := _compiled_regions(tracer)) else {}),
-            **meta,
-        },
-        "summary": {
-            "peak_bytes": t.peak, "peak_seq": peak_seq, "peak_phase": peak_phase,
-            "peak_tensor": peak_tensor,
-            "categories_at_peak": _cat_dict(at_peak),
-            "category_peaks": _cat_dict(t.category_peaks),
-            "final_bytes": t.final, "total_allocated_bytes": t.total_allocated,
-            "allocation_count": t.allocations,
-            **({"subcategories": subs} if subs else {}),
-            "devices": {d: {"peak_bytes": s.peak, "final_bytes": s.final, **per_device.get(d, {}),
-                            **({"graph_pools": _graph_pools(s, ledger)} if s.reserved_pools
-                               else {})}
-                        for d, s in stats.items()},
-            "placeholders": [_placeholder(stacks, p) for p in tracer.accountant.placeholders],
-            **memory,
-        },
-        "phases": phases_out,
-        "modules": modules_out,
-        "lines": lines_out,
-        "tensors": tensors_out,
-        "ops": list(ledger.ops),
-        "frames": [{"file": f, "line": ln, "name": n} for f, ln, n in stacks.frames],
-        "stacks": [list(s) for s in stacks.stacks],
-        "timeline": _timeline(t, ledger),
-        "allocations": allocations,
-    }
+def _phase_at(phases_out: list[dict[str, Any]], device: str, seq: int) -> str | None:
+    return next((p["name"] for p in phases_out
+                 if p["device"] == device and p["start_seq"] <= seq < p["end_seq"]), None)
 
 
 def _timeline(t: DeviceStats, ledger: LedgerFacts) -> dict[str, Any]:
