@@ -217,8 +217,10 @@ async function findWhatFits(ctx: Ctx, arg: unknown): Promise<P.FitResult | undef
   let value = '';
   if (known.flags.length > 0) {
     // The script's own integer flags, offered as axes; the picked ones fill the box below.
+    // Where the workspace has a [fit] table, that is the space: nothing is picked for the user
+    // (a picked flag would replace the table's axis of the same name).
     const picked = await vscode.window.showQuickPick(
-      known.flags.map((f) => ({ ...flagPick(f), flag: f, picked: f.axis === 'micro-batch' })),
+      known.flags.map((f) => ({ ...flagPick(f), flag: f, picked: !known.source && f.axis === 'micro-batch' })),
       { title: `Find What Fits: ${target.name} — the script's flags to vary`, placeHolder: 'Pick the flags to search over (values can be edited next)', canPickMany: true, ignoreFocusOut: true, matchOnDescription: true },
     );
     if (picked === undefined) return undefined;

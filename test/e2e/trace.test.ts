@@ -196,11 +196,12 @@ test('an edit makes the annotations stale; reverting makes them fresh', { timeou
     await wb.page.keyboard.press('End');
     await wb.page.keyboard.type('\n# an edit above the class');
   });
-  // The annotation moved down with its line and says it is stale.
-  await session.step('stale', (wb) => wb.waitForDecoration(/^≈ \S+ \S+ · \S+ \S+ act.* \(stale\)$/, gptLine + 1));
+  // The annotation moved down with its line, the same number, stale in its style (italics and
+  // the stale colour); the hover, not the label, says "edited since trace".
+  await session.step('stale', (wb) => wb.waitForDecoration(/^≈ \S+ \S+ · \S+ \S+ act$/, gptLine + 1, true));
   await session.capture('12-stale-after-edit');
   await session.step('revert', (wb) => wb.runCommand('File: Revert File'));
-  await session.step('fresh', (wb) => wb.waitForDecoration(/^≈ \S+ \S+ · \S+ \S+ act$/, gptLine));
+  await session.step('fresh', (wb) => wb.waitForDecoration(/^≈ \S+ \S+ · \S+ \S+ act$/, gptLine, false));
 });
 
 test('a budget below the peak turns the status bar warning-coloured and warns on the target', { timeout: timeouts.test }, async () => {

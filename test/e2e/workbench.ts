@@ -11,6 +11,8 @@ export interface LineDecoration {
   line: number;
   /** The rendered text (CSS ::after content, unquoted). */
   text: string;
+  /** Drawn in italics: a stale annotation, or the "tracing" placeholder. */
+  italic: boolean;
 }
 
 export interface StatusBarItem {
@@ -154,28 +156,32 @@ export class Workbench {
       }
       numbered.sort((a, b) => a.top - b.top);
       const lineAt = (top: number): number | undefined => numbered.filter((n) => n.top <= top).pop()?.line;
-      const found: { line: number; text: string }[] = [];
+      const found: { line: number; text: string; italic: boolean }[] = [];
       for (const viewLine of root.querySelectorAll<HTMLElement>('.view-lines > .view-line')) {
         const line = lineAt(parseFloat(viewLine.style.top));
         if (line === undefined) continue;
         for (const span of viewLine.querySelectorAll('span')) {
-          const content = getComputedStyle(span, '::after').content;
+          const after = getComputedStyle(span, '::after');
+          const content = after.content;
           if (!content || content === 'none' || content === 'normal') continue;
           // Serialized as a CSS string: "\"≈ hello\"" with backslash escapes.
           const text = content.replace(/^"|"$/g, '').replace(/\\(.)/g, '$1');
-          found.push({ line, text });
+          found.push({ line, text, italic: after.fontStyle === 'italic' });
         }
       }
       return found.sort((a, b) => a.line - b.line);
     });
   }
 
-  /** Waits until a line shows a decoration matching `text`; returns all decorations then. */
-  async waitForDecoration(text: string | RegExp, line?: number): Promise<LineDecoration[]> {
+  /** Waits until a line shows a decoration matching `text` (and, given `italic`, drawn in
+   * italics or not); returns all decorations then. */
+  async waitForDecoration(text: string | RegExp, line?: number, italic?: boolean): Promise<LineDecoration[]> {
     const matches = (d: LineDecoration): boolean =>
-      (line === undefined || d.line === line) && (typeof text === 'string' ? d.text === text : text.test(d.text));
+      (line === undefined || d.line === line) &&
+      (italic === undefined || d.italic === italic) &&
+      (typeof text === 'string' ? d.text === text : text.test(d.text));
     return this.poll(
-      `decoration ${String(text)}${line === undefined ? '' : ` on line ${line}`}`,
+      `decoration ${String(text)}${line === undefined ? '' : ` on line ${line}`}${italic === undefined ? '' : italic ? ' in italics' : ' upright'}`,
       async () => {
         const all = await this.lineDecorations();
         return all.some(matches) ? all : undefined;
