@@ -3,7 +3,7 @@
 // the status bar and the report; at 1280 px with the report beside the editor, every inline
 // label is at most 40 characters and starts with the total.
 import { strict as assert } from 'node:assert';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import * as path from 'node:path';
 import { after, before, test } from 'node:test';
 import { examplesDir, repoPython } from './paths';
@@ -76,4 +76,17 @@ test("a recipe's device is the traced device, and labels stay short beside the r
     assert.ok(d.text.length <= MAX_LABEL, `${JSON.stringify(d.text)} is ${d.text.length} characters`);
     assert.match(d.text, /^≈ \d+(\.\d)? (B|KiB|MiB|GiB)\b/, `the total comes first: ${d.text}`);
   }
+
+  // The same limit in the inlay-hint style (the server's hints, drawn by VS Code)
+  const settingsFile = path.join(session.workspace, '.vscode', 'settings.json');
+  mkdirSync(path.dirname(settingsFile), { recursive: true });
+  writeFileSync(settingsFile, JSON.stringify({ 'memlens.annotations.style': 'inlayHints' }, null, 2));
+  const hints = await session.step('inlay-hints', (wb) =>
+    wb.waitForInlayHint(/^≈ \d/, gptLine));
+  await session.capture('03-inlay-hints-beside-report-1280');
+  for (const h of hints) {
+    assert.ok(h.text.length <= MAX_LABEL, `${JSON.stringify(h.text)} is ${h.text.length} characters`);
+    assert.match(h.text, /^≈ \d+(\.\d)? (B|KiB|MiB|GiB)\b/, `the total comes first: ${h.text}`);
+  }
+  writeFileSync(settingsFile, '{}\n');
 });

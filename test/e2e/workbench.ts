@@ -173,6 +173,44 @@ export class Workbench {
     });
   }
 
+  /** Inlay hints of the active editor's visible lines: VS Code draws them as injected text,
+   * spans of the line with a generated `dyn-rule-*` class (decorations are ::after content). */
+  async inlayHints(): Promise<{ line: number; text: string }[]> {
+    const editor = this.page.locator(sel.activeEditor).first();
+    await editor.waitFor({ timeout: timeouts.ui });
+    return editor.evaluate((root) => {
+      const numbered: { top: number; line: number }[] = [];
+      for (const n of root.querySelectorAll<HTMLElement>('.margin-view-overlays > div')) {
+        const num = n.querySelector('.line-numbers')?.textContent?.trim();
+        if (num) numbered.push({ top: parseFloat(n.style.top), line: Number(num) });
+      }
+      numbered.sort((a, b) => a.top - b.top);
+      const found: { line: number; text: string }[] = [];
+      for (const viewLine of root.querySelectorAll<HTMLElement>('.view-lines > .view-line')) {
+        const line = numbered.filter((n) => n.top <= parseFloat(viewLine.style.top)).pop()?.line;
+        if (line === undefined) continue;
+        const text = [...viewLine.querySelectorAll<HTMLElement>('span[class*="dyn-rule-"]')]
+          .map((s) => s.textContent ?? '')
+          .join('')
+          .replace(/\u00a0/g, ' ')
+          .trim();
+        if (text) found.push({ line, text });
+      }
+      return found.sort((a, b) => a.line - b.line);
+    });
+  }
+
+  async waitForInlayHint(text: RegExp, line: number): Promise<{ line: number; text: string }[]> {
+    return this.poll(
+      `an inlay hint ${String(text)} on line ${line}`,
+      async () => {
+        const all = await this.inlayHints();
+        return all.some((h) => h.line === line && text.test(h.text)) ? all : undefined;
+      },
+      () => this.inlayHints(),
+    );
+  }
+
   /** Waits until a line shows a decoration matching `text` (and, given `italic`, drawn in
    * italics or not); returns all decorations then. */
   async waitForDecoration(text: string | RegExp, line?: number, italic?: boolean): Promise<LineDecoration[]> {
