@@ -231,6 +231,13 @@ class Accountant(TorchDispatchMode):
             self.ledger.free(held)
         return booked
 
+    def take_persistent(self, item) -> None:
+        """A library's memory taken on first use and kept for good, asked for outside an op's
+        dispatch (a plugin's stand-in kernel that makes its output without a GEMM op): booked
+        once per key, as the op rules' (`WorkspaceModel.persistent`) are."""
+        if self.tracer.workspaces.take(item):
+            self._persistent(item)
+
     def book_collective_buffer(self, nbytes: int, device: torch.device) -> int:
         """A buffer ProcessGroupNCCL allocates for a collective (kernels/nccl_work.py)."""
         module, _, stack, backward = self._context()

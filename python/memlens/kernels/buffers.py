@@ -55,6 +55,14 @@ class WorkspaceModel:
         self._taken.update(p.key for p in fresh)
         return fresh
 
+    def take(self, item: Persistent) -> bool:
+        """Whether `item` is new (then it is taken): for a plugin's kernel that takes a
+        library's persistent memory without an op whose rule would."""
+        if item.key in self._taken:
+            return False
+        self._taken.add(item.key)
+        return True
+
 
 def element_size(t: torch.Tensor) -> int:
     return t.element_size()

@@ -9,7 +9,9 @@ runs, so the workspace comes right after it. Handles are per thread: forward and
 run on the main thread, backward on autograd's device thread, so a training step takes two
 workspaces, and a matmul on another stream (torch.cuda.stream(s)) one more per thread and
 stream. Not modelled: the separate cuBLASLt workspace of TORCH_CUBLASLT_UNIFIED_WORKSPACE=0
-(CUBLASLT_WORKSPACE_SIZE, 1 MiB by default).
+(CUBLASLT_WORKSPACE_SIZE, 1 MiB by default). A library that runs a GEMM on a cuBLAS handle and
+workspace of its own (Transformer Engine) takes that instead: `CudaRules.gemm_workspace`, which
+a plugin standing in for the library sets.
 
 NCCL. Communicators (and their buffers, outside the caching allocator) are created per process
 group at its first operation; the rules note, per device, which groups ran a collective (ring
@@ -66,6 +68,9 @@ class CudaRules:
         self._cublas_ops = _overloads(CUBLAS_OPS)
         # device -> process group -> {name, ranks, ring, send, recv}: NCCL's communicators
         self.communicators: dict[str, dict[str, dict]] = {}
+        # A plugin's library GEMMs: (device) -> the library's own workspace (a Persistent) for
+        # a matmul-family op run now inside one of its stand-ins, or None (PyTorch's handle).
+        self.gemm_workspace = None
 
     def persistent_rule(self, func):
         if func in self._cublas_ops:
@@ -78,6 +83,10 @@ class CudaRules:
         t = _first_tensor(out)
         if t is None or t.device.type != "cuda":
             return []
+        if self.gemm_workspace is not None:
+            own = self.gemm_workspace(t.device)
+            if own is not None:  # the library's handle: PyTorch's is not used
+                return [own]
         # Backward runs on autograd's device thread, which has a cuBLAS handle of its own.
         thread = "backward" if torch._C._current_autograd_node() is not None else "main"
         # Read when first needed: the traced script's CUBLAS_WORKSPACE_CONFIG.

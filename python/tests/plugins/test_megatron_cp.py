@@ -6,11 +6,17 @@ tokens (Megatron's get_batch_on_this_cp_rank), so every sequence-dependent activ
 layer halves. With fused attention Korthikanti's per-layer bytes (TP 1) are 34sbh (no 5as^2b
 scores), plus the fp32 log-sum-exp 4asb; both are linear in s, so CP 2 is the formula at
 s = 64: 34 x 64 x 2 x 256 + 4 x 8 x 64 x 2 = 1,118,208 B (CP 1: 2,236,416 B).
+
+With a Megatron-LM checkout at core_v0.16.1 (MEMLENS_MEGATRON_LM, as in test_megatron_lm.py),
+Megatron's CI configuration gpt3_mcore_te_tp2_pp2_cp2 (TP 2, PP 2, CP 2, TE spec) is traced for
+the rank that logs memory, the last one, against the H100 golden values of that tag.
 """
 
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -55,6 +61,77 @@ def test_model_states_do_not_change_and_cp_is_noted(traces):
     notes = traces["cp2-rank0"]["meta"]["notes"]
     assert any(n.startswith("context parallelism 2: core attention holds what TE's p2p ring")
                for n in notes), notes
+
+
+def _workspaces(snap: dict) -> dict[str, list[tuple[int, bool]]]:
+    """The cuBLAS workspaces a trace took (op name -> [(bytes, in backward)]): never freed."""
+    a = snap["allocations"]
+    device = a["devices"].index(snap["meta"]["device_key"])
+    out: dict[str, list] = {}
+    for i, op in enumerate(a["op"]):
+        name = snap["ops"][op]
+        if a["device"][i] == device and name.endswith("cublas_workspace"):
+            assert a["free_seq"][i] < 0
+            out.setdefault(name, []).append((a["bytes"][i], bool(a["backward"][i])))
+    return out
+
+
+def test_te_layers_take_te_gemm_workspace(traces):
+    """TE's linear layers run their GEMMs on TE's own cuBLASLt workspace (TE 2.10's
+    get_cublas_workspace: lru-cached, one per device, made at the first GEMM, of 32 MiB + 1 KiB
+    on compute capability 9.0, the default H100), shared by forward and backward; PyTorch's
+    workspace of a thread's handle (32 MiB on sm90) only for the output layer, Megatron's own
+    ColumnParallelLinear: one for forward (main thread), one for backward (autograd's)."""
+    for snap in traces.values():
+        assert _workspaces(snap) == {
+            "te_cublas_workspace": [(32 * 2**20 + 1024, False)],
+            "cublas_workspace": [(32 * 2**20, False), (32 * 2**20, True)]}, \
+            snap["meta"]["notes"]
+
+
+# -- Megatron-LM's CI configuration, against its GPU measurement -------------------------------
+CHECKOUT = os.environ.get("MEMLENS_MEGATRON_LM")
+# tests/functional_tests/test_cases/gpt/gpt3_mcore_te_tp2_pp2_cp2/model_config.yaml at
+# core_v0.16.1; data, checkpoint and TensorBoard paths are replaced in a trace.
+CI_CP2 = """--num-layers 12 --hidden-size 512 --num-attention-heads 8 --log-params-norm
+--log-num-zeros-in-grad --log-validation-ppl-to-tensorboard --log-timers-to-tensorboard
+--tensorboard-dir tb --micro-batch-size 4 --global-batch-size 32 --seq-length 1024
+--max-position-embeddings 1024 --train-iters 50 --timing-log-level 0 --lr-decay-iters 320000
+--save ckpt --load ckpt --data-path data/my-gpt3_00_text_document --vocab-file data/vocab.json
+--merge-file data/merges.txt --split 949,50,1 --distributed-backend nccl --lr 0.00015
+--lr-decay-style cosine --min-lr 1.0e-5 --weight-decay 1e-2 --clip-grad 1.0
+--lr-warmup-fraction .01 --log-interval 1 --save-interval 10000 --eval-interval 1000
+--eval-iters 10 --transformer-impl transformer_engine --tensor-model-parallel-size 2
+--pipeline-model-parallel-size 2 --context-parallel-size 2 --sequence-parallel
+--hidden-dropout 0.0 --attention-dropout 0.0 --no-gradient-accumulation-fusion
+--attention-softmax-in-fp32 --use-mcore-models --ckpt-format torch_dist
+--dist-ckpt-strictness log_all --data-cache-path cache --bf16 --attention-backend flash
+--log-memory-to-tensorboard""".split()
+# golden_values_dev_dgx_h100.json of that configuration at core_v0.16.1: rank 7 (the last,
+# which logs memory) after each step (mem-allocated-bytes) and its running peak
+# (mem-max-allocated-bytes) after steps 1 and 3 (steps 3 to 50: the same).
+GOLDEN_AFTER_STEP, GOLDEN_PEAK_STEP_1, GOLDEN_PEAK = 510_689_792, 757_802_496, 938_397_696
+
+
+@pytest.mark.skipif(not CHECKOUT or not Path(CHECKOUT or ".", "pretrain_gpt.py").is_file(),
+                    reason="set MEMLENS_MEGATRON_LM to a Megatron-LM checkout at core_v0.16.1")
+def test_ci_configuration_tp2_pp2_cp2_last_rank_against_h100_golden_values(tmp_path):
+    """What is alive after a step (model states, TE's and PyTorch's two cuBLAS workspaces)
+    equals the H100 measurement within one 512-byte block; the peaks (the last stage's
+    vocabulary-parallel cross entropy, at the second micro-batch of the step) are within 1 %
+    below it."""
+    env = {"CUDA_DEVICE_MAX_CONNECTIONS": "1", "NVTE_ALLOW_NONDETERMINISTIC_ALGO": "0",
+           "PYTHONPATH": os.pathsep.join(p for p in (
+               os.environ.get("MEMLENS_MEGATRON_LM_DEPS", ""), CHECKOUT,
+               os.environ.get("PYTHONPATH", "")) if p)}
+    snap = M.trace(tmp_path, 8, 7, *CI_CP2, script=Path(CHECKOUT, "pretrain_gpt.py"), env=env)
+    phases = {p["name"]: p for p in snap["phases"] if p["device"] == "cuda:7"}
+    after = phases["optimizer_step_iter_1"]["current_after_bytes"]
+    assert after == pytest.approx(GOLDEN_AFTER_STEP, abs=512)
+    assert phases["forward_backward_iter_0"]["peak_bytes"] == \
+        pytest.approx(GOLDEN_PEAK_STEP_1, rel=0.01)
+    assert snap["summary"]["peak_bytes"] == pytest.approx(GOLDEN_PEAK, rel=0.01)
+    assert snap["summary"]["peak_bytes"] < GOLDEN_PEAK
 
 
 def test_unfused_backend_with_cp_says_what_te_supports(memlens, tmp_path):

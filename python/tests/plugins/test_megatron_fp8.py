@@ -190,6 +190,18 @@ def test_fp8_peak_is_the_bf16_peak_with_the_fp8_tensors(snapshots):
     assert fp8["summary"]["peak_bytes"] - bf16["summary"]["peak_bytes"] == LAYERS * per_layer
 
 
+def test_fp8_gemms_take_tes_gemm_workspace(snapshots):
+    """TE runs its FP8 GEMMs on the cuBLASLt workspace of its bf16 ones (general_gemm; TE
+    2.10: one per device, 32 MiB + 1 KiB on H100): the FP8 stand-in, which makes its outputs
+    without a matmul op, takes it at its first GEMM, once, as the bf16 layers' matmuls do."""
+    for setting in ("delayed-16", "bf16-h100"):
+        snap = snapshots(setting)
+        a = snap["allocations"]
+        sizes = [a["requested_bytes"][i] for i, op in enumerate(a["op"])
+                 if snap["ops"][op] == "te_cublas_workspace"]
+        assert sizes == [32 * 2**20 + 1024], setting
+
+
 @pytest.mark.parametrize("device,recipe,message", [
     ("a100-80gb", "delayed", "Device compute capability 8.9 or higher required for FP8 "
      "execution."),

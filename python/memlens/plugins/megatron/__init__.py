@@ -67,6 +67,8 @@ class MegatronPlugin:
         self.fused_adam: type | None = None  # FusedAdam's stand-in, once Megatron asks
         self.fp8_recipe = None  # inside Megatron's FP8 context (TE absent): its recipe
         self.fp8_dummy_wgrads: dict = {}  # TE's get_dummy_wgrad cache: (shape, dtype) -> tensor
+        # TE's GEMM workspace taken by a stand-in GEMM (te_gemm.py), once TE is asked for
+        self.te_gemm = lambda device: None
 
     def patches(self) -> list[tuple[str, object]]:
         """(module name, what to patch in it once it is imported), in order; a module may be

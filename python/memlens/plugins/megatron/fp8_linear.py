@@ -185,6 +185,7 @@ def _function():
             out_features = weight.shape[0]
             output = torch.empty((*total_shape[:-1], out_features), dtype=input.dtype,
                                  device=input.device)  # the bias is added by the GEMM
+            layer.plugin.te_gemm(output.device)  # TE's GEMM workspace, at its first GEMM
             del gathered, local  # the row-wise data and any gathered copy go after the GEMM
             names = sorted(saved)
             ctx.names, ctx.layer, ctx.shape = names, layer, tuple(shape)

@@ -11,6 +11,14 @@ chunk. Every step's output and fp32 log-sum-exp are kept until the end, where th
 into the output. Backward keeps what TE's keeps: q, the stacked K/V, the output and the merged
 log-sum-exp, the same bytes as attention without CP over s/CP tokens; it sends K/V round again
 (two buffers) and the K/V gradient back (two more).
+
+Follows Transformer Engine 2.10's `AttnFuncWithCPAndKVP2P`
+(`transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py`), flash
+backend, bf16: forward's ring buffers are `torch.cat` of k and v and `empty_like` of it, and it
+saves the last one received (the same bytes as the first, which the stand-in saves); backward
+allocates `empty_like(q)` for dq and two `(2, *kv.shape)` buffers. Not modelled: the fp32
+products of the per-step output corrections (temporaries inside TE's jit-fused kernels), the
+few bytes of each step's RNG state and cu_seqlens.
 """
 
 from __future__ import annotations

@@ -79,9 +79,11 @@ def tp_layers(plugin, mod: ModuleType) -> None:
 
 def want_flash_attention(plugin) -> None:
     """Transformer Engine was asked for and is absent: core attention as TE holds it."""
+    from . import te_gemm
     from .attention import flash_attention_class
 
     plugin.flash_attention = True
+    te_gemm.install(plugin)
     plugin.note("Transformer Engine is not installed here: layers use Megatron's local "
                 "modules, with core attention holding what the configured TE attention "
                 "backend holds")
@@ -90,8 +92,10 @@ def want_flash_attention(plugin) -> None:
 
 def layer_specs(plugin, mod: ModuleType) -> None:
     """Layer specs asked for with Transformer Engine where it is absent: the local spec, with
-    attention as TE holds memory; the local spec after that, the same way."""
+    attention as TE holds memory and the linear layers' GEMMs on TE's workspace (te_gemm.py);
+    the local spec after that, the same way."""
     from .attention import use_flash
+    from .te_gemm import use_te_gemms
 
     have_te = getattr(mod, "HAVE_TE", True)
     local, te_spec = mod.get_gpt_layer_local_spec, mod.get_gpt_layer_with_transformer_engine_spec
@@ -100,8 +104,9 @@ def layer_specs(plugin, mod: ModuleType) -> None:
     @functools.wraps(local)
     def get_gpt_layer_local_spec(*args, **kwargs):
         spec = local(*args, **kwargs)
-        if plugin.flash_attention:
+        if plugin.flash_attention:  # TE's layers asked for: its attention and GEMMs
             use_flash(spec)
+            use_te_gemms(spec)
         return spec
 
     @functools.wraps(te_spec)

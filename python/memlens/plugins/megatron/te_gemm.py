@@ -1,0 +1,102 @@
+"""Transformer Engine's GEMM workspace, for configurations that ask for Transformer Engine where
+it is not installed (the layers' GEMMs then run in Megatron's local linear modules).
+
+TE's linear modules (TELayerNormColumnParallelLinear, TERowParallelLinear, ... of the TE layer
+spec) run every GEMM through `general_gemm` on TE's own cuBLASLt handle, with a workspace TE
+allocates itself through PyTorch's caching allocator, so `torch.cuda.max_memory_allocated`
+counts it. As TE 2.10 does it (`transformer_engine/pytorch/cpp_extensions/gemm.py`):
+`get_cublas_workspace(device, ub=False, grouped_gemm=False)` is `functools.lru_cache`d, so one
+workspace per device, made at the first GEMM (the first layer's forward), shared by forward and
+backward and kept until the process exits, of `get_cublas_workspace_size_bytes()` bytes:
+32 MiB + 1 KiB on compute capability 9.0 or newer (32 MiB before TE 2.10, whose extra KiB is
+for NVFP4's alignment and scales), 4 MiB before Hopper. PyTorch's own cuBLAS workspaces (one per
+thread's handle: kernels/cuda.py) are not taken by those GEMMs: a layer's matmuls take TE's
+workspace instead. Megatron's modules outside the layer spec (the output layer, a
+ColumnParallelLinear with TE too) still run on PyTorch's handles.
+
+Not modelled: the workspaces of TE's grouped GEMM (`--moe-grouped-gemm`: one per cuBLAS
+stream, four by default; the stand-in runs the experts as SequentialMLP, on TE's one workspace)
+and of Userbuffers' overlap (`--tp-comm-overlap`, three).
+"""
+
+from __future__ import annotations
+
+import functools
+
+TE_WORKSPACE_OP = "te_cublas_workspace"
+MARK = "memlens_te_gemm"
+
+
+def workspace_bytes(cc_major: int) -> int:
+    """TE 2.10's get_cublas_workspace_size_bytes()."""
+    return 32 * 1024 * 1024 + 1024 if cc_major >= 9 else 4_194_304
+
+
+@functools.cache
+def te_gemm_class(cls: type) -> type:
+    """`cls` (Megatron's ColumnParallelLinear or RowParallelLinear) marked as standing in for
+    TE's linear: the same module, named as it is; its GEMMs take TE's workspace."""
+    return type(cls.__name__, (cls,), {
+        "__module__": cls.__module__, "__qualname__": cls.__qualname__, MARK: True,
+        "__doc__": f"{cls.__name__}, standing in for Transformer Engine's linear module "
+                   "(memlens/plugins/megatron/te_gemm.py): its GEMMs use TE's workspace."})
+
+
+def use_te_gemms(spec) -> bool:
+    """Mark every ColumnParallelLinear and RowParallelLinear of a layer spec (ModuleSpec tree)
+    as TE's linear; True if one was found."""
+    from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
+
+    linears = (ColumnParallelLinear, RowParallelLinear)
+    found = False
+    todo, seen = [spec], set()
+    while todo:
+        node = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        submodules = getattr(node, "submodules", None)
+        if submodules is None:
+            continue
+        for name, value in list(vars(submodules).items()):
+            if value in linears:
+                setattr(submodules, name, te_gemm_class(value))
+                found = True
+            elif hasattr(value, "submodules"):
+                todo.append(value)
+            elif isinstance(value, (list, tuple)):
+                todo.extend(v for v in value if hasattr(v, "submodules"))
+    return found
+
+
+def install(plugin) -> None:
+    """The layers' GEMMs (inside a marked module, forward or backward) take TE's one
+    workspace per device instead of PyTorch's per-thread ones."""
+    from ...kernels.cuda import device_key
+    from ...kernels.plan import Persistent
+
+    tracer = plugin.tracer
+    rules = getattr(tracer.workspaces, "cuda", None)
+    if rules is None or getattr(rules.gemm_workspace, MARK, False):
+        return
+    modules = tracer.modules
+    nbytes = workspace_bytes(tracer.device.major)
+
+    def gemm_workspace(device):
+        idx = modules.current()
+        if idx < 0 or not getattr(modules.infos[idx].module, MARK, False):
+            return None
+        return Persistent(("te_cublas", device_key(device)), TE_WORKSPACE_OP, nbytes, device)
+
+    def take(device) -> None:
+        """A stand-in GEMM that makes its output without a matmul op (the FP8 linear's,
+        fp8_linear.py) takes the workspace itself."""
+        tracer.accountant.take_persistent(
+            Persistent(("te_cublas", device_key(device)), TE_WORKSPACE_OP, nbytes, device))
+
+    plugin.te_gemm = take
+    setattr(gemm_workspace, MARK, True)
+    plugin.patcher.setattr(rules, "gemm_workspace", gemm_workspace)
+    plugin.note("Transformer Engine is not installed here: the layers' GEMMs take TE's own "
+                f"cuBLAS workspace ({nbytes:,} B per device, kept from the first GEMM), not "
+                "PyTorch's per-thread ones (plugins/megatron/te_gemm.py)")
