@@ -163,6 +163,7 @@ TESTED_VERSIONS = {'torch_core': ('torch', '2.13.0', '2.15.0'),
  'bitsandbytes': ('bitsandbytes', '0.50.2', '0.51.0'),
  'triton': ('triton', '3.8.0', '3.9.0'),
  'checkpoint_files': ('torch', '2.13.0', '2.16.0'),
+ 'cuda_extension_builds': ('torch', '2.13.0', '2.16.0'),
  'olmo_core': ('ai2-olmo-core', '3.0.0', '3.1.0')}
 
-UNRECORDED = ['checkpoint_files', 'olmo_core']
+UNRECORDED = ['checkpoint_files', 'cuda_extension_builds', 'olmo_core']
