@@ -142,8 +142,10 @@ export class Workbench {
     }
   }
 
-  /** After-line decoration texts in the active editor's visible lines. */
-  async lineDecorations(): Promise<LineDecoration[]> {
+  /** What the active editor's visible lines draw besides their text, by line number: the
+   * after-line decorations (CSS ::after content) and the inlay hints (VS Code's injected text,
+   * spans with a generated `dyn-rule-*` class). */
+  private async lineExtras(): Promise<{ line: number; afters: { text: string; italic: boolean }[]; injected: string }[]> {
     const editor = this.page.locator(sel.activeEditor).first();
     await editor.waitFor({ timeout: timeouts.ui });
     return editor.evaluate((root) => {
@@ -156,48 +158,37 @@ export class Workbench {
       }
       numbered.sort((a, b) => a.top - b.top);
       const lineAt = (top: number): number | undefined => numbered.filter((n) => n.top <= top).pop()?.line;
-      const found: { line: number; text: string; italic: boolean }[] = [];
+      const found: { line: number; afters: { text: string; italic: boolean }[]; injected: string }[] = [];
       for (const viewLine of root.querySelectorAll<HTMLElement>('.view-lines > .view-line')) {
         const line = lineAt(parseFloat(viewLine.style.top));
         if (line === undefined) continue;
+        const afters: { text: string; italic: boolean }[] = [];
         for (const span of viewLine.querySelectorAll('span')) {
           const after = getComputedStyle(span, '::after');
           const content = after.content;
           if (!content || content === 'none' || content === 'normal') continue;
           // Serialized as a CSS string: "\"≈ hello\"" with backslash escapes.
-          const text = content.replace(/^"|"$/g, '').replace(/\\(.)/g, '$1');
-          found.push({ line, text, italic: after.fontStyle === 'italic' });
+          afters.push({ text: content.replace(/^"|"$/g, '').replace(/\\(.)/g, '$1'), italic: after.fontStyle === 'italic' });
         }
+        const injected = [...viewLine.querySelectorAll<HTMLElement>('span[class*="dyn-rule-"]')]
+          .map((s) => s.textContent ?? '')
+          .join('')
+          .replace(/\u00a0/g, ' ')
+          .trim();
+        found.push({ line, afters, injected });
       }
       return found.sort((a, b) => a.line - b.line);
     });
   }
 
-  /** Inlay hints of the active editor's visible lines: VS Code draws them as injected text,
-   * spans of the line with a generated `dyn-rule-*` class (decorations are ::after content). */
+  /** After-line decoration texts in the active editor's visible lines. */
+  async lineDecorations(): Promise<LineDecoration[]> {
+    return (await this.lineExtras()).flatMap((l) => l.afters.map((a) => ({ line: l.line, ...a })));
+  }
+
+  /** Inlay hints of the active editor's visible lines. */
   async inlayHints(): Promise<{ line: number; text: string }[]> {
-    const editor = this.page.locator(sel.activeEditor).first();
-    await editor.waitFor({ timeout: timeouts.ui });
-    return editor.evaluate((root) => {
-      const numbered: { top: number; line: number }[] = [];
-      for (const n of root.querySelectorAll<HTMLElement>('.margin-view-overlays > div')) {
-        const num = n.querySelector('.line-numbers')?.textContent?.trim();
-        if (num) numbered.push({ top: parseFloat(n.style.top), line: Number(num) });
-      }
-      numbered.sort((a, b) => a.top - b.top);
-      const found: { line: number; text: string }[] = [];
-      for (const viewLine of root.querySelectorAll<HTMLElement>('.view-lines > .view-line')) {
-        const line = numbered.filter((n) => n.top <= parseFloat(viewLine.style.top)).pop()?.line;
-        if (line === undefined) continue;
-        const text = [...viewLine.querySelectorAll<HTMLElement>('span[class*="dyn-rule-"]')]
-          .map((s) => s.textContent ?? '')
-          .join('')
-          .replace(/\u00a0/g, ' ')
-          .trim();
-        if (text) found.push({ line, text });
-      }
-      return found.sort((a, b) => a.line - b.line);
-    });
+    return (await this.lineExtras()).filter((l) => l.injected).map((l) => ({ line: l.line, text: l.injected }));
   }
 
   async waitForInlayHint(text: RegExp, line: number): Promise<{ line: number; text: string }[]> {

@@ -6,7 +6,6 @@ traces on. C++-only builds go through.
 One trace of scripts/platform/jit_extension.py (an MLP whose bias-GeLU comes from a library
 beside it, fused_kernels/, that JIT-builds a CUDA kernel) on a simulated H100."""
 
-import json
 import re
 
 import pytest
@@ -16,7 +15,7 @@ from memlens.cuda import extension_builds
 from memlens.errors import MemlensError
 from memlens.patches.patcher import Patcher
 from support.paths import TESTS
-from support.runs import run_memlens
+from support.runs import run_script_on_h100
 
 SCRIPT = TESTS / "scripts" / "platform" / "jit_extension.py"
 REFUSAL = ("fused_kernels builds the CUDA extension 'fused_bias_gelu' on first use "
@@ -27,12 +26,7 @@ WIDTH = 1024
 
 @pytest.fixture(scope="module")
 def traced(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("jit")
-    snap = tmp / "jit.json"
-    out = run_memlens("run", "--device", "h100-80gb", "--json", "--progress", "none",
-                      "--snapshot", str(snap), "--", str(SCRIPT), cwd=tmp)
-    assert out.returncode == 0, out.stderr[-4000:]
-    return out.stdout + out.stderr, json.loads(snap.read_text())
+    return run_script_on_h100(tmp_path_factory.mktemp("jit"), SCRIPT, "jit")
 
 
 @pytest.mark.slow  # traces in a fresh process

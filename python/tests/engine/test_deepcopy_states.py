@@ -8,14 +8,13 @@ on the EMA copy's parameters dropped their booking.
 
 One trace of scripts/platform/deepcopy_states.py (needs torchmetrics)."""
 
-import json
 import re
 
 import pytest
 
 from support.paths import TESTS
 from support.ranks import model_state_bytes
-from support.runs import run_memlens
+from support.runs import run_script_on_h100
 
 pytestmark = pytest.mark.slow  # traces in a fresh process
 
@@ -26,23 +25,18 @@ PSI = 256 * 256 + 256  # the Linear(256, 256)
 
 @pytest.fixture(scope="module")
 def traced(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("deepcopy")
-    snap = tmp / "deepcopy.json"
-    out = run_memlens("run", "--device", "h100-80gb", "--json", "--progress", "none",
-                      "--snapshot", str(snap), "--", str(SCRIPT), cwd=tmp)
-    assert out.returncode == 0, out.stderr[-4000:]
-    return out.stderr, json.loads(snap.read_text())
+    return run_script_on_h100(tmp_path_factory.mktemp("deepcopy"), SCRIPT, "deepcopy")
 
 
 def test_copies_keep_their_device_and_shape(traced):
-    stderr, _ = traced
-    copies = re.findall(r"^COPY (\w+) (\S+) (.+)$", stderr, re.M)
+    printed, _ = traced
+    copies = re.findall(r"^COPY (\w+) (\S+) (.+)$", printed, re.M)
     assert copies == [("init_copy", "cpu", "(64, 256)"),          # copied in __init__, on host
                       ("metric_default", "cuda:0", "()"),         # moved with the module
                       ("ema_weight", "cuda:0", "(256, 256)"),
                       # after the first step; the trace ends at the second step's end
                       ("metric_copy", "cuda:0", "()")]
-    assert "Accessing the data pointer of FakeTensor" not in stderr
+    assert "Accessing the data pointer of FakeTensor" not in printed
 
 
 def test_the_ema_copy_holds_a_second_set_of_parameters(traced):

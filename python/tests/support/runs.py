@@ -71,3 +71,13 @@ def traced_gpu_snapshot(folder: Path) -> dict:
                       str(TESTS / "scripts" / "values" / "bounded_sizes.py"))
     assert out.returncode == 0, out.stderr
     return json.loads(path.read_text())
+
+
+def run_script_on_h100(folder: Path, script: Path, name: str) -> tuple[str, dict]:
+    """`memlens run` of `script` on a simulated H100 in `folder`: what it printed (stdout and
+    stderr) and its snapshot; the run must succeed."""
+    snap = folder / f"{name}.json"
+    out = run_memlens("run", "--device", "h100-80gb", "--json", "--progress", "none",
+                      "--snapshot", str(snap), "--", str(script), cwd=folder)
+    assert out.returncode == 0, out.stderr[-4000:]
+    return out.stdout + out.stderr, json.loads(snap.read_text())

@@ -118,22 +118,7 @@ def use_flash(spec) -> bool:
     True if one was found."""
     from megatron.core.transformer.dot_product_attention import DotProductAttention
 
-    found = False
-    todo, seen = [spec], set()
-    while todo:
-        node = todo.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        submodules = getattr(node, "submodules", None)
-        if submodules is None:
-            continue
-        for name, value in list(vars(submodules).items()):
-            if value is DotProductAttention:
-                setattr(submodules, name, flash_attention_class())
-                found = True
-            elif hasattr(value, "submodules"):
-                todo.append(value)
-            elif isinstance(value, (list, tuple)):
-                todo.extend(v for v in value if hasattr(v, "submodules"))
-    return found
+    from .spec_swap import swap_in_spec
+
+    return swap_in_spec(spec, lambda value: (
+        flash_attention_class() if value is DotProductAttention else None))

@@ -47,26 +47,10 @@ def use_te_gemms(spec) -> bool:
     as TE's linear; True if one was found."""
     from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
 
+    from .spec_swap import swap_in_spec
+
     linears = (ColumnParallelLinear, RowParallelLinear)
-    found = False
-    todo, seen = [spec], set()
-    while todo:
-        node = todo.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        submodules = getattr(node, "submodules", None)
-        if submodules is None:
-            continue
-        for name, value in list(vars(submodules).items()):
-            if value in linears:
-                setattr(submodules, name, te_gemm_class(value))
-                found = True
-            elif hasattr(value, "submodules"):
-                todo.append(value)
-            elif isinstance(value, (list, tuple)):
-                todo.extend(v for v in value if hasattr(v, "submodules"))
-    return found
+    return swap_in_spec(spec, lambda value: te_gemm_class(value) if value in linears else None)
 
 
 def install(plugin) -> None:

@@ -1,0 +1,31 @@
+"""Swapping module classes inside a Megatron layer spec (a ModuleSpec tree), as a stand-in does
+where Transformer Engine is absent: attention (attention.py), the linear layers (te_gemm.py)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+
+def swap_in_spec(spec: Any, replacement: Callable[[Any], Any]) -> bool:
+    """Every submodule class `value` of the spec for which `replacement(value)` is not None is
+    replaced by it (nested specs and lists of specs followed); True if one was."""
+    found = False
+    todo, seen = [spec], set()
+    while todo:
+        node = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        submodules = getattr(node, "submodules", None)
+        if submodules is None:
+            continue
+        for name, value in list(vars(submodules).items()):
+            new = replacement(value)
+            if new is not None:
+                setattr(submodules, name, new)
+                found = True
+            elif hasattr(value, "submodules"):
+                todo.append(value)
+            elif isinstance(value, (list, tuple)):
+                todo.extend(v for v in value if hasattr(v, "submodules"))
+    return found
