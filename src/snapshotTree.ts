@@ -42,6 +42,8 @@ export class SnapshotTree implements vscode.TreeDataProvider<Node>, vscode.Dispo
   private readonly disposables: vscode.Disposable[] = [];
   private timer: NodeJS.Timeout | undefined;
   private loading: Promise<void> | undefined;
+  /** What the tree last showed: a refresh that reads the same is not drawn again. */
+  private shown = '';
   readonly view: vscode.TreeView<Node>;
 
   constructor(private readonly log: vscode.LogOutputChannel) {
@@ -81,6 +83,12 @@ export class SnapshotTree implements vscode.TreeDataProvider<Node>, vscode.Dispo
   async refresh(): Promise<void> {
     this.loading = this.load();
     await this.loading;
+    // One change reaches the tree several times (its own file watcher, the server's
+    // snapshotsChanged, Refresh): redrawing the same rows would replace their items under
+    // a click that is expanding one ("No tree item with id … found").
+    const shown = JSON.stringify([this.groups, this.fits, this.invalid]);
+    if (shown === this.shown) return;
+    this.shown = shown;
     this.changed.fire(undefined);
   }
 
