@@ -235,8 +235,8 @@ class Accountant(TorchDispatchMode):
         """A library's memory taken on first use and kept for good, asked for outside an op's
         dispatch (a plugin's stand-in kernel that makes its output without a GEMM op): booked
         once per key, as the op rules' (`WorkspaceModel.persistent`) are."""
-        if self.tracer.workspaces.take(item):
-            self._persistent(item)
+        for fresh in self.tracer.workspaces.take([item]):
+            self._persistent(fresh)
 
     def book_collective_buffer(self, nbytes: int, device: torch.device) -> int:
         """A buffer ProcessGroupNCCL allocates for a collective (kernels/nccl_work.py)."""

@@ -51,17 +51,14 @@ class WorkspaceModel:
                 self.cuda.persistent_rule(func) if self.cuda is not None else None
         if rule is None:
             return []
-        fresh = [p for p in rule(args, kwargs, out) if p.key not in self._taken]
+        return self.take(rule(args, kwargs, out))
+
+    def take(self, items: list[Persistent]) -> list[Persistent]:
+        """Those of `items` nothing took before, now taken (an op's rule's, above, or a plugin
+        kernel's that takes a library's persistent memory without such an op)."""
+        fresh = [p for p in items if p.key not in self._taken]
         self._taken.update(p.key for p in fresh)
         return fresh
-
-    def take(self, item: Persistent) -> bool:
-        """Whether `item` is new (then it is taken): for a plugin's kernel that takes a
-        library's persistent memory without an op whose rule would."""
-        if item.key in self._taken:
-            return False
-        self._taken.add(item.key)
-        return True
 
 
 def element_size(t: torch.Tensor) -> int:

@@ -66,17 +66,19 @@ def install(plugin) -> None:
     modules = tracer.modules
     nbytes = workspace_bytes(tracer.device.major)
 
+    def workspace(device) -> Persistent:
+        return Persistent(("te_cublas", device_key(device)), TE_WORKSPACE_OP, nbytes, device)
+
     def gemm_workspace(device):
         idx = modules.current()
         if idx < 0 or not getattr(modules.infos[idx].module, MARK, False):
             return None
-        return Persistent(("te_cublas", device_key(device)), TE_WORKSPACE_OP, nbytes, device)
+        return workspace(device)
 
     def take(device) -> None:
         """A stand-in GEMM that makes its output without a matmul op (the FP8 linear's,
         fp8_linear.py) takes the workspace itself."""
-        tracer.accountant.take_persistent(
-            Persistent(("te_cublas", device_key(device)), TE_WORKSPACE_OP, nbytes, device))
+        tracer.accountant.take_persistent(workspace(device))
 
     plugin.te_gemm = take
     setattr(gemm_workspace, MARK, True)
