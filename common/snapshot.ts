@@ -73,6 +73,7 @@ export interface CompiledRegion {
   saved_bytes: number; // saved for backward by the compiled program
   eager_saved_bytes: number; // the same graphs as eager autograd would save
   eager_because?: string;
+  cuda_graphs?: true; // its mode asked for CUDA graphs: Inductor's CUDA graph trees ran its graphs
 }
 
 export interface Placeholder {

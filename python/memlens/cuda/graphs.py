@@ -44,6 +44,7 @@ class GraphListener(Protocol):
     def graph_pool_event(self, device_index: int, kind: str, pool: int, stream: int) -> None: ...
     def graph_captured(self, pool: int, place: str | None) -> None: ...
     def graph_replayed(self, pool: int) -> None: ...
+    def graph_pool_named(self, pool: int, name: str) -> None: ...
 
 
 class GraphTable:
@@ -80,6 +81,11 @@ class GraphTable:
         if self._listener is not None:
             self._listener.graph_replayed(pool)
 
+    def name(self, pool: int, name: str) -> None:
+        """Who made the pool, for the report (graph_trees.py names its trees' pools)."""
+        if self._listener is not None:
+            self._listener.graph_pool_named(pool, name)
+
 
 GRAPHS = GraphTable()
 
@@ -89,6 +95,8 @@ def _user_place(frame) -> str | None:
     (`with torch.cuda.graph(g):`, `make_graphed_callables(...)`)."""
     while frame is not None and frame.f_code.co_filename.startswith((_MEMLENS, _TORCH)):
         frame = frame.f_back
+    if frame is None and torch._C._current_autograd_node() is not None:
+        return "backward"  # autograd's thread: a compiled backward (Inductor's graph trees)
     return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else None
 
 

@@ -56,6 +56,10 @@ class LedgerMemory:
             pool, {"name": f"graph pool {pool}", "graphs": [], "replays": 0})
         info["graphs"].append(place or "?")
 
+    def graph_pool_named(self, pool: int, name: str) -> None:
+        self.ledger.graph_pools.setdefault(
+            pool, {"name": name, "graphs": [], "replays": 0})["name"] = name
+
     def graph_replayed(self, pool: int) -> None:
         info = self.ledger.graph_pools.get(pool)  # None: captured before this trace began
         if info is not None:

@@ -78,6 +78,7 @@ class Accountant(TorchDispatchMode):
         self._mask_arg: dict = {}
         self._names: dict = {}
         self.placeholders: list[tuple[int, str, object]] = []  # (stack, op, value answered)
+        self._persistent_rids: dict[tuple, int] = {}  # a persistent item's key -> its record
         self._noted: set = set()
         self._all_fake = 0  # inside made_fake(): no op runs on the host
         self._copying_real = 0  # inside copying_real(): host ops run on the host
@@ -363,13 +364,22 @@ class Accountant(TorchDispatchMode):
         for rid in held.values():
             self.ledger.free(rid)
 
+    def clear_cublas_workspaces(self) -> None:
+        """`torch._C._cuda_clearCublasWorkspaces()`: every cuBLAS workspace is freed, and the
+        next matmul on a handle and stream takes one again (Inductor's CUDA graph trees clear
+        them around each warm-up and recording, so that the graph's are in its pool)."""
+        for key in [k for k in self._persistent_rids if k[0] == "cublas"]:
+            self.ledger.free(self._persistent_rids.pop(key))
+            self.tracer.workspaces.forget(key)
+
     def _persistent(self, item) -> None:
-        """A library's memory taken on first use and kept for good (a cuBLAS workspace): it
-        belongs to no module and is never freed."""
+        """A library's memory taken on first use and kept (a cuBLAS workspace): it belongs to
+        no module and is freed only when the library lets it go (clear_cublas_workspaces)."""
         _, _, stack, backward = self._context()
-        self.ledger.alloc(item.nbytes, self.tracer.device_key(item.device), "uint8",
-                          (item.nbytes,), C.OTHER, -1, self.tracer.phases.index,
-                          self.ledger.op_id(item.label), stack, backward=backward)
+        self._persistent_rids[item.key] = self.ledger.alloc(
+            item.nbytes, self.tracer.device_key(item.device), "uint8", (item.nbytes,), C.OTHER,
+            -1, self.tracer.phases.index, self.ledger.op_id(item.label), stack,
+            backward=backward)
 
     def _context(self) -> tuple[int, int, int, bool]:
         """(module, initial category, stack, in backward) for an allocation made now."""

@@ -25,6 +25,7 @@ compiled graphs run inside them.
 from __future__ import annotations
 
 import contextlib
+import warnings
 
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
@@ -42,6 +43,9 @@ class Region:
         self.saved_bytes = 0  # saved for backward by the compiled program (not its inputs)
         self.eager_saved_bytes = 0  # the same joint graph partitioned as eager autograd saves
         self.eager_because = ""
+        # its mode or options ask for CUDA graphs (reduce-overhead): Inductor's CUDA graph
+        # trees run its graphs (cuda/graph_trees.py)
+        self.cuda_graphs = False
 
     def to_json(self) -> dict:
         out = {"place": self.place, "call": self.call, "compiled_as": self.how,
@@ -49,6 +53,8 @@ class Region:
                "saved_bytes": self.saved_bytes, "eager_saved_bytes": self.eager_saved_bytes}
         if self.eager_because:
             out["eager_because"] = self.eager_because
+        if self.cuda_graphs:
+            out["cuda_graphs"] = True
         return out
 
 
@@ -112,6 +118,25 @@ class CompiledPrograms:
         """Inductor's GPU code cannot be made after all (Triton failed to import)."""
         self.gpu_missing, self.gpu_inductor = why, False
 
+    def ask_for_cuda_graphs(self, region: Region) -> None:
+        """The region's mode or options ask for CUDA graphs: on a CUDA target with Inductor's
+        GPU code, its graphs run through the CUDA graph trees' model; else a note says why
+        not (a CPU target has none: Inductor graphs only CUDA code)."""
+        if self.device_type != "cuda":
+            return
+        import torch._inductor.config as inductor_config
+
+        if not hasattr(inductor_config, "cudagraph_policy"):
+            why = (f"torch {torch.__version__}'s Inductor has no cudagraph_policy, the seam "
+                   "memlens models its CUDA graph trees through")
+        elif not self.gpu_inductor:
+            why = f"the trees need Inductor's GPU code, and {self.gpu_missing}"
+        else:
+            region.cuda_graphs = True
+            return
+        self.add_note(f"{region.place}: {region.call}: traced without CUDA graphs ({why}); "
+                      "on a GPU its graphs' memory is in a private pool that stays reserved")
+
     def region(self, place: str, call: str) -> Region:
         found = next((r for r in self.regions if r.place == place and r.call == call), None)
         if found is None:
@@ -149,7 +174,7 @@ class CompiledPrograms:
             try:
                 with _disable_current_modes():
                     if self.device_type == "cpu" or self.gpu_inductor:
-                        return self._inductor(gm, example_inputs)
+                        return self._inductor(gm, example_inputs, region.cuda_graphs)
                     if region.how != "partitioner":
                         region.how = "partitioner"
                         self.add_note(
@@ -176,14 +201,17 @@ class CompiledPrograms:
 
         return compile_graph
 
-    def _inductor(self, gm, example_inputs):
+    def _inductor(self, gm, example_inputs, cuda_graphs: bool):
         from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
         def inner(graph, inputs, **kwargs):
             with _disable_current_modes():  # AOTAutograd compiles backward lazily, in backward
                 return compile_fx_inner(graph, inputs, **kwargs)
 
-        return compile_fx(gm, example_inputs, inner_compile=inner)
+        # As mode="reduce-overhead" does (Inductor's list_mode_options): the backward,
+        # compiled later, keeps the forward's choice.
+        patches = {"triton.cudagraphs": True} if cuda_graphs else None
+        return compile_fx(gm, example_inputs, inner_compile=inner, config_patches=patches)
 
     def _partitioned(self, gm, example_inputs):
         from torch._dynamo.backends.common import aot_autograd
@@ -217,7 +245,11 @@ class CompiledPrograms:
         before = sum(counters["graph_break"].values())
         self._calling.append(region)
         try:
-            yield
+            with warnings.catch_warnings():
+                if region.cuda_graphs:  # autograd's C++ asks a graphed forward's outputs for
+                    # their data pointers (torch 2.13): torch's code, not the script's
+                    warnings.filterwarnings("ignore", "Accessing the data pointer of FakeTensor")
+                yield
         finally:
             self._calling.pop()
             region.graph_breaks += sum(counters["graph_break"].values()) - before

@@ -173,7 +173,8 @@ class Tracer:
             self.compiled.gpu_unavailable(problem)
             return
         torch_inductor_cuda.apply(self._patcher, self.accountant.made_fake,
-                                  (self.device.major, self.device.minor))
+                                  (self.device.major, self.device.minor),
+                                  self.accountant.clear_cublas_workspaces)
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         self.mark_end()

@@ -60,6 +60,10 @@ class WorkspaceModel:
         self._taken.update(p.key for p in fresh)
         return fresh
 
+    def forget(self, key: tuple) -> None:
+        """The persistent item of `key` was given back: the next use takes it again."""
+        self._taken.discard(key)
+
 
 def element_size(t: torch.Tensor) -> int:
     return t.element_size()

@@ -164,6 +164,7 @@ TESTED_VERSIONS = {'torch_core': ('torch', '2.13.0', '2.15.0'),
  'triton': ('triton', '3.8.0', '3.9.0'),
  'checkpoint_files': ('torch', '2.13.0', '2.16.0'),
  'cuda_extension_builds': ('torch', '2.13.0', '2.16.0'),
+ 'inductor_cudagraph_trees': ('torch', '2.13.0', '2.14.0'),
  'olmo_core': ('ai2-olmo-core', '3.0.0', '3.1.0')}
 
-UNRECORDED = ['checkpoint_files', 'cuda_extension_builds', 'olmo_core']
+UNRECORDED = ['checkpoint_files', 'cuda_extension_builds', 'inductor_cudagraph_trees', 'olmo_core']

@@ -47,13 +47,32 @@ def _place(depth: int) -> str:
     return f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
 
+def _module_call(module: torch.nn.Module):
+    """What Dynamo compiles for `torch.compile(module)`: the module's call. A module whose
+    forward is PyTorch's own (`nn.Sequential`, `nn.Linear`) is in a file Dynamo skips when it
+    is the frame compiled, so it is called through an inlined wrapper, as OptimizedModule
+    does (without it `torch.compile(nn.Sequential(...))` compiled nothing)."""
+    import types
+
+    from torch._dynamo import external_utils, trace_rules
+
+    if isinstance(module.forward, types.MethodType) and trace_rules.check(module.forward):
+        return external_utils.wrap_inline(module._call_impl)
+    return module._call_impl
+
+
 def _no_kernel(*args, **kwargs) -> None:
     return None
 
 
+# The modes that run Inductor's graphs through its CUDA graph trees (list_mode_options).
+_CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+
+
 def _dynamo_kwargs(kwargs: dict) -> dict:
     """What Dynamo needs from the user's arguments: graph capture follows `fullgraph` and
-    `dynamic`. `mode` and `options` tune Inductor by benchmarking real kernels: not modelled."""
+    `dynamic`. `mode` and `options` tune Inductor by benchmarking real kernels: not modelled,
+    but for the CUDA graphs they ask for (CompiledPrograms.ask_for_cuda_graphs)."""
     return {k: kwargs[k] for k in ("fullgraph", "dynamic") if k in kwargs}
 
 
@@ -246,10 +265,14 @@ def apply(patcher: Patcher, programs, add_note, made_fake, module_called, traced
             name = backend if isinstance(backend, str) else getattr(backend, "__name__", "custom")
             return eager(target, place, call, f"memlens models the inductor backend, not {name!r}")
         region = programs.region(place, call)
-        if kwargs.get("mode") not in (None, "default") or kwargs.get("options"):
-            add_note(f"{place}: {call}: compiled with Inductor's default settings (its mode and "
-                     "options choose kernels by benchmarking them, which a trace cannot)")
-        dynamo = original_compile(target._call_impl if isinstance(target, torch.nn.Module)
+        options = dict(kwargs.get("options") or {})
+        mode = kwargs.get("mode") or "default"
+        if mode in _CUDA_GRAPH_MODES or options.pop("triton.cudagraphs", False):
+            programs.ask_for_cuda_graphs(region)
+        if mode not in ("default", "reduce-overhead") or options:
+            add_note(f"{place}: {call}: compiled with Inductor's default kernel choices (its mode "
+                     "and options choose kernels by benchmarking them, which a trace cannot)")
+        dynamo = original_compile(_module_call(target) if isinstance(target, torch.nn.Module)
                                   else target, backend=programs.backend,
                                   **_dynamo_kwargs(kwargs))
 

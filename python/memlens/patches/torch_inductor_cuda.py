@@ -10,7 +10,9 @@ launching the Triton kernels needs a GPU. For the trace:
   allocated (`empty_strided_cuda`, fake tensors the accountant books, as on the CPU target);
   the wrapper's current raw stream is stream 0;
 - what measures real kernels is off: autotuning, coordinate descent, `pad_mm`'s benchmarks
-  (shape padding), cudagraphs; and constant folding, which computes values on the device.
+  (shape padding), cudagraphs unless a region's mode asks for them (then Inductor's CUDA
+  graph trees are cuda/graph_trees.py's model); and constant folding, which computes values
+  on the device.
   Inductor then picks what it picks without benchmarks (its heuristics: extern mm, its kernel
   configs), as a `torch.compile` in the default mode does.
 
@@ -65,9 +67,10 @@ def _delegate(name: str):
     return staticmethod(lambda *args, **kwargs: getattr(torch.cuda, name)(*args, **kwargs))
 
 
-def apply(patcher: Patcher, made_fake, capability: tuple[int, int]) -> None:
+def apply(patcher: Patcher, made_fake, capability: tuple[int, int], clear_cublas) -> None:
     """`made_fake`: the accountant's context in which every new tensor is fake.
-    `capability`: the simulated GPU's (major, minor)."""
+    `capability`: the simulated GPU's (major, minor). `clear_cublas`: frees every cuBLAS
+    workspace (torch._C._cuda_clearCublasWorkspaces), for the CUDA graph trees."""
     check_tested("torch_inductor_cuda", torch.__version__)
     import triton
     import torch._inductor.config as inductor_config
@@ -101,5 +104,42 @@ def apply(patcher: Patcher, made_fake, capability: tuple[int, int]) -> None:
                  "coordinate_descent_tuning", "benchmark_kernel", "shape_padding",
                  "joint_graph_constant_folding"):
         patcher.setattr(inductor_config, name, False)
-    patcher.setattr(inductor_config.triton, "cudagraphs", False)
+    patcher.setattr(inductor_config.triton, "cudagraphs", False)  # unless a region's mode asks
+    _graph_trees(patcher, inductor_config, clear_cublas)
     patcher.setattr(inductor_config, "compile_threads", 1)  # no pool: no kernel is built
+
+
+def _graph_trees(patcher: Patcher, inductor_config, clear_cublas) -> None:
+    """Inductor's CUDA graph trees, for a region whose mode asks for CUDA graphs: its graphs
+    are wrapped by the model of the trees (cuda/graph_trees.py) through Inductor's seam for
+    that, `config.cudagraph_policy`. Inductor's own trees module cannot be imported from a
+    CPU build, so what else reaches it goes to the model: a backward compiled without graphs
+    after a graphed forward (`maybe_handle_backward_generation`), and
+    `torch.compiler.cudagraph_mark_step_begin`. Without the seam (an older torch) no region
+    asks (CompiledPrograms.ask_for_cuda_graphs says so)."""
+    if not hasattr(inductor_config, "cudagraph_policy"):
+        return
+    check_tested("inductor_cudagraph_trees", torch.__version__)
+    import torch._inductor.output_code as output_code
+    from ..cuda.graph_trees import TREES
+
+    def maybe_handle_backward_generation(compiled_graph, boxed_forward_device_index) -> None:
+        if not (compiled_graph.fx_kwargs["is_backward"] and inductor_config.triton.cudagraph_trees):
+            return
+        run = compiled_graph.current_callable
+        device_index = boxed_forward_device_index.value
+
+        def backward(new_inputs):
+            TREES.backward_without_graphs(device_index)
+            return run(new_inputs)
+
+        compiled_graph.current_callable = backward
+
+    patcher.setattr(inductor_config, "cudagraph_policy", TREES)
+    patcher.setattr(TREES, "clear_cublas", clear_cublas)
+    # Inductor graphs only code the caching allocator serves: the simulated one is caching.
+    patcher.setattr(torch._C, "_cuda_cudaCachingAllocator_is_enabled", lambda: True)
+    patcher.setattr(output_code, "maybe_handle_backward_generation",
+                    maybe_handle_backward_generation)
+    patcher.setattr(torch.compiler, "cudagraph_mark_step_begin", TREES.mark_step_begin)
+    patcher.defer(TREES.clear)

@@ -107,18 +107,35 @@ def _cublas(tracer: TraceFacts, workspaces) -> list[dict[str, Any]]:
     for stream in sorted(by_stream):
         records = by_stream[stream]
         [cublas] = outside.cublas_workspace_items(spec.major, spec.minor)[:1]
-        n, each = len(records), records[0].nbytes
+        # one per handle (the main thread's, autograd's): a workspace cleared and taken
+        # again (around a CUDA graph tree's warm-up) is the same handle's
+        n, each = len({r.backward for r in records}), records[0].nbytes
         where = "the default stream" if stream == 0 else f"stream {stream}"
         label = f"cuBLAS workspace x{n}" + ("" if stream == 0 else f" (stream {stream})")
+        most = _most_alive_at_once(records)
+        cleared = "" if most >= n * records[0].size else \
+            f", freed between uses: at most {format_bytes(most)} at once"
         rows.append({
-            "label": label, "bytes": sum(r.size for r in records),
+            "label": label, "bytes": most,
             "basis": cublas.basis + f"; on {where}: {n} thread(s) ran matmuls there (forward "
                      "and the optimizer on the main thread, backward on autograd's device "
                      "thread, each with its own handle)",
             "short_basis": f"{n} handle x {format_bytes(each)} on {where}, compute capability "
-                           f"{spec.major}.{spec.minor}",
+                           f"{spec.major}.{spec.minor}{cleared}",
             "counted_by_allocator": True})
     return rows
+
+
+def _most_alive_at_once(records) -> int:
+    """The most bytes of `records` allocated at one time (a workspace freed and taken again
+    counts once)."""
+    changes = sorted([(r.alloc_seq, r.size) for r in records] +
+                     [(r.free_seq, -r.size) for r in records if r.free_seq >= 0])
+    alive = most = 0
+    for _, change in changes:
+        alive += change
+        most = max(most, alive)
+    return most
 
 
 def _nccl(tracer: TraceFacts, device: str, world_size: int) -> list[dict[str, Any]]:
