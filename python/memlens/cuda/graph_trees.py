@@ -204,8 +204,10 @@ class _Tree:
         static = set(graph.static_input_idxs)
         static |= {i for i, t in enumerate(inputs) if isinstance(t, torch.Tensor)
                    and self.manages(t)}
-        statics = {id(t.untyped_storage()): i for i, t in enumerate(inputs)
-                   if isinstance(t, torch.Tensor) and i in static}
+        # id -> (input index, storage): the storage held, so that its id stays its own
+        statics = {id(st): (i, st) for i, st in
+                   ((i, t.untyped_storage()) for i, t in enumerate(inputs)
+                    if isinstance(t, torch.Tensor) and i in static)}
         with self.allocating_in_pool():  # the inputs' copies (`static_input`)
             recording = [t if not isinstance(t, torch.Tensor) or i in static else
                          torch.empty_strided(t.size(), t.stride(), dtype=t.dtype,
@@ -226,7 +228,7 @@ class _Tree:
                 continue
             st = t.untyped_storage()
             if id(st) in statics:
-                layout.append(_Output("input", input_index=statics[id(st)], meta=_meta(t)))
+                layout.append(_Output("input", input_index=statics[id(st)][0], meta=_meta(t)))
                 continue
             group = groups.setdefault(id(st), len(groups))
             given.setdefault(group, []).append(t)
