@@ -213,6 +213,22 @@ def _compile_internals_first(patcher: Patcher, internals) -> None:
     patcher.setattr(torch._dynamo, "optimize", optimize_after_patches)
 
 
+def _compiled_before_the_trace(patcher: Patcher, programs, internals) -> None:
+    """A function `torch.compile`d before the trace began keeps torch's own Inductor backend
+    (a library decorates its fused functions when it is imported: Megatron's `jit_fuser`,
+    imported before the tracer starts by its `--memory-tracing` patch). Dynamo compiles it at
+    its first call, inside the trace: that backend compiles with memlens' backend then, after
+    the compile-time patches, as the functions compiled during the trace do (it compiled
+    Inductor's GPU code for a real GPU, and failed)."""
+    wrapper = torch._TorchCompileInductorWrapper
+
+    def compile_in_trace(self, model_, inputs_):
+        internals()
+        return programs.backend(model_, inputs_)
+
+    patcher.setattr(wrapper, "__call__", compile_in_trace)
+
+
 def apply(patcher: Patcher, programs, add_note, made_fake, module_called, traced,
           accountant: type, also_when_compiling=None) -> None:
     """`programs`: engine.compiled.CompiledPrograms. `made_fake`: a context in which the
@@ -317,6 +333,7 @@ def apply(patcher: Patcher, programs, add_note, made_fake, module_called, traced
     patcher.setattr(torch, "compile", compile)
     patcher.setattr(torch.nn.Module, "compile", module_compile)
     _compile_internals_first(patcher, internals)
+    _compiled_before_the_trace(patcher, programs, internals)
 
     def forget_compiled() -> None:
         """What was compiled in the trace has no-op kernels: after it (the Python API runs in

@@ -215,6 +215,19 @@ def test_fp4_without_transformer_engine_is_refused_not_traced_in_bf16():
 
 
 @needs_megatron
+@pytest.mark.parametrize("impl", ["local", "transformer_engine"])
+def test_megatrons_cuda_graphs_are_refused_by_name_not_traced_without_them(impl):
+    """--cuda-graph-impl (what --enable-cuda-graph becomes after validate_args) would hold a
+    private pool a trace without graphs leaves out: an error naming the flag, not a smaller
+    job."""
+    from memlens.errors import MemlensError
+
+    with pytest.raises(MemlensError, match=f"--cuda-graph-impl {impl} captures the layers"):
+        megatron_args.set_up(_args(cuda_graph_impl=impl), 2)
+    megatron_args.set_up(_args(cuda_graph_impl="none"), 2)  # the default traces
+
+
+@needs_megatron
 def test_fp8_without_transformer_engine_is_left_to_the_stand_ins():
     """FP8's tensors are modelled (plugins/megatron/fp8*.py, test_megatron_fp8.py): the
     arguments stay the user's, the TE layers become the local ones."""
