@@ -37,6 +37,7 @@ recordings (the tree's stream keeps its one workspace, in the pool).
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import weakref
 from typing import Any, Callable
@@ -198,7 +199,11 @@ class _Tree:
         for t in out if isinstance(out, (list, tuple)) else (out,):
             if isinstance(t, torch.Tensor):
                 st = t.untyped_storage()
-                self._made[id(st)] = weakref.ref(st)
+                self._made[id(st)] = weakref.ref(st, functools.partial(self._forget, id(st)))
+
+    def _forget(self, key: int, ref: weakref.ref) -> None:
+        if self._made.get(key) is ref:  # not a newer storage that reuses the id
+            del self._made[key]
 
     def _record(self, graph: "_Graph", inputs: list) -> tuple[Any, _Node]:
         static = set(graph.static_input_idxs)

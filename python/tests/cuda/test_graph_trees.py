@@ -1,7 +1,9 @@
 """torch.compile(mode="reduce-overhead") traced: scripts/cuda_graphs/reduce_overhead.py on the
 H100 target, traced once. Inductor runs the compiled forward and backward through its CUDA
 graph trees (torch 2.13, _inductor/cudagraph_trees.py): step 0 warms both up with their
-allocations in the tree's private pool, step 1 records them into it, steps 2 and 3 replay.
+allocations in the tree's private pool, step 1 records them into it, steps 2 and 3 replay;
+then three calls under no_grad warm up, record and replay the inference graph. The script
+calls cudagraph_mark_step_begin before each, as the trees' documentation advises.
 Sizes (fp32): the (512, 1024) input and activations are 2 MiB, each 1024 x 1024 weight and its
 gradient 4 MiB, a cuBLAS workspace on Hopper 32 MiB. The allocator: a request below 10 MiB on a
 miss takes a 20 MiB segment, 32 MiB is its own segment, a scalar takes a 2 MiB small segment."""
@@ -40,12 +42,13 @@ def pool_of(snap: dict) -> dict:
 
 def test_the_region_is_inductors_program_run_through_the_trees(traced):
     """nn.Sequential compiles as it does on a GPU (torch.compile(module) goes through an
-    inlined call, as OptimizedModule does: Dynamo skips torch.nn's own frames), and its
-    mode's CUDA graphs are modelled, so no note says the mode was dropped."""
+    inlined call, as OptimizedModule does: Dynamo skips torch.nn's own frames): two graphs,
+    training and, under no_grad, inference (Dynamo guards on the grad mode). Its mode's CUDA
+    graphs are modelled, so no note says the mode was dropped."""
     _, snap, output = traced
     [region] = snap["meta"]["compiled_regions"]
     assert (region["compiled_as"], region["graphs"], region.get("cuda_graphs")) == \
-        ("inductor", 1, True)
+        ("inductor", 2, True)
     assert not [n for n in snap["meta"].get("notes", []) if "reduce-overhead" in n]
     assert "Accessing the data pointer of FakeTensor" not in output
 
@@ -55,15 +58,16 @@ def test_the_trees_pool_holds_one_workspace_and_one_segment(traced):
     around each warm-up and recording, so the forward's and the backward's handles take theirs
     in turn from the same free block) and one 20 MiB segment for the graphs' buffers (the
     forward's 3 x 2 MiB, the backward's two 4 MiB gradients and its 2 MiB temporaries, and the
-    recording's copies of the non-static inputs: x, and the gradient of the output). Three
-    graphs were captured into it (the tree's empty keep-alive graph, the forward, the
-    backward), and steps 2 and 3 replayed forward and backward: 4 replays."""
+    recording's copies of the non-static inputs: x, and the gradient of the output; the
+    inference graph's output and buffer fit in it too). Four graphs were captured into it (the
+    tree's empty keep-alive graph, the forward, the backward, the inference graph); steps 2
+    and 3 replayed forward and backward, the third evaluation the inference graph: 5 replays."""
     _, snap, output = traced
     pool = pool_of(snap)
     assert pool["name"] == TREES
     assert pool["reserved_peak_bytes"] == 32 * MiB + 20 * MiB
-    assert (len(pool["graphs"]), pool["replays"]) == (3, 4)
-    assert TREES in output and ", backward (3 graphs)" in output
+    assert (len(pool["graphs"]), pool["replays"]) == (4, 5)
+    assert TREES in output and ":24, backward, " in output and "(4 graphs)" in output
 
 
 def test_every_step_ends_with_the_same_memory(traced):
@@ -75,7 +79,9 @@ def test_every_step_ends_with_the_same_memory(traced):
     where the script let the previous ones go, in the blocks the recording used: nothing grows
     after the recording."""
     marks, _, _ = traced
-    assert marks == [(18 * MiB + 512, 74 * MiB)] * 4
+    assert marks[:4] == [(18 * MiB + 512, 74 * MiB)] * 4
+    # after the evaluation: its last output (2 MiB) besides; nothing more reserved
+    assert marks[4] == (20 * MiB + 512, 74 * MiB)
 
 
 def test_a_replay_books_only_the_graphs_outputs_in_the_pool(traced):
