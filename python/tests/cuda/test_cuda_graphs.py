@@ -6,6 +6,7 @@ splits it), 32 MiB is its own segment; a capture allocates from its graph's priv
 which nothing outside a capture into it reuses (c10/cuda/CUDACachingAllocator.cpp, 2.13)."""
 
 import json
+from importlib.metadata import version
 
 import pytest
 
@@ -20,6 +21,12 @@ SCRIPT = TESTS / "scripts" / "cuda_graphs" / "capture_and_replay.py"
 POOL_KINDS = ("pool_begin", "pool_end", "pool_release", "empty_cache")
 
 pytestmark = pytest.mark.slow
+
+# torch 2.13's make_graphed_callables captures on torch.cuda.graph's own capture stream, whose
+# first matmuls (main thread, autograd thread) take two cuBLAS workspaces in the graphs' pool;
+# 2.14 captures on the stream it warmed up on, which has them already (torch/cuda/graphs.py).
+_MAJOR_MINOR = tuple(int(p) for p in version("torch").split(".")[:2])
+W = 64 * MiB if _MAJOR_MINOR < (2, 14) else 0
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +75,9 @@ def test_graphs_sharing_a_pool_and_their_release(traced):
 
 
 def test_make_graphed_callables_on_a_module(traced):
-    """A bias-free Linear (4 MiB weight) and its sample input (2 MiB) fit the default segment's
+    """(The numbers below are torch 2.13's; on 2.14 every figure from the captures on is W =
+    64 MiB lower: no workspaces in the pool, see W.)
+    A bias-free Linear (4 MiB weight) and its sample input (2 MiB) fit the default segment's
     free 8 MiB: 97 MiB allocated, 144 MiB reserved. make_graphed_callables warms up on a new
     stream: two cuBLAS workspaces there (64 MiB, kept) and a 20 MiB segment for the warm-up's
     output (2 MiB) and weight gradient (4 MiB), still referenced by its locals when the graphs
@@ -83,8 +92,8 @@ def test_make_graphed_callables_on_a_module(traced):
     weight's .grad is the detached static gradient (AccumulateGrad takes it as is)."""
     marks, _, _ = traced
     assert marks["before_graphed"] == (97 * MiB, 144 * MiB)
-    assert marks["graphed"] == (233 * MiB, 312 * MiB)
-    assert marks["graphed_step"] == (233 * MiB, 332 * MiB)
+    assert marks["graphed"] == (169 * MiB + W, 248 * MiB + W)
+    assert marks["graphed_step"] == (169 * MiB + W, 268 * MiB + W)
 
 
 def test_capture_by_hand_and_reset(traced):
@@ -96,15 +105,15 @@ def test_capture_by_hand_and_reset(traced):
     pools of the graphs still alive stay."""
     marks, _, _ = traced
     assert marks["refused"] == ["REFUSED True"]
-    assert marks["manual_captured"] == (235 * MiB, 352 * MiB)
-    assert marks["manual_reset"] == (233 * MiB, 292 * MiB)
+    assert marks["manual_captured"] == (171 * MiB + W, 288 * MiB + W)
+    assert marks["manual_reset"] == (169 * MiB + W, 228 * MiB + W)
 
 
 def test_a_stream_that_joins_a_capture_allocates_in_its_pool(traced):
     """joiner waits on the capturing stream inside the capture: x * 5 on joiner (2 MiB) is
     captured into the graph's pool, a 20 MiB segment (see pool 6 below)."""
     marks, _, _ = traced
-    assert marks["joined_capture"] == (235 * MiB, 312 * MiB)
+    assert marks["joined_capture"] == (171 * MiB + W, 248 * MiB + W)
 
 
 def test_the_snapshot_reports_each_pool(traced):
@@ -118,13 +127,13 @@ def test_the_snapshot_reports_each_pool(traced):
     assert lines == {1: [31], 2: [46, 49], 3: [52], 4: [66, 66], 5: [79], 6: [92]}
     assert {p["id"]: (p["reserved_peak_bytes"], p["reserved_final_bytes"], p["replays"])
             for p in pools} == {1: (20 * MiB, 20 * MiB, 3), 2: (20 * MiB, 0, 0),
-                                3: (20 * MiB, 20 * MiB, 0), 4: (84 * MiB, 84 * MiB, 2),
+                                3: (20 * MiB, 20 * MiB, 0), 4: (20 * MiB + W, 20 * MiB + W, 2),
                                 5: (20 * MiB, 0, 1), 6: (20 * MiB, 20 * MiB, 0)}
-    assert snap["summary"]["reserved_peak_bytes"] == 352 * MiB
+    assert snap["summary"]["reserved_peak_bytes"] == 288 * MiB + W
     columns = snap["timeline"]["columns"]
     [pool4] = [p for p in snap["timeline"]["pools"] if p["id"] == 4]
     column = columns.index(pool4["column"])
-    assert max(point[column] for point in snap["timeline"]["points"]) == 84 * MiB
+    assert max(point[column] for point in snap["timeline"]["points"]) == 20 * MiB + W
 
 
 def test_the_terminal_report_lists_the_pools(traced):
@@ -132,10 +141,11 @@ def test_the_terminal_report_lists_the_pools(traced):
     _, _, stdout = traced
     table = stdout.split("CUDA graph pools", 1)[1]
     lines = [line for line in table.splitlines() if " graph pool " in line]
+    pool4 = f"{(20 * MiB + W) // MiB}.0"
     # device, "graph", "pool", id, reserved peak, at the end, replays, then the places
     assert [tuple(line.split()[3:9]) for line in lines] == [
         ("1", "20.0", "MiB", "20.0", "MiB", "3"), ("2", "20.0", "MiB", "0", "B", "0"),
-        ("3", "20.0", "MiB", "20.0", "MiB", "0"), ("4", "84.0", "MiB", "84.0", "MiB", "2"),
+        ("3", "20.0", "MiB", "20.0", "MiB", "0"), ("4", pool4, "MiB", pool4, "MiB", "2"),
         ("5", "20.0", "MiB", "0", "B", "1"), ("6", "20.0", "MiB", "20.0", "MiB", "0")]
     assert ["(2 graphs)" in line for line in lines] == [False, True, False, True, False, False]
 
@@ -159,7 +169,8 @@ def _events(snap, kinds):
 
 
 def test_replaying_the_snapshot_follows_the_pools(traced):
-    """The allocation stream with its pool events replays to the trace's 352 MiB. Without
+    """(torch 2.13's numbers; W less on 2.14.) The allocation stream with its pool events
+    replays to the trace's 352 MiB. Without
     them (empty_cache kept) each capture's blocks are ordinary blocks of its stream: the MLP
     capture's side-stream segment ends with free holes of 2, 4 and 4 MiB (h1 [0,2) freed, y
     takes that hole, gW2 [4,8), grad_a1 [8,10), grad_h1 [10,12), gW1 [12,16) after a1 and
@@ -170,15 +181,14 @@ def test_replaying_the_snapshot_follows_the_pools(traced):
     free 2 MiB hole). At the end: 292 MiB after the empty_cache of section 4, and x * 5's 20 MiB
     segment; the pools of graphs 1, 3, 4 and 6 hold 144 MiB of those 312 MiB; pool 5 is gone."""
     _, snap, _ = traced
-    assert replay(_events(snap, POOL_KINDS)).peak_reserved == 352 * MiB
-    assert replay(_events(snap, ("empty_cache",))).peak_reserved == 292 * MiB
+    assert replay(_events(snap, POOL_KINDS)).peak_reserved == 288 * MiB + W
+    assert replay(_events(snap, ("empty_cache",))).peak_reserved == 228 * MiB + W
     viz = memory_viz_snapshot(snap)
     by_pool = {}
     for seg in viz["segments"]:
         pool = tuple(seg["segment_pool_id"])[0]
         by_pool[pool] = by_pool.get(pool, 0) + seg["total_size"]
-    assert by_pool == {0: 312 * MiB - 144 * MiB, 1: 20 * MiB, 3: 20 * MiB, 4: 84 * MiB,
-                       6: 20 * MiB}
+    assert by_pool == {0: 168 * MiB, 1: 20 * MiB, 3: 20 * MiB, 4: 20 * MiB + W, 6: 20 * MiB}
 
 
 def test_a_trace_stopped_in_the_warm_up_says_where_the_graph_is(tmp_path):
