@@ -11,7 +11,7 @@ from importlib.metadata import version
 import pytest
 
 from support.paths import TESTS
-from support.runs import run_memlens
+from support.runs import marked_run_on_h100, run_memlens
 
 from memlens.allocator import replay
 from memlens.reports.memory_viz import memory_viz_snapshot
@@ -31,17 +31,11 @@ W = 64 * MiB if _MAJOR_MINOR < (2, 14) else 0
 
 @pytest.fixture(scope="module")
 def traced(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("cuda_graphs")
-    snap_path = tmp / "graphs.json"
     # warm-ups count as iterations (backward passes): leave room for all of them
-    out = run_memlens("run", "--device", "h100-80gb", "--iterations", "50", "--progress",
-                      "none", "--snapshot", str(snap_path), "--", str(SCRIPT), cwd=tmp,
-                      env={"COLUMNS": "300"})  # the pool table on one line per pool
-    assert out.returncode == 0, out.stderr[-3000:]
-    marks = {line.split()[1]: (int(line.split()[2]), int(line.split()[3]))
-             for line in out.stdout.splitlines() if line.startswith("MARK ")}
-    marks["refused"] = [line for line in out.stdout.splitlines() if line.startswith("REFUSED")]
-    return marks, json.loads(snap_path.read_text()), out.stdout
+    marked, snap, output = marked_run_on_h100(tmp_path_factory.mktemp("cuda_graphs"), SCRIPT, 50)
+    marks = {name: (allocated, reserved) for name, allocated, reserved in marked}
+    marks["refused"] = [line for line in output.splitlines() if line.startswith("REFUSED")]
+    return marks, snap, output
 
 
 def test_capture_allocates_in_the_pool_and_replay_allocates_nothing(traced):

@@ -8,12 +8,10 @@ Sizes (fp32): the (512, 1024) input and activations are 2 MiB, each 1024 x 1024 
 gradient 4 MiB, a cuBLAS workspace on Hopper 32 MiB. The allocator: a request below 10 MiB on a
 miss takes a 20 MiB segment, 32 MiB is its own segment, a scalar takes a 2 MiB small segment."""
 
-import json
-
 import pytest
 
 from support.paths import TESTS
-from support.runs import run_memlens
+from support.runs import marked_run_on_h100
 
 MiB = 1 << 20
 SCRIPT = TESTS / "scripts" / "cuda_graphs" / "reduce_overhead.py"
@@ -24,15 +22,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def traced(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("graph_trees")
-    snap_path = tmp / "trees.json"
-    out = run_memlens("run", "--device", "h100-80gb", "--iterations", "10", "--progress",
-                      "none", "--snapshot", str(snap_path), "--", str(SCRIPT), cwd=tmp,
-                      env={"COLUMNS": "300"})
-    assert out.returncode == 0, out.stderr[-3000:]
-    marks = [tuple(int(v) for v in line.split()[2:4]) for line in out.stdout.splitlines()
-             if line.startswith("MARK ")]
-    return marks, json.loads(snap_path.read_text()), out.stdout + out.stderr
+    marks, snap, output = marked_run_on_h100(tmp_path_factory.mktemp("graph_trees"), SCRIPT, 10)
+    return [(allocated, reserved) for _, allocated, reserved in marks], snap, output
 
 
 def pool_of(snap: dict) -> dict:

@@ -81,3 +81,19 @@ def run_script_on_h100(folder: Path, script: Path, name: str) -> tuple[str, dict
                       "--snapshot", str(snap), "--", str(script), cwd=folder)
     assert out.returncode == 0, out.stderr[-4000:]
     return out.stdout + out.stderr, json.loads(snap.read_text())
+
+
+def marked_run_on_h100(folder: Path, script: Path, iterations: int
+                       ) -> tuple[list[tuple[str, int, int]], dict, str]:
+    """`memlens run` of a script that prints `MARK name allocated reserved` lines (the
+    simulated allocator's counters at its steps) on a simulated H100, with room for
+    `iterations` backward passes (CUDA graph warm-ups count): the marks in order, the snapshot,
+    and what it printed (the pool table on one line per pool)."""
+    snap = folder / "marked.json"
+    out = run_memlens("run", "--device", "h100-80gb", "--iterations", str(iterations),
+                      "--progress", "none", "--snapshot", str(snap), "--", str(script),
+                      cwd=folder, env={"COLUMNS": "300"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    marks = [(fields[1], int(fields[2]), int(fields[3])) for fields in
+             (line.split() for line in out.stdout.splitlines() if line.startswith("MARK "))]
+    return marks, json.loads(snap.read_text()), out.stdout + out.stderr
