@@ -26,8 +26,8 @@ def line_of(path, text: str) -> int:
 
 
 def mode_note(place: str, call: str) -> str:
-    return (f"{place}: {call}: compiled with Inductor's default settings (its mode and options "
-            "choose kernels by benchmarking them, which a trace cannot)")
+    return (f"{place}: {call}: compiled with Inductor's default kernel choices (its mode and "
+            "options choose kernels by benchmarking them, which a trace cannot)")
 
 
 @pytest.mark.parametrize("how, call, line", [
