@@ -95,6 +95,16 @@ def _control_flow() -> tuple[type, ...]:
     return RestartAnalysis, SkipFrame
 
 
+@contextlib.contextmanager
+def _data_pointer_warning_ignored():
+    """Autograd's C++ asks a graphed forward's outputs for their data pointers (torch 2.13),
+    and FakeTensor warns: torch's code, not the script's. Only regions with CUDA graphs pay
+    for the filter."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Accessing the data pointer of FakeTensor")
+        yield
+
+
 class CompiledPrograms:
     """The backends of one trace and the regions they compiled (snapshot meta.compiled_regions)."""
 
@@ -244,11 +254,9 @@ class CompiledPrograms:
 
         before = sum(counters["graph_break"].values())
         self._calling.append(region)
+        quiet = _data_pointer_warning_ignored() if region.cuda_graphs else contextlib.nullcontext()
         try:
-            with warnings.catch_warnings():
-                if region.cuda_graphs:  # autograd's C++ asks a graphed forward's outputs for
-                    # their data pointers (torch 2.13): torch's code, not the script's
-                    warnings.filterwarnings("ignore", "Accessing the data pointer of FakeTensor")
+            with quiet:
                 yield
         finally:
             self._calling.pop()
