@@ -283,7 +283,8 @@ def apply(patcher: Patcher, programs, add_note, made_fake, module_called, traced
         region = programs.region(place, call)
         options = dict(kwargs.get("options") or {})
         mode = kwargs.get("mode") or "default"
-        if mode in _CUDA_GRAPH_MODES or options.pop("triton.cudagraphs", False):
+        # the option overrides the mode (mode="max-autotune" with triton.cudagraphs=False)
+        if options.pop("triton.cudagraphs", mode in _CUDA_GRAPH_MODES):
             programs.ask_for_cuda_graphs(region)
         if mode not in ("default", "reduce-overhead") or options:
             add_note(f"{place}: {call}: compiled with Inductor's default kernel choices (its mode "

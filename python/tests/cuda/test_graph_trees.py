@@ -98,3 +98,15 @@ def test_a_replay_books_only_the_graphs_outputs_in_the_pool(traced):
     recorded = on_tree_stream("forward_backward_iter_1")
     assert ("cublas_workspace", 32 * MiB) in recorded
     assert [n for op, n in recorded if op == "empty_strided"]  # the graphs' own buffers
+
+
+def test_an_option_that_turns_the_graphs_off_wins_over_the_mode(tmp_path):
+    """mode="max-autotune" asks for CUDA graphs; options={"triton.cudagraphs": False} takes
+    them back, as Inductor applies the options over the mode: no pool, no `cuda_graphs`, and
+    the note is about the autotuning only."""
+    _, snap, _ = marked_run_on_h100(tmp_path, SCRIPT.parent / "autotune_without_graphs.py", 10)
+    [region] = snap["meta"]["compiled_regions"]
+    assert (region["compiled_as"], "cuda_graphs" in region) == ("inductor", False)
+    assert "graph_pools" not in snap["summary"]["devices"]["cuda:0"]
+    [note] = snap["meta"]["notes"]
+    assert "default kernel choices" in note and "CUDA graphs" not in note
