@@ -129,11 +129,6 @@ class _Tree:
         self.pending_backward = False
         self._made: dict[int, weakref.ref] = {}  # id(storage) -> storage the tree gave out
 
-    # -- what Inductor's manager answers --------------------------------------------------
-    def set_to_running_backward(self) -> None:
-        """A backward that runs without graphs ends the forward's pending state."""
-        self.pending_backward = False
-
     # -- one call of a graph --------------------------------------------------------------
     def run(self, graph: "_Graph", inputs: list) -> Any:
         generation = _generation(self.trees.mark_steps)
@@ -318,18 +313,16 @@ class GraphTrees:
         """torch.compiler.cudagraph_mark_step_begin(): a new generation starts."""
         self.mark_steps -= 1
 
-    def existing(self, device_index: int) -> _Tree | None:
-        return self._trees.get(device_index)
-
     def clear(self) -> None:
         self._trees.clear()
         self.mark_steps = 0
 
     def backward_without_graphs(self, device_index: int) -> None:
-        """A backward Inductor could not graph after a graphed forward ran."""
+        """A backward Inductor could not graph after a graphed forward ran: it ends the
+        forward's pending state (CUDAGraphTreeManager.set_to_running_backward)."""
         tree = self._trees.get(device_index)
         if tree is not None:
-            tree.set_to_running_backward()
+            tree.pending_backward = False
 
     def cudagraphify(self, model, example_inputs, static_input_idxs, *, device_index: int,
                      is_backward: bool, is_inference: bool, mutated_input_idxs=(),
