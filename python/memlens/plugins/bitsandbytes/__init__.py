@@ -33,7 +33,7 @@ from ... import categories as C
 from ...patches.patcher import check_tested
 from ..library_plugin import LibraryPlugin
 from .kernels import gemm_4bit_rule
-from .fake_params import apply_keeping_fake_params, install_fake_params
+from .fake_params import apply_keeping_fake_params, install_fake_params, tolerate_fake_bookkeeping
 from .paged import install_paged
 
 
@@ -44,6 +44,7 @@ class Plugin(LibraryPlugin):
     def modules(self, mod: ModuleType) -> None:
         _check_version()
         install_fake_params(self.patcher)
+        tolerate_fake_bookkeeping(self.patcher, mod.Params4bit)
         for name in ("Linear4bit", "Linear8bitLt", "Embedding4bit", "Embedding8bit"):
             cls = getattr(mod, name, None)
             if cls is not None:

@@ -11,6 +11,9 @@ disables it) and from `cls` (bitsandbytes' methods, `isinstance(w, Params4bit)`)
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
@@ -66,6 +69,27 @@ def install_fake_params(patcher) -> None:
         return original(cls, data, require_grad, *args, **kwargs)
 
     patcher.setattr(torch.Tensor, "_make_subclass", staticmethod(_make_subclass))
+
+
+def tolerate_fake_bookkeeping(patcher, cls: type) -> None:
+    """transformers re-makes a quantized parameter as `Params4bit(value, **old.__dict__)`; a
+    fake one's `__dict__` also holds FakeTensor's own bookkeeping (fake_mode, _fake_device,
+    its memos) and the `_is_param` mark `_make_subclass` above sets. bitsandbytes 0.50's
+    `__new__` takes **kwargs and ignores them; 0.49's does not: there the names a fake tensor
+    sets on itself, and `__new__` does not take, are dropped."""
+    original = cls.__dict__["__new__"].__func__
+    params = inspect.signature(original).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return
+
+    @functools.wraps(original)
+    def __new__(klass, data=None, *args, **kwargs):
+        if isinstance(data, FakeTensor):
+            for name in {*vars(data), "_is_param"} - set(params):
+                kwargs.pop(name, None)
+        return original(klass, data, *args, **kwargs)
+
+    patcher.setattr(cls, "__new__", staticmethod(__new__))
 
 
 def apply_keeping_fake_params(original_apply):
