@@ -1,5 +1,5 @@
 """torchao's float8 training on a simulated H100: what CUDA allocates, byte for byte, derived
-by hand from torchao 0.18's call sequence (float8_linear.py, float8_scaling_utils.py,
+by hand from torchao 0.18's call sequence (0.17's is the same) (float8_linear.py, float8_scaling_utils.py,
 float8_ops.py) run eagerly.
 
 The MLP (scripts/fp8/mlp_float8.py): two bias-free Linear 4096 x 4096 in bf16, 8192 tokens,
@@ -22,7 +22,7 @@ from support.runs import run_memlens
 
 pytestmark = pytest.mark.slow  # traces in fresh processes
 
-pytest.importorskip("torchao", minversion="0.18.0")
+pytest.importorskip("torchao", minversion="0.17.0")
 
 MLP = str(TESTS / "scripts" / "fp8" / "mlp_float8.py")
 FSDP = str(TESTS / "scripts" / "fp8" / "fsdp2_float8.py")
