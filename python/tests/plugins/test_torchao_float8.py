@@ -1,6 +1,6 @@
 """torchao's float8 training on a simulated H100: what CUDA allocates, byte for byte, derived
-by hand from torchao 0.18's call sequence (0.17's is the same) (float8_linear.py, float8_scaling_utils.py,
-float8_ops.py) run eagerly.
+by hand from torchao 0.18's call sequence (float8_linear.py, float8_scaling_utils.py,
+float8_ops.py) run eagerly; 0.17's is the same.
 
 The MLP (scripts/fp8/mlp_float8.py): two bias-free Linear 4096 x 4096 in bf16, 8192 tokens,
 `model(x).sum().backward()`, SGD. Units: T = 8192 x 4096 elements (one activation), W = 4096 x
