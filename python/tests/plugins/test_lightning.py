@@ -1,7 +1,8 @@
 """PyTorch Lightning traced unmodified: a LightningModule fit by `Trainer(accelerator="gpu")` on
 one GPU, with DDP as rank 1 of 4 and with FSDP as rank 0 of 4 (`memlens run --world-size 4
 --rank R -- script --devices 4`: Lightning finds the torchrun environment memlens gives the
-rank), tensor parallelism with ModelParallelStrategy (its DeviceMesh is split from the
+rank), with DeepSpeed ZeRO stages 2 and 3 as rank 0 of 4 (Lightning's `deepspeed_stage_2/3`
+strategies, DeepSpeed's own code), tensor parallelism with ModelParallelStrategy (its DeviceMesh is split from the
 device-bound default group: "No backend for the parent process group or its backend does not
 support splitting" before), and a Fabric loop (`Fabric(accelerator="cuda", devices=1)`, `fabric.backward`).
 
@@ -41,6 +42,10 @@ RUNS = {
                 ("lightning_trainer.py", "--devices", "4", "--strategy", "fsdp")),
     "fabric": ((), ("lightning_fabric.py",)),
     "tp-r0": (("--world-size", "4", "--rank", "0"), ("lightning_tensor_parallel.py",)),
+    "ds2-r0": (("--world-size", "4", "--rank", "0"),
+               ("lightning_trainer.py", "--devices", "4", "--strategy", "deepspeed_stage_2")),
+    "ds3-r0": (("--world-size", "4", "--rank", "0"),
+               ("lightning_trainer.py", "--devices", "4", "--strategy", "deepspeed_stage_3")),
 }
 
 
@@ -108,3 +113,33 @@ def test_tensor_parallel_rank_holds_its_column_and_row_shards(snaps):
     assert local == 262_912
     assert model_state_bytes(snap) == {"parameter": F32 * local, "gradient": F32 * local,
                                        "optimizer_state": 2 * F32 * local}
+
+
+# Lightning's DeepSpeed strategies: precision 32 (no 16-bit copy: DeepSpeed's "16-bit" groups are
+# the fp32 parameters), its default reduce_bucket_size of 2e8 elements. Ψ = 1,050,112 is a
+# multiple of 2N = 8 and of N, so no padding: a rank's partition is Ψ/4 = 262,528 elements.
+PARTITION = PSI // WORLD
+BUCKET = 200_000_000
+
+
+def test_deepspeed_stage_2_rank_holds_the_model_and_a_quarter_of_adams_states(snaps):
+    snap = snaps["ds2-r0"]
+    assert PARTITION * WORLD == PSI
+    # stage_1_and_2.py: every rank keeps the flat fp32 model (4Ψ); its optimizer state is a
+    # copy of its partition (single_partition_of_fp32_groups, cloned) and AdamW's two moments
+    # of it (12Ψ/N). Its gradients are `grads_in_partition`, sized by the whole parameters that
+    # touch the partition (copy_grads_in_partition): rank 0's elements [0, Ψ/4) lie inside the
+    # first layer's 1024 x 512 weight, so 524,288 fp32 gradients.
+    assert model_state_bytes(snap) == {"parameter": F32 * PSI, "gradient": F32 * 1024 * 512,
+                                       "optimizer_state": 3 * F32 * PARTITION}
+
+
+def test_deepspeed_stage_3_rank_holds_a_quarter_of_everything_and_its_bucket(snaps):
+    snap = snaps["ds3-r0"]
+    # stage3.py: the parameters' partitions (4Ψ/N), the fp32 master copy and AdamW's moments of
+    # them (12Ψ/N); gradients: the flat buffer of gradient partitions
+    # (grad_partitions_flat_buffer), the master partition's gradient, and the reduce bucket of
+    # reduce_bucket_size elements (fp32 here: 800,000,000 B).
+    assert model_state_bytes(snap) == {
+        "parameter": F32 * PARTITION, "gradient": 2 * F32 * PARTITION + F32 * BUCKET,
+        "optimizer_state": 3 * F32 * PARTITION}
