@@ -1,6 +1,7 @@
 """`accelerate launch --config_file cfg.yaml train.py`: the job accelerate would start, read
 by accelerate itself (targets/accelerate_launch.py), with its world size and the FSDP /
-DeepSpeed / mixed-precision settings it hands the script (scripts/accelerate_config/)."""
+DeepSpeed / mixed-precision settings it hands the script (scripts/accelerate_config/): an FSDP2
+YAML and a ZeRO-2 YAML traced as a rank of their job."""
 
 import json
 import os
@@ -109,6 +110,39 @@ def test_the_optimizer_steps_every_shard(fsdp2_rank1):
     _, snap, _ = fsdp2_rank1
     shard = 3 * (64 * 256 + 64)
     assert model_state_bytes(snap)["optimizer_state"] == 2 * 4 * shard == 394_752
+
+
+@pytest.fixture(scope="module")
+def zero2_rank1(tmp_path_factory):
+    """`memlens run --rank 1 -- accelerate launch --config_file zero2.yaml fsdp_mlp.py`: the
+    YAML's DeepSpeed section (ZeRO stage 2, bf16, 4 processes) through accelerate's DeepSpeed
+    plugin, traced once."""
+    tmp = tmp_path_factory.mktemp("zero2")
+    snap, report = tmp / "snap.json", tmp / "report.json"
+    out = run_memlens("run", "--rank", "1", "--progress", "none", "--snapshot", str(snap),
+                      "--", "accelerate", "launch", "--config_file", "zero2.yaml",
+                      "fsdp_mlp.py", "--report", str(report), cwd=CONFIGS)
+    assert out.returncode == 0, out.stderr[-4000:]
+    return json.loads(snap.read_text()), json.loads(report.read_text())
+
+
+@pytest.mark.slow
+def test_a_zero_2_yaml_runs_deepspeed_with_zeros_model_states(zero2_rank1):
+    """ZeRO stage 2 on 4 ranks, bf16 with the script's torch AdamW (ZeRO's accounting for
+    mixed-precision Adam): every rank holds the 16-bit model (2Ψ); its optimizer state is the
+    fp32 copy of its partition and AdamW's two moments of it (12Ψ/N); when the inner optimizer
+    steps, the partition's gradient is fp32 (4Ψ/N) and the 16-bit ones reduced into it are gone.
+    Ψ = 3 x 65,792 = 197,376 is a multiple of 2N = 8 (DeepSpeed's alignment): no padding."""
+    from support.ranks import model_state_bytes
+
+    snap, report = zero2_rank1
+    assert (report["distributed_type"], report["num_processes"], report["mixed_precision"]) == (
+        "DistributedType.DEEPSPEED", 4, "bf16")
+    assert report["env"]["ACCELERATE_DEEPSPEED_ZERO_STAGE"] == "2"
+    psi, world = 3 * (256 * 256 + 256), 4
+    assert psi % (2 * world) == 0
+    assert model_state_bytes(snap) == {"parameter": 2 * psi, "gradient": 4 * psi // world,
+                                       "optimizer_state": 12 * psi // world}
 
 
 def test_a_launch_json_configuration_running_accelerates_launcher(tmp_path):
