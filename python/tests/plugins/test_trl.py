@@ -1,7 +1,7 @@
 """TRL's SFTTrainer traced unmodified (scripts/trl/sft_llama.py): a tiny Llama from its config,
 or loaded from a local checkpoint onto GPU 0 with `device_map` (transformers 5 copies the
 weights in worker threads: plugins/hf/loading.py), or QLoRA (BitsAndBytesConfig NF4 with double
-quantization, a LoRA adapter, paged_adamw_8bit). TRL's hand-written Triton kernels (its
+quantization, a LoRA adapter, paged_adamw_8bit), on one GPU and as rank 1 of 4 (DDP). TRL's hand-written Triton kernels (its
 chunked log-prob of the fused LM head) are not run on fake tensors, and a note says so
 (plugins/triton). Model state is read when the second optimizer step begins.
 """
@@ -42,11 +42,11 @@ def checkpoint(tmp_path_factory):
     return path
 
 
-def sft(tmp_path_factory, name: str, *args: str) -> dict:
+def sft(tmp_path_factory, name: str, *args: str, job: tuple[str, ...] = ()) -> dict:
     tmp = tmp_path_factory.mktemp(name)
     snap = tmp / "snap.json"
-    out = run_memlens("run", "--progress", "none", "--snapshot", str(snap), "--", str(SCRIPT),
-                      "--output_dir", str(tmp / "out"), *args, cwd=tmp)
+    out = run_memlens("run", "--progress", "none", *job, "--snapshot", str(snap), "--",
+                      str(SCRIPT), "--output_dir", str(tmp / "out"), *args, cwd=tmp)
     assert out.returncode == 0, out.stderr[-4000:]
     return json.loads(snap.read_text())
 
@@ -65,6 +65,13 @@ def device_map(tmp_path_factory, checkpoint):
 def qlora(tmp_path_factory, checkpoint):
     return sft(tmp_path_factory, "qlora", "--model", str(checkpoint), "--load-in-4bit", "--peft",
                "--optim", "paged_adamw_8bit")
+
+
+@pytest.fixture(scope="module")
+def qlora_rank1(tmp_path_factory, checkpoint):
+    """The QLoRA run as rank 1 of a 4-GPU job (the Trainer wraps the model in DDP)."""
+    return sft(tmp_path_factory, "qlora_rank1", "--model", str(checkpoint), "--load-in-4bit",
+               "--peft", "--optim", "paged_adamw_8bit", job=("--world-size", "4", "--rank", "1"))
 
 
 def test_sft_from_config_trains_fp32_weights_with_fused_adamw(from_config):
@@ -88,7 +95,8 @@ def test_weights_loaded_by_worker_threads_are_booked_on_the_gpu(device_map):
                                              "optimizer_state": 4 * N + 4 * TENSORS}
 
 
-def test_qlora_from_pretrained_with_bitsandbytes_config(qlora):
+def qlora_base_and_lora() -> tuple[int, int]:
+    """Bytes of the quantized base model, and elements of the LoRA adapter."""
     def quantized(n: int) -> int:  # NF4 + double quantization, as in test_bitsandbytes.py
         return n // 2 + n // 64 + math.ceil(n / 64 / 256) * 4 + 4 + 16 * 4 + 256 * 4
 
@@ -98,8 +106,22 @@ def test_qlora_from_pretrained_with_bitsandbytes_config(qlora):
     lora = LAYERS * ((8 * H + H * 8) + (8 * H + KV * 8))
     assert lora == 7168
     # The head, embeddings and norms stay bf16 (the head is not quantized).
-    base = sum(quantized(n) for n in weights) + 2 * VOCAB * H * 2 + NORMS * H * 2
+    return sum(quantized(n) for n in weights) + 2 * VOCAB * H * 2 + NORMS * H * 2, lora
+
+
+def test_qlora_from_pretrained_with_bitsandbytes_config(qlora):
+    base, lora = qlora_base_and_lora()
     # paged_adamw_8bit: every LoRA tensor is under 4,096 elements, so two fp32 states each
     # (Optimizer2State.init_state's min_8bit_size), none of them paged (under 1e5).
     assert model_state_bytes(qlora) == {"parameter": base + 2 * lora, "gradient": 2 * lora,
                                         "optimizer_state": 8 * lora}
+
+
+def test_qlora_on_a_rank_of_a_4_gpu_job_adds_ddps_bucket_of_the_adapter(qlora_rank1):
+    base, lora = qlora_base_and_lora()
+    assert qlora_rank1["meta"]["device_key"] == "cuda:1"  # device_map: the process's GPU
+    # The same states as on one GPU, and DDP's bucket: a flat bf16 copy of the gradients of
+    # the parameters that train (the adapter; the frozen 4-bit base has none).
+    assert model_state_bytes(qlora_rank1) == {"parameter": base + 2 * lora,
+                                              "gradient": 2 * 2 * lora,
+                                              "optimizer_state": 8 * lora}

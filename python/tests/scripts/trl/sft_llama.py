@@ -1,6 +1,7 @@
 """Supervised fine-tuning with TRL's SFTTrainer, as its docs write it: a tiny Llama built from
 its config (no download) or with `--model DIR` loaded from a local checkpoint of that config
-onto GPU 0 (`device_map`; `--load-in-4bit`: QLoRA's BitsAndBytesConfig, NF4 with double
+onto the process's GPU (`device_map={"": PartialState().process_index}`, as TRL's docs write
+it for a multi-GPU QLoRA job; `--load-in-4bit`: QLoRA's BitsAndBytesConfig, NF4 with double
 quantization), a word-level tokenizer built here, and an in-memory `datasets.Dataset` of short
 texts. `--peft` adds a LoRA adapter (peft_config); `--optim` picks the Trainer's optimizer."""
 
@@ -35,12 +36,13 @@ if args.model is None:
     model = LlamaForCausalLM(LlamaConfig(**CONFIG))
 else:
     import torch
+    from accelerate import PartialState
     from transformers import BitsAndBytesConfig
 
     quantization = BitsAndBytesConfig(
         load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
         bnb_4bit_compute_dtype=torch.bfloat16) if args.load_in_4bit else None
-    model = LlamaForCausalLM.from_pretrained(args.model, device_map={"": 0}, dtype=torch.bfloat16,
+    model = LlamaForCausalLM.from_pretrained(args.model, device_map={"": PartialState().process_index}, dtype=torch.bfloat16,
                                              quantization_config=quantization)
 peft_config = None
 if args.peft:
