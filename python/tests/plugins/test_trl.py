@@ -1,9 +1,9 @@
 """TRL's SFTTrainer traced unmodified (scripts/trl/sft_llama.py): a tiny Llama from its config,
-or loaded from a local checkpoint onto GPU 0 with `device_map` (transformers 5 copies the
-weights in worker threads: plugins/hf/loading.py), or QLoRA (BitsAndBytesConfig NF4 with double
-quantization, a LoRA adapter, paged_adamw_8bit), on one GPU and as rank 1 of 4 (DDP). TRL's hand-written Triton kernels (its
-chunked log-prob of the fused LM head) are not run on fake tensors, and a note says so
-(plugins/triton). Model state is read when the second optimizer step begins.
+or loaded from a local checkpoint onto the process's GPU with `device_map` (transformers 5
+copies the weights in worker threads: plugins/hf/loading.py), or QLoRA (BitsAndBytesConfig NF4
+with double quantization, a LoRA adapter, paged_adamw_8bit), on one GPU and as rank 1 of 4
+(DDP). TRL's hand-written Triton kernels (its chunked log-prob of the fused LM head) are not
+run on fake tensors, and a note says so (plugins/triton). Model state is read when the second optimizer step begins.
 """
 
 import json
