@@ -2,12 +2,15 @@
 or loaded from a local checkpoint onto the process's GPU with `device_map` (transformers 5
 copies the weights in worker threads: plugins/hf/loading.py), or QLoRA (BitsAndBytesConfig NF4
 with double quantization, a LoRA adapter, paged_adamw_8bit), on one GPU and as rank 1 of 4
-(DDP). TRL's hand-written Triton kernels (its chunked log-prob of the fused LM head) are not
+(DDP); and TRL's own `sft` command under its shipped ZeRO-3 accelerate configuration, as rank 1
+of 8. TRL's hand-written Triton kernels (its chunked log-prob of the fused LM head) are not
 run on fake tensors, and a note says so (plugins/triton). Model state is read when the second optimizer step begins.
 """
 
 import json
 import math
+from importlib.util import find_spec
+from pathlib import Path
 
 import pytest
 
@@ -125,3 +128,61 @@ def test_qlora_on_a_rank_of_a_4_gpu_job_adds_ddps_bucket_of_the_adapter(qlora_ra
     assert model_state_bytes(qlora_rank1) == {"parameter": base + 2 * lora,
                                               "gradient": 2 * 2 * lora,
                                               "optimizer_state": 8 * lora}
+
+
+@pytest.fixture(scope="module")
+def trl_sft_zero3_rank1(tmp_path_factory, checkpoint):
+    """TRL's own `sft` entry point (`python -m trl.scripts.sft`, what the `trl sft` command
+    runs) under `accelerate launch` with the ZeRO-3 configuration TRL ships
+    (trl/accelerate_configs/zero3.yaml: 8 processes, bf16, zero3_init), rank 1: the
+    checkpoint above with a word-level tokenizer saved beside it, and a local JSON-lines
+    dataset of texts."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tmp = tmp_path_factory.mktemp("trl_cli")
+    model = tmp / "model"
+    model.mkdir()
+    for f in Path(checkpoint).iterdir():
+        (model / f.name).write_bytes(f.read_bytes())
+    words = [f"w{i}" for i in range(200)]
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3,
+             **{w: i + 4 for i, w in enumerate(words)}}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", bos_token="<s>",
+                            eos_token="</s>", unk_token="<unk>").save_pretrained(model)
+    (tmp / "data").mkdir()
+    (tmp / "data" / "train.jsonl").write_text("".join(
+        json.dumps({"text": " ".join(words[(7 * i + j) % 200] for j in range(24))}) + "\n"
+        for i in range(64)))
+    config = Path(find_spec("trl").origin).parent / "accelerate_configs" / "zero3.yaml"
+    snap = tmp / "snap.json"
+    out = run_memlens("run", "--rank", "1", "--progress", "none", "--snapshot", str(snap), "--",
+                      "accelerate", "launch", "--config_file", str(config), "-m",
+                      "trl.scripts.sft", "--model_name_or_path", "model", "--dataset_name",
+                      "data", "--output_dir", "out", "--max_steps", "3",
+                      "--per_device_train_batch_size", "4", "--max_length", "32",
+                      "--report_to", "none", cwd=tmp)
+    assert out.returncode == 0, out.stderr[-4000:]
+    return json.loads(snap.read_text())
+
+
+def test_trls_sft_command_with_its_zero3_config_partitions_everything(trl_sft_zero3_rank1):
+    """ZeRO-3 over 8 ranks, bf16, the Trainer's fused AdamW as DeepSpeed's client optimizer:
+    each parameter padded to a multiple of 8 (all are already) and split 8 ways, so a rank
+    holds Ψ/8 = 45,136 elements: the norms' 640 / 8 = 80 in the group without weight decay,
+    the other 45,056 in the decayed group. Parameters: the bf16 partitions (2Ψ/N). Optimizer
+    state: the fp32 master partitions and AdamW's two moments (12Ψ/N), and a 4-byte step
+    counter per group (fused AdamW keeps it on the GPU). Gradients when the inner optimizer's
+    second step begins: DeepSpeed's reduce bucket (its default 5e8 elements, bf16), the flat
+    buffer of bf16 gradient partitions (2Ψ/N) and the fp32 gradient of the group stepped first
+    (the decayed one; stage3.py prepares each group's fp32 gradient when it steps it)."""
+    world = 8
+    part, decayed = N // world, (N - NORMS * H) // world
+    assert (part, decayed) == (45_136, 45_056)
+    snap = trl_sft_zero3_rank1
+    assert snap["meta"]["device_key"] == "cuda:1"
+    assert model_state_bytes(snap) == {
+        "parameter": 2 * part, "gradient": 2 * 500_000_000 + 2 * part + 4 * decayed,
+        "optimizer_state": 12 * part + 2 * 4}
