@@ -4,7 +4,8 @@ copies the weights in worker threads: plugins/hf/loading.py), or QLoRA (BitsAndB
 with double quantization, a LoRA adapter, paged_adamw_8bit), on one GPU and as rank 1 of 4
 (DDP); and TRL's own `sft` command under its shipped ZeRO-3 accelerate configuration, as rank 1
 of 8. TRL's hand-written Triton kernels (its chunked log-prob of the fused LM head) are not
-run on fake tensors, and a note says so (plugins/triton). Model state is read when the second optimizer step begins.
+run on fake tensors, and a note says so (plugins/triton). Model state is read when the second
+optimizer step begins.
 """
 
 import json
