@@ -138,7 +138,7 @@ class Tracer:
                 from ..cuda.simulate import simulate_cuda
                 from ..patches import cuda_nvtx, torch_cuda_device, torch_cuda_semantics
 
-                from ..cuda import extension_builds, multi_gpu_comm
+                from ..cuda import extension_builds, flash_attn_package, multi_gpu_comm
 
                 torch_cuda_semantics.apply(self._patcher, self.device, self.sdpa)
                 cuda_nvtx.apply(self._patcher)
@@ -146,6 +146,7 @@ class Tracer:
                 multi_gpu_comm.apply(self._patcher,
                                      lambda t: self.classifier.mark(t, C.PARAMETER))
                 torch_cuda_device.apply(self._patcher)
+                flash_attn_package.apply(self._patcher, self.add_note)
                 # A library's JIT-built CUDA extension: refused by name (at its import, which
                 # costs ~0.1 s that a trace not building one should not pay).
                 self.plugins.watcher.watch("torch.utils.cpp_extension", lambda _m: (

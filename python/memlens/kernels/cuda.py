@@ -161,21 +161,50 @@ def _round_up(n: int, multiple: int) -> int:
     return (n + multiple - 1) // multiple * multiple
 
 
-def _flash_backward(args, kwargs, out) -> list[int]:
+def _dense_backward_sizes(b: int, h: int, h_k: int, s_q: int, s_k: int, d: int,
+                          element_size: int) -> list[int]:
     """FlashAttention-2's mha_bwd (aten/src/ATen/native/transformers/cuda/flash_attn/
     flash_api.cpp) allocates, after dq/dk/dv: softmax_d (fp32, batch x heads x seqlen_q rounded
     to 128), dq_accum (fp32, batch x seqlen_q rounded x heads x head size rounded to 32, or 64
     above 128; `loop` is always true there) and, for grouped-query attention, dk/dv expanded to
     all query heads. All are freed when the op returns (softmax_d is dropped by the aten op)."""
-    query, key = args[1], args[2]  # args[0] is grad_out
-    b, h, s_q, d = query.shape
-    h_k, s_k = key.shape[1], key.shape[2]
     head = _round_up(d, 8)
     head_rounded = _round_up(head, 32 if head <= 128 else 64)
     s_q_rounded = _round_up(s_q, 128)
     sizes = [b * h * s_q_rounded * 4, b * s_q_rounded * h * head_rounded * 4]
     if h_k != h:
-        sizes += [b * s_k * h * head * query.element_size()] * 2
+        sizes += [b * s_k * h * head * element_size] * 2
+    return sizes
+
+
+def _flash_backward(args, kwargs, out) -> list[int]:
+    """SDPA's FlashAttention-2 backward: its inputs are (batch, heads, seqlen, head size)."""
+    query, key = args[1], args[2]  # args[0] is grad_out
+    b, h, s_q, d = query.shape
+    return _dense_backward_sizes(b, h, key.shape[1], s_q, key.shape[2], d,
+                                 query.element_size())
+
+
+def _flash_attention_backward(args, kwargs, out) -> list[int]:
+    """`aten::_flash_attention_backward` called directly (flash-attn's layout: batch, seqlen,
+    heads, head size), or on packed sequences (total, heads, head size) with cumulative
+    lengths: mha_varlen_bwd's softmax_d (fp32, heads x (total_q + 128 x batch)), dq_accum
+    (fp32, (total_q + 128 x batch) x heads x head size rounded) and, for grouped-query
+    attention, dk/dv expanded to (total_k x heads x head size)."""
+    query, key, cum_seq_q = args[1], args[2], args[6]
+    if cum_seq_q is None or cum_seq_q.numel() == 0:
+        b, s_q, h, d = query.shape
+        return _dense_backward_sizes(b, h, key.shape[2], s_q, key.shape[1], d,
+                                     query.element_size())
+    total_q, h, d = query.shape
+    total_k, h_k = key.shape[0], key.shape[1]
+    batch = cum_seq_q.numel() - 1
+    head = _round_up(d, 8)
+    head_rounded = _round_up(head, 32 if head <= 128 else 64)
+    rows = total_q + 128 * batch
+    sizes = [h * rows * 4, rows * h * head_rounded * 4]
+    if h_k != h:
+        sizes += [total_k * h * head * query.element_size()] * 2
     return sizes
 
 
@@ -199,16 +228,11 @@ def flash_num_splits(batch_heads_m_blocks: int, num_sms: int, n_blocks: int,
     return next((n for n, e in efficiency.items() if e >= 0.85 * best), 1)
 
 
-def _flash_forward(sm_count: int, args, kwargs, out) -> list[int]:
+def _splitkv_sizes(sm_count: int, b: int, h: int, s_q: int, s_k: int, d: int) -> list[int]:
     """mha_fwd (flash_api.cpp) splits the keys when the batch leaves SMs idle and dropout is off
     (set_params_splitkv): fp32 partial results per split, softmax_lse_accum (splits x b x h x
     s_q) and out_accum (splits x b x h x s_q x head size rounded to 32, or 64 above 128),
     freed when the op returns. The heuristic counts 2 x the SMs (128 threads per block)."""
-    query, key, dropout_p = args[0], args[1], args[3] if len(args) > 3 else 0.0
-    if dropout_p > 0.0:
-        return []
-    b, h, s_q, d = query.shape
-    s_k = key.shape[2]
     head = _round_up(d, 8)
     head_rounded = _round_up(head, 32 if head <= 128 else 64)
     block_n = 256 if head <= 64 else (128 if head <= 128 else 64)
@@ -216,6 +240,26 @@ def _flash_forward(sm_count: int, args, kwargs, out) -> list[int]:
     if splits <= 1:
         return []
     return [splits * b * h * s_q * 4, splits * b * h * s_q * head_rounded * 4]
+
+
+def _flash_forward(sm_count: int, args, kwargs, out) -> list[int]:
+    """SDPA's FlashAttention-2 forward: (batch, heads, seqlen, head size) inputs."""
+    query, key, dropout_p = args[0], args[1], args[3] if len(args) > 3 else 0.0
+    if dropout_p > 0.0:
+        return []
+    b, h, s_q, d = query.shape
+    return _splitkv_sizes(sm_count, b, h, s_q, key.shape[2], d)
+
+
+def _flash_attention_forward(sm_count: int, args, kwargs, out) -> list[int]:
+    """`aten::_flash_attention_forward` called directly: on (batch, seqlen, heads, head size)
+    it is mha_fwd, which may split the keys; on packed sequences it is mha_varlen_fwd, which
+    splits only when decoding (one query per sequence)."""
+    query, key, cum_seq_q, dropout_p = args[0], args[1], args[3], args[7]
+    if dropout_p > 0.0 or cum_seq_q is not None:
+        return []
+    b, s_q, h, d = query.shape
+    return _splitkv_sizes(sm_count, b, h, s_q, key.shape[1], d)
 
 
 SCALED_MM_REFUSED = ("torch._scaled_mm is only supported on CUDA devices with compute capability "
@@ -236,7 +280,8 @@ def _scaled_mm(capability: tuple[int, int], args, kwargs, out) -> list[int]:
     return []
 
 
-CUDA_RULES = {aten._scaled_dot_product_flash_attention_backward.default: _flash_backward}
+CUDA_RULES = {aten._scaled_dot_product_flash_attention_backward.default: _flash_backward,
+              aten._flash_attention_backward.default: _flash_attention_backward}
 
 
 def cuda_rules(spec) -> dict:
@@ -245,4 +290,6 @@ def cuda_rules(spec) -> dict:
     capability = (spec.major, spec.minor) if spec is not None else (9, 0)
     return {**CUDA_RULES, aten._scaled_dot_product_flash_attention.default:
             functools.partial(_flash_forward, sm_count),
+            aten._flash_attention_forward.default:
+            functools.partial(_flash_attention_forward, sm_count),
             aten._scaled_mm.default: functools.partial(_scaled_mm, capability)}
