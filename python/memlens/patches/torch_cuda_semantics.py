@@ -10,6 +10,8 @@
   ATen's fused cell per time step, which has no Meta kernel (the LSTM's has one). A Meta kernel
   with ATen's shapes (hy like hx, a (batch, 5*hidden) workspace saved for backward) is
   registered for the trace and removed after it.
+- `torch._grouped_mm` on float32/float16 (mixture-of-experts layers): CUDA's fallback, whose
+  Meta kernel torch lacks (grouped_mm_fallback.py).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import torch.nn.functional as F
 
 from ..cuda import sdpa
 from ..devices import DeviceSpec
+from . import grouped_mm_fallback
 from .patcher import Patcher, check_tested
 
 CUDA_VERSION = "13.0"  # what a current PyTorch wheel for Hopper/Blackwell is built with
@@ -70,6 +73,7 @@ def apply(patcher: Patcher, device: DeviceSpec, log: sdpa.SdpaLog) -> None:
     """`log`: where the attention kernels that ran are recorded (the snapshot's meta.sdpa)."""
     check_tested("torch_cuda_semantics", torch.__version__)
     _register_gru_cell(patcher)
+    grouped_mm_fallback.apply(patcher)
     cc = (device.major, device.minor)
     math = F.scaled_dot_product_attention
 
