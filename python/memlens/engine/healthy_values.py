@@ -1,7 +1,9 @@
 """What a healthy run's checks answer when a script reads them from fake tensors.
 
 `if not torch.isfinite(loss).all(): continue` must train on, not skip every step; `if
-torch.isnan(loss): break` must not stop. Each check's result carries the value of its elements
+torch.isnan(loss): break` must not stop; an assertion on tensors
+(`torch._check_tensor_all(cond)`, which reads `cond._is_all_true()`) holds, as it does in a run
+that gets past it. Each check's result carries the value of its elements
 in a healthy run (no NaN, no inf), through all/any/logical_not/~; a bool read of it answers that
 value (accountant.py). `torch.isfinite` is composite (it reaches the dispatch mode as eq/abs/ne),
 so it is marked where it is called (patches/torch_core.py).
@@ -14,7 +16,8 @@ import torch
 aten = torch.ops.aten
 HEALTHY_VALUE = "_memlens_healthy_value"
 _CHECKS = {aten.isnan.default: False, aten.isinf.default: False, aten.isposinf.default: False,
-           aten.isneginf.default: False, aten.isfinite.default: True}
+           aten.isneginf.default: False, aten.isfinite.default: True,
+           aten._is_all_true.default: True}
 _CARRIED = {aten.all.default, aten.all.dim, aten.any.default, aten.any.dim}
 _INVERTED = {aten.logical_not.default, aten.bitwise_not.default}  # `~isfinite(x)`
 HEALTHY_OPS = {*_CHECKS, *_CARRIED, *_INVERTED}

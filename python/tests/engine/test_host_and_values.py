@@ -74,6 +74,7 @@ def test_every_way_of_reading_a_device_value_answers_a_placeholder_once_per_line
         # host tensor is a fake copy, not one FakeTensorMode folds for real ("Could not run
         # aten::empty_strided with arguments from the CUDA backend"), and `float()` is a read.
         (30, "item", 0.0),    # float(held.sum() + logits.sum())
+        (33, "item", True),   # torch._check_tensor_all_with(ValueError, y < 8): it holds
     ]
     # Four steps were asked, two are traced: the second has SGD's momentum buffers.
     assert data["phases"][-1]["name"] == "optimizer_step_iter_1"
