@@ -2,10 +2,10 @@
 or loaded from a local checkpoint onto the process's GPU with `device_map` (transformers 5
 copies the weights in worker threads: plugins/hf/loading.py), or QLoRA (BitsAndBytesConfig NF4
 with double quantization, a LoRA adapter, paged_adamw_8bit), on one GPU and as rank 1 of 4
-(DDP); and TRL's own `sft` command under its shipped ZeRO-3 accelerate configuration, as rank 1
-of 8. TRL's hand-written Triton kernels (its chunked log-prob of the fused LM head) are not
-run on fake tensors, and a note says so (plugins/triton). Model state is read when the second
-optimizer step begins.
+(DDP); TRL's own `sft` command under its shipped ZeRO-3 accelerate configuration, as rank 1
+of 8, and its `dpo` command (a frozen reference model beside the policy). TRL's hand-written
+Triton kernels (its chunked log-prob of the fused LM head) are not run on fake tensors, and a
+note says so (plugins/triton). Model state is read when the second optimizer step begins.
 """
 
 import json
@@ -132,12 +132,10 @@ def test_qlora_on_a_rank_of_a_4_gpu_job_adds_ddps_bucket_of_the_adapter(qlora_ra
 
 
 @pytest.fixture(scope="module")
-def trl_sft_zero3_rank1(tmp_path_factory, checkpoint):
-    """TRL's own `sft` entry point (`python -m trl.scripts.sft`, what the `trl sft` command
-    runs) under `accelerate launch` with the ZeRO-3 configuration TRL ships
-    (trl/accelerate_configs/zero3.yaml: 8 processes, bf16, zero3_init), rank 1: the
-    checkpoint above with a word-level tokenizer saved beside it, and a local JSON-lines
-    dataset of texts."""
+def cli_workspace(tmp_path_factory, checkpoint):
+    """What TRL's own commands are given here: the checkpoint above with a word-level tokenizer
+    saved beside it (model/), a local JSON-lines dataset of texts (data/) and one of preference
+    triples, prompt / chosen / rejected (preferences/)."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -153,20 +151,49 @@ def trl_sft_zero3_rank1(tmp_path_factory, checkpoint):
     core.pre_tokenizer = pre_tokenizers.Whitespace()
     PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", bos_token="<s>",
                             eos_token="</s>", unk_token="<unk>").save_pretrained(model)
-    (tmp / "data").mkdir()
-    (tmp / "data" / "train.jsonl").write_text("".join(
-        json.dumps({"text": " ".join(words[(7 * i + j) % 200] for j in range(24))}) + "\n"
-        for i in range(64)))
-    config = Path(find_spec("trl").origin).parent / "accelerate_configs" / "zero3.yaml"
-    snap = tmp / "snap.json"
-    out = run_memlens("run", "--rank", "1", "--progress", "none", "--snapshot", str(snap), "--",
-                      "accelerate", "launch", "--config_file", str(config), "-m",
-                      "trl.scripts.sft", "--model_name_or_path", "model", "--dataset_name",
-                      "data", "--output_dir", "out", "--max_steps", "3",
-                      "--per_device_train_batch_size", "4", "--max_length", "32",
-                      "--report_to", "none", cwd=tmp)
+
+    def text(i: int, step: int, n: int) -> str:
+        return " ".join(words[(step * i + j) % 200] for j in range(n))
+
+    for name, rows in (("data", [{"text": text(i, 7, 24)} for i in range(64)]),
+                       ("preferences", [{"prompt": text(i, 7, 16), "chosen": text(i, 3, 20),
+                                         "rejected": text(i, 5, 12)} for i in range(64)])):
+        (tmp / name).mkdir()
+        (tmp / name / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return tmp
+
+
+def trl_command(workspace, script: str, dataset: str, options: tuple[str, ...] = (),
+                launcher: tuple[str, ...] = ()) -> dict:
+    """`python -m trl.scripts.<script>` (what the `trl` command runs) on the workspace's model,
+    3 steps of 4 sequences of at most 32 tokens; `options`: memlens run's, `launcher`: what
+    starts the script (accelerate launch ...)."""
+    snap = workspace / f"{script}-{len(launcher)}.json"
+    out = run_memlens("run", *options, "--progress", "none", "--snapshot", str(snap), "--",
+                      *launcher, "-m", f"trl.scripts.{script}", "--model_name_or_path", "model",
+                      "--dataset_name", dataset, "--output_dir", f"out-{script}",
+                      "--max_steps", "3", "--per_device_train_batch_size", "4",
+                      "--max_length", "32", "--report_to", "none", cwd=workspace)
     assert out.returncode == 0, out.stderr[-4000:]
     return json.loads(snap.read_text())
+
+
+@pytest.fixture(scope="module")
+def trl_sft_zero3_rank1(cli_workspace):
+    """TRL's `sft` under `accelerate launch` with the ZeRO-3 configuration TRL ships
+    (trl/accelerate_configs/zero3.yaml: 8 processes, bf16, zero3_init), rank 1."""
+    config = Path(find_spec("trl").origin).parent / "accelerate_configs" / "zero3.yaml"
+    return trl_command(cli_workspace, "sft", "data", options=("--rank", "1"),
+                       launcher=("accelerate", "launch", "--config_file", str(config)))
+
+
+def test_trls_dpo_command_trains_the_policy_beside_a_frozen_reference(cli_workspace):
+    """TRL's `dpo` on one GPU: the policy (fp32, as the checkpoint is) with its gradients and
+    fused AdamW's states (two fp32 moments and a 4-byte step per tensor), and the reference
+    model, a second fp32 copy of the checkpoint that trains nothing."""
+    snap = trl_command(cli_workspace, "dpo", "preferences")
+    assert model_state_bytes(snap) == {"parameter": 2 * 4 * N, "gradient": 4 * N,
+                                       "optimizer_state": 8 * N + 4 * TENSORS}
 
 
 def test_trls_sft_command_with_its_zero3_config_partitions_everything(trl_sft_zero3_rank1):
