@@ -21,8 +21,10 @@ def user_frames(exc: BaseException) -> list[traceback.FrameSummary]:
     return [f for f in traceback.extract_tb(exc.__traceback__) if _is_user_file(f.filename)]
 
 
-def script_error(exc: BaseException, what: str) -> MemlensError:
-    """`what` names the workload, e.g. "train.py"."""
+def script_error(exc: BaseException, what: str,
+                 made_up: list[tuple[str, int, str, str, object]] = ()) -> MemlensError:
+    """`what` names the workload, e.g. "train.py"; `made_up`: the values the trace answered
+    where code read a tensor's value, as (file, line, function, read, value)."""
     if isinstance(exc, MemlensError):
         return exc
     frames = user_frames(exc)
@@ -32,7 +34,22 @@ def script_error(exc: BaseException, what: str) -> MemlensError:
     text = "".join(traceback.format_list(frames)) + "".join(
         traceback.format_exception_only(type(exc), exc))
     message = f"{what} raised {type(exc).__name__}: {exc}".strip()
-    return ScriptError(message.splitlines()[0][:500] if message else type(exc).__name__, loc, text)
+    message = message.splitlines()[0][:500] if message else type(exc).__name__
+    return ScriptError(message + _made_up_cause(exc, made_up), loc, text)
+
+
+def _made_up_cause(exc: BaseException, made_up) -> str:
+    """Where a function on the failing stack read a tensor's value, the trace answered a
+    made-up one: the likeliest cause, said with the error (a model that computes shapes or
+    loop counts from token ids or image grids, as Qwen2-VL does, fails so)."""
+    on_stack = {(f.filename, f.name) for f in traceback.extract_tb(exc.__traceback__)}
+    read = [m for m in made_up if (m[0], m[2]) in on_stack]
+    if not read:
+        return ""
+    file, line, _, op, value = read[-1]
+    return (f" (after {file}:{line} read a tensor's value ({op}), which a trace does not have: "
+            f"it answered {value!r}; code whose shapes or control flow follow tensor values "
+            "cannot be traced with made-up ones)")
 
 
 class StderrTail:

@@ -43,6 +43,17 @@ def resolve(target: ScriptTarget) -> Path | None:
     return path
 
 
+def made_up_values(tracer: Tracer) -> list[tuple[str, int, str, str, object]]:
+    """The values the trace answered where code read a tensor's value, where each was read:
+    (file, line, function, read, value)."""
+    out = []
+    for stack, op, value in tracer.accountant.placeholders:
+        top = tracer.stacks.top_frame(stack)
+        if top:
+            out.append((top[0], top[1], top[2], op, value))
+    return out
+
+
 def run_script(target: ScriptTarget, tracer: Tracer) -> bool:
     """Run the script under `tracer`. Returns True if tracing stopped it after the requested
     iterations, False if it ran to its end. Raises ScriptError if the script failed."""
@@ -81,7 +92,7 @@ def run_script(target: ScriptTarget, tracer: Tracer) -> bool:
             except MemlensError:
                 raise
             except Exception as e:
-                raise script_error(e, who) from None
+                raise script_error(e, who, made_up_values(tracer)) from None
     finally:
         sys.stderr = saved_stderr
         sys.argv, sys.path[:] = saved_argv, saved_path

@@ -96,3 +96,32 @@ def test_show_of_a_value_nested_900_deep_is_one_error_naming_the_file(tmp_path, 
     doc["meta"][place]["extra"] = _nested(MAX_NESTING - 3)  # the document, meta, place: 3 levels above
     path.write_text(json.dumps(doc))
     assert run_memlens("show", str(path)).returncode == 0
+
+
+MADE_UP_VALUE = """\
+import torch
+
+
+def patches_per_side(grid):
+    side = int(grid[0].item())  # a made-up 0 in a trace
+    return 224 // side
+
+
+grid = torch.tensor([14, 14], device="cuda")
+print(patches_per_side(grid))
+"""
+
+
+@pytest.mark.slow  # traces in a fresh process
+def test_an_error_after_a_made_up_value_says_where_the_value_was_read(tmp_path):
+    """Code that computes from a tensor's value fails on the value the trace made up (a
+    vision model's image grid): the error names the read, its line and the answer."""
+    (tmp_path / "grid.py").write_text(MADE_UP_VALUE)
+    out = run_memlens("run", "--no-snapshot", "--", "grid.py", cwd=tmp_path)
+    assert out.returncode == 1
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [
+        f"error: {tmp_path / 'grid.py'}:6: grid.py raised ZeroDivisionError: integer division or "
+        f"modulo by zero (after {tmp_path / 'grid.py'}:5 read a tensor's value (item), which a "
+        "trace does not have: it answered 0; code whose shapes or control flow follow tensor "
+        "values cannot be traced with made-up ones)"]
