@@ -108,5 +108,6 @@ def test_an_option_that_turns_the_graphs_off_wins_over_the_mode(tmp_path):
     [region] = snap["meta"]["compiled_regions"]
     assert (region["compiled_as"], "cuda_graphs" in region) == ("inductor", False)
     assert "graph_pools" not in snap["summary"]["devices"]["cuda:0"]
-    [note] = snap["meta"]["notes"]
+    # (A torch outside the tested range adds its own note: only the compile's are counted.)
+    [note] = [n for n in snap["meta"]["notes"] if "tested on" not in n]
     assert "default kernel choices" in note and "CUDA graphs" not in note
