@@ -21,13 +21,14 @@ pytestmark = pytest.mark.slow  # traces in fresh processes
 SCRIPTS = TESTS / "scripts" / "hf"
 
 
-def trace(tmp_path, script: str, *args: str, iterations: int = 2, rank: int | None = None):
+def trace(tmp_path, script: str, *args: str, iterations: int = 2, rank: int | None = None,
+          env: dict | None = None):
     """(JSON summary, snapshot) of `memlens run` of a script of scripts/hf/."""
     snap = tmp_path / "snap.json"
     job = ("--world-size", "4", "--rank", str(rank)) if rank is not None else ()
     out = run_memlens("run", "--json", "--progress", "none", "--iterations", str(iterations),
                       "--snapshot", str(snap), *job, "--", str(SCRIPTS / script), *args,
-                      cwd=tmp_path)
+                      cwd=tmp_path, env=env)
     assert out.returncode == 0, out.stderr[-4000:]
     return json.loads(out.stdout), json.loads(snap.read_text())
 
@@ -83,8 +84,10 @@ def assert_model_state(snap: dict, n: int, tensors: int, ddp: bool = False) -> N
 def test_trainer_llama_follows_the_trainers_steps_and_saves_checkpoints(tmp_path):
     n, tensors = parameter_tensors("LlamaForCausalLM", "LlamaConfig", **LLAMA)
     assert (n, tensors) == (551_552, 21)
+    # push_to_hub=True, offline: the repository it would create at the start and the
+    # checkpoints it would upload are skipped, not attempted.
     summary, snap = trace(tmp_path, "trainer_llama.py", str(tmp_path / "out"), "--save",
-                          iterations=3)
+                          "--push-to-hub", iterations=3, env={"HF_HUB_OFFLINE": "1"})
     # One iteration per optimizer step (2 micro-batches each); the evaluation after each step
     # (eval_steps=1: 8 samples in 2 batches of 4) is a phase of its own.
     assert phase_names(snap) == [
@@ -103,6 +106,8 @@ def test_trainer_llama_follows_the_trainers_steps_and_saves_checkpoints(tmp_path
                                f"of the trace's own, not into {tmp_path / 'out'}")
                for note in summary["notes"])
     assert sum("fake tensors left out" in note for note in summary["notes"]) == 2
+    assert "push_to_hub: the Trainer created no Hub repository and uploaded nothing (a traced " \
+        "model holds no data)" in summary["notes"]
     # The evaluation loss went through numpy: a placeholder noted at its line.
     assert any(p["op"] == "numpy" and p["file"].endswith("trainer_pt_utils.py")
                for p in summary["placeholders"])

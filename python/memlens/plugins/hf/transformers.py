@@ -14,6 +14,10 @@ right after its body has run, undone when the trace ends.
   state dicts gathered and serialized: their memory is the step's), into a folder of the
   trace's own, removed when the trace ends: a traced checkpoint holds no data, and one left in
   `output_dir` would be what a later real run resumes from (`get_last_checkpoint`).
+- `push_to_hub=True`: the Trainer would create the user's Hub repository when it starts and
+  upload every checkpoint and the final model to it. A traced model holds no data, and the
+  repository is the user's: `init_hf_repo`, a checkpoint's push and `Trainer.push_to_hub` do
+  nothing in a trace, with a note (offline, they stopped the trace with a connection error).
 - Hub kernels: from 5.25 `from_pretrained` swaps layers for compiled kernels it downloads from
   the Hub (`kernels-community/...`, with the `kernels` package) unless USE_HUB_KERNELS=NO. A
   trace runs no compiled kernel and reads nothing from the Hub (offline it stopped with "could
@@ -78,6 +82,30 @@ class Plugin(LibraryPlugin):
 
             self.patcher.setattr(mod.Trainer, name, evaluation)
         self._saves(mod.Trainer)
+        self._no_hub(mod.Trainer)
+
+    def _no_hub(self, trainer: type) -> None:
+        note = ("push_to_hub: the Trainer created no Hub repository and uploaded nothing (a "
+                "traced model holds no data)")
+        add_note = self.tracer.add_note
+
+        def init_hf_repo(self, *args, **kwargs):
+            add_note(note)
+            self.hub_model_id = self.args.hub_model_id or os.path.basename(
+                os.path.abspath(self.args.output_dir))
+            self.push_in_progress = None
+
+        def push_to_hub(self, *args, **kwargs):
+            add_note(note)
+
+        def _push_from_checkpoint(self, checkpoint_folder):
+            add_note(note)
+
+        for name, replacement in (("init_hf_repo", init_hf_repo), ("push_to_hub", push_to_hub),
+                                  ("_push_from_checkpoint", _push_from_checkpoint)):
+            original = getattr(trainer, name, None)
+            if original is not None:
+                self.patcher.setattr(trainer, name, functools.wraps(original)(replacement))
 
     def _saves(self, trainer: type) -> None:
         plugin = self

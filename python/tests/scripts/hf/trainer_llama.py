@@ -42,6 +42,7 @@ p = argparse.ArgumentParser()
 p.add_argument("output_dir")
 p.add_argument("--save", action="store_true", help="the default save strategy, every step")
 p.add_argument("--max-steps", type=int, default=6)
+p.add_argument("--push-to-hub", action="store_true", help="to a Hub repository of its own")
 args = p.parse_args()
 
 config = LlamaConfig(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
@@ -53,7 +54,8 @@ training_args = TrainingArguments(
     output_dir=args.output_dir, per_device_train_batch_size=2, per_device_eval_batch_size=4,
     gradient_accumulation_steps=2, max_steps=args.max_steps, learning_rate=3e-4,
     warmup_steps=1, bf16=True, gradient_checkpointing=True, optim="adamw_torch_fused",
-    logging_steps=1, eval_strategy="steps", eval_steps=1, report_to="none", **save)
+    logging_steps=1, eval_strategy="steps", eval_steps=1, report_to="none",
+    push_to_hub=args.push_to_hub, hub_model_id="memlens-tests/llama-never-created", **save)
 trainer = Trainer(model=model, args=training_args,
                   train_dataset=RandomTokens(256, 64, config.vocab_size, seed=0),
                   eval_dataset=RandomTokens(8, 64, config.vocab_size, seed=1),
@@ -61,3 +63,5 @@ trainer = Trainer(model=model, args=training_args,
 result = trainer.train()
 print(f"trained {result.global_step} steps, loss {result.training_loss:.3f}")
 print(trainer.evaluate())
+if args.push_to_hub:
+    trainer.push_to_hub()
