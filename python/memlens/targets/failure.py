@@ -39,10 +39,11 @@ def script_error(exc: BaseException, what: str,
 
 
 def _made_up_cause(exc: BaseException, made_up) -> str:
-    """Where a function on the failing stack read a tensor's value, the trace answered a
-    made-up one: the likeliest cause, said with the error (a model that computes shapes or
-    loop counts from token ids or image grids, as Qwen2-VL does, fails so)."""
-    on_stack = {(f.filename, f.name) for f in traceback.extract_tb(exc.__traceback__)}
+    """Where the function that raised (or its caller) read a tensor's value, the trace answered
+    a made-up one: the likeliest cause, said with the error (a model that computes shapes or
+    loop counts from token ids or image grids, as Qwen2-VL does, fails so). Functions further
+    up are not counted: a training loop reads its loss, and fails for other reasons."""
+    on_stack = {(f.filename, f.name) for f in traceback.extract_tb(exc.__traceback__)[-2:]}
     read = [m for m in made_up if (m[0], m[2]) in on_stack]
     if not read:
         return ""
