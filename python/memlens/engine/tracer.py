@@ -120,7 +120,8 @@ class Tracer:
                 torch_distributed.apply(self._patcher, self.rank, self.layout,
                                         lambda t: self.classifier.mark(t, C.GRADIENT),
                                         type(self.accountant), self.collectives,
-                                        state_init_step=self.phases.state_init_step)
+                                        state_init_step=self.phases.state_init_step,
+                                        note_value=self.accountant.note_value)
                 undo.callback(torch_distributed.destroy_if_initialized)
             self.modules.install()
             undo.callback(self.modules.uninstall)

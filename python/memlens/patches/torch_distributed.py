@@ -58,12 +58,13 @@ def _real(fn: Callable) -> Callable:
 
 
 def apply(patcher: Patcher, spec, layout, is_gradient: Callable[[torch.Tensor], None],
-          dispatch_mode: type, works=None, state_init_step=None) -> None:
+          dispatch_mode: type, works=None, state_init_step=None, note_value=None) -> None:
     """`spec`: the simulated RankSpec; `layout`: the recorder of what the rank builds;
     `is_gradient(t)`: t's storage holds gradients (DDP's buckets); `dispatch_mode`: the
     accountant's TorchDispatchMode class (the engine's, handed in: patches import no engine);
     `works`: the model of NCCL's streams and works (kernels/nccl_work.py), told of waits;
-    `state_init_step()`: a context in which an optimizer step ends no iteration."""
+    `state_init_step()`: a context in which an optimizer step ends no iteration;
+    `note_value(what, value, depth)`: a value the trace made up, where the caller read it."""
     import torch.distributed as dist
 
     check_tested("torch_distributed", torch.__version__)
@@ -74,7 +75,7 @@ def apply(patcher: Patcher, spec, layout, is_gradient: Callable[[torch.Tensor], 
     torch_distributed_bringup.apply(patcher, spec, layout)
     torch_distributed_groups.apply(patcher, layout, torch_distributed_bringup._bound_in)
     _device_mesh(patcher, layout)
-    _object_collectives(patcher, spec)
+    _object_collectives(patcher, spec, note_value)
     _cross_rank_checks(patcher)
     _checkpoints(patcher, state_init_step)
     _coalesced_collectives(patcher)
@@ -276,7 +277,7 @@ def _fsdp2_copy_in(patcher: Patcher) -> None:
 
 
 # -- object collectives ----------------------------------------------------------------------
-def _object_collectives(patcher: Patcher, spec) -> None:
+def _object_collectives(patcher: Patcher, spec, note_value=None) -> None:
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 
@@ -284,7 +285,16 @@ def _object_collectives(patcher: Patcher, spec) -> None:
         return dist.get_world_size(group)
 
     def broadcast_object_list(object_list, src=None, group=None, device=None, group_src=None):
-        return None  # every rank keeps what it has: this rank's objects
+        # Every rank keeps what it has: this rank's objects. A receiver's placeholders (None,
+        # where only the sender computed the objects: FSDP's optimizer-state keys) stay None:
+        # the sender's objects are not known in a trace of this rank. Noted where it was read,
+        # so that a failure that follows says why.
+        sender = group_src if src is None and group_src is not None else src
+        me = dist.get_rank(group) if src is None and group_src is not None else dist.get_rank()
+        if note_value is not None and sender is not None and sender != me and \
+                any(o is None for o in object_list):
+            note_value(f"objects broadcast by rank {sender}", None)
+        return None
 
     def all_gather_object(object_list, obj, group=None):
         for i in range(group_size(group)):

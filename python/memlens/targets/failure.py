@@ -39,15 +39,22 @@ def script_error(exc: BaseException, what: str,
 
 
 def _made_up_cause(exc: BaseException, made_up) -> str:
-    """Where the function that raised (or its caller) read a tensor's value, the trace answered
-    a made-up one: the likeliest cause, said with the error (a model that computes shapes or
-    loop counts from token ids or image grids, as Qwen2-VL does, fails so). Functions further
-    up are not counted: a training loop reads its loss, and fails for other reasons."""
-    on_stack = {(f.filename, f.name) for f in traceback.extract_tb(exc.__traceback__)[-2:]}
+    """Where the user-side function that raised (or its caller) read a tensor's value, or
+    received objects another rank sent, the trace answered a made-up one: the likeliest cause,
+    said with the error (a model that computes shapes or loop counts from token ids or image
+    grids, as Qwen2-VL does, fails so; so does FSDP's optimizer-state save on a rank other than
+    the one that broadcasts its keys). Functions further up are not counted: a training loop
+    reads its loss, and fails for other reasons."""
+    on_stack = {(f.filename, f.name) for f in user_frames(exc)[-2:]}
     read = [m for m in made_up if (m[0], m[2]) in on_stack]
     if not read:
         return ""
     file, line, _, op, value = read[-1]
+    if op.startswith("objects broadcast by rank "):
+        sender = op.rsplit(" ", 1)[1]
+        return (f" (after {file}:{line} received the {op}, which a trace of this rank does not "
+                f"have: it answered {value!r}; trace rank {sender} instead, --rank {sender}: "
+                "the objects it sends are its own)")
     return (f" (after {file}:{line} read a tensor's value ({op}), which a trace does not have: "
             f"it answered {value!r}; code whose shapes or control flow follow tensor values "
             "cannot be traced with made-up ones)")

@@ -125,3 +125,35 @@ def test_an_error_after_a_made_up_value_says_where_the_value_was_read(tmp_path):
         f"modulo by zero (after {tmp_path / 'grid.py'}:5 read a tensor's value (item), which a "
         "trace does not have: it answered 0; code whose shapes or control flow follow tensor "
         "values cannot be traced with made-up ones)"]
+
+
+BROADCAST_KEYS = """\
+import torch.distributed as dist
+
+
+def shared_keys():
+    keys = [["step", "exp_avg"]] if dist.get_rank() == 0 else [None]
+    dist.broadcast_object_list(keys, src=0)
+    assert keys[0] is not None, "rank 0 sends the keys"
+    return keys[0]
+
+
+dist.init_process_group("nccl")
+print(shared_keys())
+"""
+
+
+@pytest.mark.slow  # traces in a fresh process
+def test_a_failure_after_objects_another_rank_broadcast_names_the_rank_to_trace(tmp_path):
+    """A receiver's placeholder (None) stays None in a trace of that rank: the sender's
+    objects are not known there (FSDP's optimizer-state save on a rank other than 0 fails
+    so); the error says which rank to trace instead."""
+    (tmp_path / "keys.py").write_text(BROADCAST_KEYS)
+    out = run_memlens("run", "--no-snapshot", "--world-size", "2", "--rank", "1", "--",
+                      "keys.py", cwd=tmp_path)
+    assert out.returncode == 1
+    [error] = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert error.endswith(
+        f"raised AssertionError: rank 0 sends the keys (after {tmp_path / 'keys.py'}:6 received "
+        "the objects broadcast by rank 0, which a trace of this rank does not have: it answered "
+        "None; trace rank 0 instead, --rank 0: the objects it sends are its own)")
