@@ -24,6 +24,7 @@ from .accountant_host import AccountantHost
 from .dynamic_sizes import bounded_result, has_bound
 from .healthy_values import HEALTHY_OPS, HEALTHY_VALUE, note_healthy_value
 from .host_compute import runs_on_host
+from .shadow_values import SHADOW, carry, sized_by_shadows
 from .phases import SETUP
 
 aten = torch.ops.aten
@@ -35,6 +36,9 @@ _PASSTHROUGH = {torch.ops.prim.device.default, aten.sym_size.default, aten.sym_s
                 aten.t.default, aten.transpose.int, aten.permute.default, aten.expand.default,
                 aten.unsqueeze.default, aten.squeeze.dim, aten.slice.Tensor, aten.select.int,
                 aten.as_strided.default, aten.alias.default}
+_VIEWS = _PASSTHROUGH - {torch.ops.prim.device.default, aten.sym_size.default,
+                         aten.sym_stride.default, aten.sym_numel.default,
+                         aten.sym_storage_offset.default, aten.is_contiguous.default}
 _current_node = torch._C._current_autograd_node
 _WAIT_TENSOR = getattr(getattr(torch.ops, "_c10d_functional", None), "wait_tensor", None)
 _WAIT_TENSOR = _WAIT_TENSOR.default if _WAIT_TENSOR is not None else None
@@ -132,7 +136,10 @@ class Accountant(TorchDispatchMode):
                 func, types, args, kwargs, sys._getframe(2), self._copying_real > 0):
             return self._run_on_host(func, args, kwargs)
         if func in _PASSTHROUGH:
-            return func(*args, **kwargs)
+            out = func(*args, **kwargs)
+            if func in _VIEWS:  # a view of host-made values shows them (shadow_values.py)
+                carry(func, args, kwargs, out)
+            return out
         phases = self.tracer.phases
         if phases.stop_pending and not phases.in_step:
             raise self.tracer.stop()
@@ -163,11 +170,13 @@ class Accountant(TorchDispatchMode):
         except Exception as e:
             kind = type(e).__name__
             if kind == "DynamicOutputShapeException":
-                return self._bounded(func, args, kwargs)
+                return self._sized_by_values(func, args, kwargs)
             elif kind == "DataDependentOutputException":
-                return self._made_up_result(func)
+                real = sized_by_shadows(func, args, kwargs)
+                return self._made_up_result(func) if real is None else real
             else:
                 raise
+        carry(func, args, kwargs, out)
         if func in HEALTHY_OPS:
             note_healthy_value(func, args, out)
         booked = self._book_outputs(func, args, kwargs, out)
@@ -207,6 +216,25 @@ class Accountant(TorchDispatchMode):
             out = func(*args, **kwargs)
         if func in _PASSTHROUGH or func is _local_scalar_dense or func._schema.is_mutable:
             return out
+        return self._book_outputs(func, args, kwargs, out)
+
+    def _sized_by_values(self, func, args, kwargs):
+        """An op whose result's size depends on values: the real size where its inputs' values
+        are known (shadow_values.py), else the policy's (`_bounded`)."""
+        real = sized_by_shadows(func, args, kwargs)
+        if real is None:
+            return self._bounded(func, args, kwargs)
+        device = next(t.device for t in _fake_tensors(args) if isinstance(t, _FakeTensor))
+
+        def fake(value):
+            if not isinstance(value, torch.Tensor):
+                return value
+            out = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype,
+                                      device=device)
+            setattr(out, SHADOW, value)
+            return out
+
+        out = tuple(map(fake, real)) if isinstance(real, (list, tuple)) else fake(real)
         return self._book_outputs(func, args, kwargs, out)
 
     def _bounded(self, func, args, kwargs):
@@ -408,6 +436,10 @@ class Accountant(TorchDispatchMode):
         constant = getattr(t, "constant", None)
         if constant is not None:
             return constant.item()
+        shadow = getattr(t, SHADOW, None)
+        if shadow is not None:  # made from host data: its real value (shadow_values.py)
+            with unset_fake_temporarily():
+                return shadow.item()
         if not isinstance(t, _FakeTensor):
             return _local_scalar_dense(t)
         if t.dtype == torch.bool:
@@ -464,3 +496,12 @@ class Accountant(TorchDispatchMode):
 
 def _op_name(func) -> str:
     return str(func.overloadpacket).replace("aten.", "")
+
+
+def _fake_tensors(x):
+    """The tensors in an op's (nested) arguments."""
+    if isinstance(x, (list, tuple)):
+        for item in x:
+            yield from _fake_tensors(item)
+    elif isinstance(x, torch.Tensor):
+        yield x

@@ -6,6 +6,12 @@ tensors (Megatron's loss scale, a flag reduced across ranks) on cuda:0, and the 
 them failed with a device mismatch. Factories that take sizes (`torch.empty(..., device=
 "cuda")`) are right already. Applied while a simulated GPU is active.
 
+`torch.tensor([t0, t1, ...])` of one-element device tensors (Qwen2-VL's rotary deltas): torch's
+data constructor reads each element's value with Python dispatch turned off, so a fake
+element reached CUDA's `_local_scalar_dense`, which a trace has not ("Could not run
+'aten::_local_scalar_dense' with arguments from the 'CUDA' backend"). Such elements are read
+first, as `item()` reads them in a trace (their values where known, else placeholders).
+
 TorchScript knows `torch.tensor` as a builtin by the function's identity; code it compiles at
 import time (`torch.distributed.optim`'s functional optimizers) would otherwise try to compile
 the wrapper's Python source and fail, so the wrappers are registered as the same builtins.
@@ -35,9 +41,23 @@ def apply(patcher: Patcher) -> None:
             patcher.defer(functools.partial(builtins.pop, id(wrapper), None))
 
 
+def _read_fake_elements(data):
+    """`data` with its one-element fake tensors (at any depth of lists) replaced by values."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    if isinstance(data, (list, tuple)):
+        items = [_read_fake_elements(x) for x in data]
+        return items if isinstance(data, list) else tuple(items)
+    if isinstance(data, FakeTensor) and data.numel() == 1:
+        return data.item()
+    return data
+
+
 def _on_current_device(factory):
     @functools.wraps(factory)
     def wrapper(*args, **kwargs):
+        if args and isinstance(args[0], (list, tuple)):
+            args = (_read_fake_elements(args[0]), *args[1:])
         device = kwargs.get("device")
         if device is not None:
             device = torch.device(device) if isinstance(device, str) else device

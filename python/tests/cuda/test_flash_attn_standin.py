@@ -57,9 +57,9 @@ def test_a_transformers_model_on_a_padded_batch_runs_the_packed_kernels(tmp_path
     snap = trace(tmp_path, "hf_padded_batch.py")
     assert any(n.startswith(NOTE) for n in snap["meta"]["notes"])
     # Llama of hidden 256: 8 query heads and 2 key/value heads of 32. The unpadded tokens
-    # (nonzero of the mask) take their upper bound, all 4 x 256 (memlens' default for sizes
-    # that depend on values; a note says so). Per layer, 2 layers:
-    total, batch, h, kv, d, bf16, f32 = 4 * 256, 4, 8, 2, 32, 2, 4
+    # are the mask's 256 + 200 + 150 + 100: the mask came from the host, so its values are
+    # known in the trace (engine/shadow_values.py). Per layer, 2 layers:
+    total, batch, h, kv, d, bf16, f32 = 256 + 200 + 150 + 100, 4, 8, 2, 32, 2, 4
     rows = total + 128 * batch
     forward = [total * h * d * bf16, h * total * f32, 16, 8, 0]
     assert step_allocations(snap, "_flash_attention_forward") == forward * 2
