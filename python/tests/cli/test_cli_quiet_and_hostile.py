@@ -107,15 +107,16 @@ def patches_per_side(grid):
     return 224 // side
 
 
-grid = torch.tensor([14, 14], device="cuda")
+grid = torch.randint(7, 28, (2,), device="cuda")  # values made on the GPU: unknown in a trace
 print(patches_per_side(grid))
 """
 
 
 @pytest.mark.slow  # traces in a fresh process
 def test_an_error_after_a_made_up_value_says_where_the_value_was_read(tmp_path):
-    """Code that computes from a tensor's value fails on the value the trace made up (a
-    vision model's image grid): the error names the read, its line and the answer."""
+    """Code that computes from a tensor's value fails on the value the trace made up (one
+    made on the GPU; a host-made one would be known): the error names the read, its line and
+    the answer."""
     (tmp_path / "grid.py").write_text(MADE_UP_VALUE)
     out = run_memlens("run", "--no-snapshot", "--", "grid.py", cwd=tmp_path)
     assert out.returncode == 1
