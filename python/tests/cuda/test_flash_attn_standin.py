@@ -14,7 +14,7 @@ import json
 import pytest
 
 from support.paths import TESTS
-from support.ranks import _rows
+from support.ranks import op_allocations
 from support.runs import run_memlens
 
 pytestmark = pytest.mark.slow  # traces in fresh processes
@@ -31,25 +31,16 @@ def trace(tmp_path, script: str, env: dict | None = None) -> dict:
     return json.loads(snap.read_text())
 
 
-def step_allocations(snap: dict, op: str) -> list[int]:
-    """Requested bytes of what `op` allocated in the second step, in order."""
-    phase = next(p for p in snap["phases"] if p["name"] == "forward_backward_iter_1"
-                 and p["device"] == snap["meta"]["device_key"])
-    i = snap["ops"].index(op)
-    return [r["requested_bytes"] for r in _rows(snap) if r["op"] == i
-            and phase["start_seq"] <= r["alloc_seq"] < phase["end_seq"]]
-
-
 def test_flash_attn_func_with_grouped_query_attention(tmp_path):
     snap = trace(tmp_path, "gqa_block.py")
     assert any(n.startswith(NOTE) for n in snap["meta"]["notes"])
     b, s, h, kv, d, bf16, f32 = 4, 1000, 8, 2, 64, 2, 4
     rows = 1024  # seqlen rounded to 128
     # The key/value blocks are split no further: 4 x 8 x 16 row blocks fill the 2 x 132 slots.
-    assert step_allocations(snap, "_flash_attention_forward") == [
+    assert op_allocations(snap, "_flash_attention_forward") == [
         b * s * h * d * bf16, b * h * s * f32, 16, 8, 0]  # out, lse, RNG state, offset, no mask
     dq, dk = b * s * h * d * bf16, b * s * kv * d * bf16
-    assert step_allocations(snap, "_flash_attention_backward") == [
+    assert op_allocations(snap, "_flash_attention_backward") == [
         dq, dk, dk, b * h * rows * f32, b * rows * h * d * f32, dq, dq]
 
 
@@ -62,10 +53,10 @@ def test_a_transformers_model_on_a_padded_batch_runs_the_packed_kernels(tmp_path
     total, batch, h, kv, d, bf16, f32 = 256 + 200 + 150 + 100, 4, 8, 2, 32, 2, 4
     rows = total + 128 * batch
     forward = [total * h * d * bf16, h * total * f32, 16, 8, 0]
-    assert step_allocations(snap, "_flash_attention_forward") == forward * 2
+    assert op_allocations(snap, "_flash_attention_forward") == forward * 2
     dq, dk = total * h * d * bf16, total * kv * d * bf16
     backward = [dq, dk, dk, h * rows * f32, rows * h * d * f32, dq, dq]
-    assert step_allocations(snap, "_flash_attention_backward") == backward * 2
+    assert op_allocations(snap, "_flash_attention_backward") == backward * 2
 
 
 def test_an_installed_flash_attn_is_the_one_imported(tmp_path):

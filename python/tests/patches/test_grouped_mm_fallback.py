@@ -6,27 +6,19 @@ aten/src/ATen/native/GroupedMMUtils.h), which torch's Meta kernel refused for fl
 256 routed rows, 4 experts, hidden 128, width 256, fp32 (4 B); no row stride needs padding to
 16 bytes (128 and 256 are multiples of 4 elements)."""
 
-import json
-
 import pytest
 
 from support.paths import TESTS
-from support.ranks import _rows
-from support.runs import run_memlens
+from support.ranks import op_allocations
+from support.runs import run_script_on_h100
 
 pytestmark = pytest.mark.slow  # traces in a fresh process
 
 
 def test_float32_grouped_gemms_allocate_their_outputs(tmp_path):
-    snap_path = tmp_path / "snap.json"
-    out = run_memlens("run", "--progress", "none", "--snapshot", str(snap_path), "--",
-                      str(TESTS / "scripts" / "moe" / "grouped_experts_fp32.py"), cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-4000:]
-    snap = json.loads(snap_path.read_text())
-    phase = next(p for p in snap["phases"] if p["name"] == "forward_backward_iter_1")
-    op = snap["ops"].index("_grouped_mm")
-    sizes = [r["requested_bytes"] for r in _rows(snap) if r["op"] == op
-             and phase["start_seq"] <= r["alloc_seq"] < phase["end_seq"]]
+    _, snap = run_script_on_h100(tmp_path, TESTS / "scripts" / "moe" / "grouped_experts_fp32.py",
+                                 "experts")
+    sizes = op_allocations(snap, "_grouped_mm")
     rows, experts, hidden, width, f32 = 256, 4, 128, 256, 4
     assert sizes == [
         rows * width * f32, rows * hidden * f32,  # forward: up's output, down's output

@@ -15,7 +15,7 @@ import pytest
 from packaging.version import Version
 
 from support.paths import TESTS
-from support.ranks import CATEGORIES, _rows, model_state_bytes
+from support.ranks import CATEGORIES, _rows, model_state_bytes, op_allocations
 from support.runs import run_memlens
 
 pytestmark = pytest.mark.slow  # traces in a fresh process
@@ -104,11 +104,7 @@ def test_paged_states_are_booked_on_the_gpu_with_a_note(traced):
 
 def dequantizing_sizes(snap: dict, op: str) -> list[int]:
     """Sizes of what `op` allocated during the first training step, sorted."""
-    phase = next(p for p in snap["phases"] if p["name"] == "forward_backward_iter_1"
-                 and p["device"] == snap["meta"]["device_key"])
-    i = snap["ops"].index(op)
-    return sorted(r["requested_bytes"] for r in _rows(snap) if r["op"] == i
-                  and phase["start_seq"] <= r["alloc_seq"] < phase["end_seq"])
+    return sorted(op_allocations(snap, op))
 
 
 def test_backward_dequantizes_each_weight_to_bf16(traced):

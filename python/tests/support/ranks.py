@@ -148,5 +148,15 @@ def allocations_of(snap: dict, requested: int, phase: str | None = None,
                if r["requested_bytes"] == requested and lo <= r["alloc_seq"] < hi)
 
 
+def op_allocations(snap: dict, op: str, phase: str = "forward_backward_iter_1") -> list[int]:
+    """Requested bytes of what aten op `op` allocated within `phase` on the traced device, in
+    the order allocated."""
+    row = next(p for p in snap["phases"] if p["name"] == phase
+               and p["device"] == snap["meta"]["device_key"])
+    oid = snap["ops"].index(op)
+    return [r["requested_bytes"] for r in _rows(snap) if r["op"] == oid
+            and row["start_seq"] <= r["alloc_seq"] < row["end_seq"]]
+
+
 def module(snap: dict, fqn: str) -> dict:
     return next(m for m in snap["modules"] if m["fqn"] == fqn)
