@@ -18,6 +18,11 @@ right after its body has run, undone when the trace ends.
   upload every checkpoint and the final model to it. A traced model holds no data, and the
   repository is the user's: `init_hf_repo`, a checkpoint's push and `Trainer.push_to_hub` do
   nothing in a trace, with a note (offline, they stopped the trace with a connection error).
+- `generate` (evaluation, RL loops such as TRL's GRPO) stops a row when it samples EOS or a stop
+  string: values a trace does not have (the sampled tokens are made up). Those criteria answer
+  "not yet" for every row, as values the trace knows, so each call runs to its length limit,
+  the most a real call can take; before, the loop's stop test read a made-up value and never
+  ended.
 - Hub kernels: from 5.25 `from_pretrained` swaps layers for compiled kernels it downloads from
   the Hub (`kernels-community/...`, with the `kernels` package) unless USE_HUB_KERNELS=NO. A
   trace runs no compiled kernel and reads nothing from the Hub (offline it stopped with "could
@@ -38,7 +43,8 @@ from ..library_plugin import LibraryPlugin
 
 
 class Plugin(LibraryPlugin):
-    watches = {"transformers.trainer": "trainer", "transformers.modeling_utils": "modeling"}
+    watches = {"transformers.trainer": "trainer", "transformers.modeling_utils": "modeling",
+               "transformers.generation.stopping_criteria": "stopping"}
     scratch: str | None = None  # where the Trainer's saves go during the trace
 
     def deactivate(self) -> None:
@@ -63,6 +69,22 @@ class Plugin(LibraryPlugin):
             self.tracer.add_note("transformers' hub kernels (kernels-community, downloaded by "
                                  "from_pretrained) are not used in a trace: layers run their "
                                  "PyTorch code, as with USE_HUB_KERNELS=NO")
+
+    def stopping(self, mod: ModuleType) -> None:
+        import torch
+
+        add_note = self.tracer.add_note
+
+        def not_yet(self, input_ids, scores=None, *args, **kwargs):
+            add_note("generate: EOS and stop strings were taken as never sampled (the sampled "
+                     "tokens are not known in a trace): each call ran to its length limit")
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+        for name in ("EosTokenCriteria", "StopStringCriteria", "ConfidenceCriteria"):
+            criteria = getattr(mod, name, None)
+            if criteria is not None:
+                self.patcher.setattr(criteria, "__call__",
+                                     functools.wraps(criteria.__call__)(not_yet))
 
     def trainer(self, mod: ModuleType) -> None:
         import transformers
