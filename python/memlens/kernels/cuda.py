@@ -292,4 +292,5 @@ def cuda_rules(spec) -> dict:
             functools.partial(_flash_forward, sm_count),
             aten._flash_attention_forward.default:
             functools.partial(_flash_attention_forward, sm_count),
-            aten._scaled_mm.default: functools.partial(_scaled_mm, capability)}
+            aten._scaled_mm.default: functools.partial(_scaled_mm, capability),
+            aten._scaled_mm.out: functools.partial(_scaled_mm, capability)}

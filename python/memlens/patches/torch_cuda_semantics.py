@@ -11,7 +11,8 @@
   with ATen's shapes (hy like hx, a (batch, 5*hidden) workspace saved for backward) is
   registered for the trace and removed after it.
 - `torch._grouped_mm` on float32/float16 (mixture-of-experts layers): CUDA's fallback, whose
-  Meta kernel torch lacks (grouped_mm_fallback.py).
+  Meta kernel torch lacks (grouped_mm_fallback.py); `_scaled_mm.out`, the FP8 GEMM a compiled
+  graph calls, whose Meta kernel torch 2.13 lacks (scaled_mm_out.py).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import torch.nn.functional as F
 
 from ..cuda import sdpa
 from ..devices import DeviceSpec
-from . import grouped_mm_fallback
+from . import grouped_mm_fallback, scaled_mm_out
 from .patcher import Patcher, check_tested
 
 CUDA_VERSION = "13.0"  # what a current PyTorch wheel for Hopper/Blackwell is built with
@@ -74,6 +75,7 @@ def apply(patcher: Patcher, device: DeviceSpec, log: sdpa.SdpaLog) -> None:
     check_tested("torch_cuda_semantics", torch.__version__)
     _register_gru_cell(patcher)
     grouped_mm_fallback.apply(patcher)
+    scaled_mm_out.apply(patcher)
     cc = (device.major, device.minor)
     math = F.scaled_dot_product_attention
 
