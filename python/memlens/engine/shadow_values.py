@@ -49,7 +49,8 @@ def _flat(x, into: list) -> None:
 
 def _host_args(x):
     """`x` with every tensor replaced by its real values and every device by the host's;
-    None where some tensor has none."""
+    _MISSING where some tensor has none. (An uninitialized result, `empty_like` of a tensor
+    with values, has none: carry leaves such ops out.)"""
     if isinstance(x, (list, tuple)):
         items = [_host_args(item) for item in x]
         if any(item is _MISSING for item in items):
@@ -78,7 +79,7 @@ def carry(func, args, kwargs, out) -> None:
     fakes = [t for t in inputs if isinstance(t, FakeTensor)]
     shadowed = all(shadow_of(t) is not None for t in fakes)
     tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
-    if not shadowed or (not tensors and func in _UNDEFINED) or \
+    if not shadowed or func in _UNDEFINED or \
             _NONDETERMINISTIC in func.tags or any(t.numel() > LIMIT for t in tensors):
         _drop_written(func, args)
         return
