@@ -24,7 +24,7 @@ from .accountant_host import AccountantHost
 from .dynamic_sizes import bounded_result, has_bound
 from .healthy_values import HEALTHY_OPS, HEALTHY_VALUE, note_healthy_value
 from .host_compute import runs_on_host
-from .shadow_values import SHADOW, carry, sized_by_shadows
+from .shadow_values import SHADOW, carry, sized_by_shadows, sized_result
 from .phases import SETUP
 
 aten = torch.ops.aten
@@ -221,20 +221,9 @@ class Accountant(TorchDispatchMode):
     def _sized_by_values(self, func, args, kwargs):
         """An op whose result's size depends on values: the real size where its inputs' values
         are known (shadow_values.py), else the policy's (`_bounded`)."""
-        real = sized_by_shadows(func, args, kwargs)
-        if real is None:
+        out = sized_result(func, args, kwargs)
+        if out is None:
             return self._bounded(func, args, kwargs)
-        device = next(t.device for t in _fake_tensors(args) if isinstance(t, _FakeTensor))
-
-        def fake(value):
-            if not isinstance(value, torch.Tensor):
-                return value
-            out = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype,
-                                      device=device)
-            setattr(out, SHADOW, value)
-            return out
-
-        out = tuple(map(fake, real)) if isinstance(real, (list, tuple)) else fake(real)
         return self._book_outputs(func, args, kwargs, out)
 
     def _bounded(self, func, args, kwargs):
@@ -497,11 +486,3 @@ class Accountant(TorchDispatchMode):
 def _op_name(func) -> str:
     return str(func.overloadpacket).replace("aten.", "")
 
-
-def _fake_tensors(x):
-    """The tensors in an op's (nested) arguments."""
-    if isinstance(x, (list, tuple)):
-        for item in x:
-            yield from _fake_tensors(item)
-    elif isinstance(x, torch.Tensor):
-        yield x

@@ -148,3 +148,23 @@ def sized_by_shadows(func, args, kwargs):
         return None
     with unset_fake_temporarily(), torch._C._DisableTorchDispatch():
         return func(*real_args, **dict(zip(kwargs, real_kwargs)))
+
+
+def sized_result(func, args, kwargs):
+    """The fake results of an op whose size depends on values, at their real sizes and carrying
+    their values, where its inputs' values are all known; else None."""
+    real = sized_by_shadows(func, args, kwargs)
+    if real is None:
+        return None
+    inputs: list = []
+    _flat(args, inputs)
+    device = next(t.device for t in inputs if isinstance(t, FakeTensor))
+
+    def fake(value):
+        if not isinstance(value, torch.Tensor):
+            return value
+        out = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=device)
+        setattr(out, SHADOW, value)
+        return out
+
+    return tuple(map(fake, real)) if isinstance(real, (list, tuple)) else fake(real)
