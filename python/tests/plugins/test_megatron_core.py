@@ -141,7 +141,7 @@ def test_te_spec_without_te_is_noted_and_uses_fused_attention(snapshots):
     assert classes == {"FlashDotProductAttention"}
 
 
-@pytest.mark.parametrize("setting,attention", [("te-spec-unfused", "DotProductAttention"),
+@pytest.mark.parametrize("setting,attention", [("te-spec-unfused", "UnfusedDotProductAttention"),
                                                ("te-spec-local", "DotProductAttention"),
                                                ("te-spec-fused", "FlashDotProductAttention")])
 def test_attention_backend_is_noted_and_runs_its_attention(snapshots, setting, attention):
@@ -150,6 +150,20 @@ def test_attention_backend_is_noted_and_runs_its_attention(snapshots, setting, a
     assert any(n.startswith(f"attention backend {backend}:") for n in snap["meta"]["notes"])
     classes = {m["class"] for m in snap["modules"] if m["fqn"].endswith("core_attention")}
     assert classes == {attention}
+
+
+@pytest.mark.parametrize("setting,kept", [("te-spec-unfused", 0), ("te-spec-local", 1)])
+def test_only_megatrons_local_attention_keeps_a_scores_buffer(snapshots, setting, kept):
+    """The s x s scores' input buffer (b x heads per TP rank x s x s, bf16): TE's unfused
+    backend allocates it per call and frees it after its baddbmm; Megatron's local attention
+    takes it from its global memory buffer, held to the end of the run (one per shape)."""
+    snap = snapshots(setting, 0)
+    buffer = GPT.micro_batch * GPT.heads // TP * GPT.seq * GPT.seq * 2
+    a, modules = snap["allocations"], snap["modules"]
+    empties = [a["free_seq"][i] for i in range(len(a["bytes"]))
+               if snap["ops"][a["op"][i]] == "empty" and a["requested_bytes"][i] == buffer
+               and modules[a["module"][i]]["fqn"].endswith("core_attention")]
+    assert empties and sum(free < 0 for free in empties) == kept
 
 
 def test_plugin_is_undone_after_the_trace():

@@ -4,7 +4,10 @@ that ask for Transformer Engine where it is not installed.
 `attention_backend` (`--attention-backend`) picks TE's backend: flash and fused (cuDNN) keep
 no s x s scores, and `auto` picks one of them on every GPU memlens simulates (all sm80 or
 newer, which both need); unfused and local keep them, as Megatron's local attention does,
-which then runs itself.
+which then runs itself. For `unfused` it runs as TE's UnfusedDotProductAttention allocates:
+the scores' input buffer is a tensor of the call, freed after its baddbmm, where Megatron's
+local attention takes a persistent one from its global memory buffer (an s x s buffer per
+micro-batch shape, held for the whole run: 64 MiB at b 4, 8 heads, s 1,024 in bf16).
 
 Megatron's local `DotProductAttention` materialises the s x s scores (softmax output, dropout
 mask and output: 5 a s^2 b bytes per layer), which TE's fused attention never does; at long
@@ -24,7 +27,39 @@ from __future__ import annotations
 import copy
 import functools
 
+from ...patches import Patcher
 from .ring_attention import ring_attention_function
+
+
+class _BuffersOfTheCall:
+    """Stands in for Megatron's GlobalMemoryBuffer during one call: each tensor asked for is a
+    new one, freed when the call drops it (TE's `torch.empty(..., device=current_device())`)."""
+
+    @staticmethod
+    def get_tensor(shape, dtype, name, mem_alloc_context=None):
+        import torch
+
+        return torch.empty(shape, dtype=dtype, device=torch.cuda.current_device())
+
+
+@functools.cache
+def te_unfused_attention_class():
+    """Megatron's local DotProductAttention holding what TE's UnfusedDotProductAttention
+    holds (`transformer_engine/pytorch/attention/dot_product_attention/backends.py`, TE 2.x):
+    the same tensors, and a scores buffer of the call instead of the global memory buffer's."""
+    from megatron.core import parallel_state
+    from megatron.core.transformer.dot_product_attention import DotProductAttention
+
+    class UnfusedDotProductAttention(DotProductAttention):
+        """DotProductAttention as TE's unfused backend allocates. Made by memlens for a trace;
+        see memlens/plugins/megatron/attention.py."""
+
+        def forward(self, *args, **kwargs):
+            with Patcher.swapped(parallel_state, "get_global_memory_buffer",
+                                 lambda: _BuffersOfTheCall):
+                return super().forward(*args, **kwargs)
+
+    return UnfusedDotProductAttention
 
 
 @functools.cache
@@ -54,10 +89,15 @@ def flash_attention_class():
                     f"attention backend {backend.name} with context parallelism "
                     f"{cp}: Transformer Engine runs context parallelism with its flash and "
                     "fused backends only (--attention-backend flash, fused or auto)")
-            if backend in unfused:
-                cls.notify(f"attention backend {backend.name}: core attention is Megatron's "
-                           "local DotProductAttention, which keeps the s x s scores as TE's "
-                           "unfused attention does (softmax output, dropout mask and output)")
+            if backend == AttnBackend.unfused:
+                cls.notify("attention backend unfused: core attention holds what TE's unfused "
+                           "attention holds (the s x s scores: softmax output, dropout mask and "
+                           "output; their input buffer freed after each call)")
+                return te_unfused_attention_class()(*args, **kwargs)
+            if backend == AttnBackend.local:
+                cls.notify("attention backend local: core attention is Megatron's local "
+                           "DotProductAttention (the s x s scores, and their input buffer "
+                           "kept in Megatron's global memory buffer)")
                 return DotProductAttention(*args, **kwargs)
             cls.notify(f"attention backend {backend.name}: core attention holds what TE's "
                        "fused (flash) attention holds (q, k, v, output, fp32 log-sum-exp; no "
