@@ -198,3 +198,28 @@ def _python(code: str) -> str:
                          timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     return res.stdout
+
+
+def test_berts_transformer_engine_spec_is_the_local_one_holding_what_te_holds():
+    """Without TE, Megatron raises ImportError building BERT's TE spec, which Megatron-LM's
+    examples/bert/pretrain_bert.py does on import; in a trace it is a copy of the local spec
+    with attention and GEMMs as TE holds them (the local spec itself is left as it was)."""
+    code = """
+from memlens.devices import get_device
+from memlens.targets.session import prepare_process; prepare_process(get_device("h100-80gb"))
+from memlens.engine.tracer import Tracer
+with Tracer("h100-80gb") as t:
+    from megatron.core.models.bert import bert_layer_specs as b
+    te = b.get_bert_layer_with_transformer_engine_spec().submodules
+    attention = te.self_attention.submodules
+    mlp = te.mlp.keywords["submodules"] if hasattr(te.mlp, "keywords") else te.mlp.submodules
+    fc1 = mlp.linear_fc1  # 0.19 builds the MLP with functools.partial
+    local = b.bert_layer_local_spec.submodules.self_attention.submodules.core_attention
+    print("ATTENTION", attention.core_attention.__name__, "LOCAL", local.__name__,
+          "TE_GEMMS", getattr(attention.linear_qkv, "memlens_te_gemm", False),
+          getattr(fc1, "memlens_te_gemm", False), "NOTED", any("Transformer Engine is not "
+          "installed" in n for n in t.notes))
+"""
+    out = _python(code)
+    assert ("ATTENTION FlashDotProductAttention LOCAL DotProductAttention TE_GEMMS True True "
+            "NOTED True") in out, out

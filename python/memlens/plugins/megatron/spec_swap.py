@@ -3,6 +3,8 @@ where Transformer Engine is absent: attention (attention.py), the linear layers 
 
 from __future__ import annotations
 
+import functools
+from types import SimpleNamespace
 from typing import Any, Callable
 
 
@@ -26,6 +28,9 @@ def swap_in_spec(spec: Any, replacement: Callable[[Any], Any]) -> bool:
                 found = True
             elif hasattr(value, "submodules"):
                 todo.append(value)
+            elif isinstance(value, functools.partial) and "submodules" in value.keywords:
+                # 0.19's `partial(MLP.as_mlp_submodule, submodules=MLPSubmodules(...))`
+                todo.append(SimpleNamespace(submodules=value.keywords["submodules"]))
             elif isinstance(value, (list, tuple)):
                 todo.extend(v for v in value if hasattr(v, "submodules"))
     return found

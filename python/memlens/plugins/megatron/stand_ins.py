@@ -136,6 +136,32 @@ def layer_specs(plugin, mod: ModuleType) -> None:
     plugin.replace(mod, "get_gpt_decoder_layer_specs", get_gpt_decoder_layer_specs)
 
 
+def bert_layer_specs(plugin, mod: ModuleType) -> None:
+    """BERT's Transformer Engine spec where TE is absent: Megatron raises ImportError when it is
+    built, and examples/bert/pretrain_bert.py builds it on import (its default spec), so even
+    `--spec local` stopped. It becomes a copy of the local spec, with attention as TE holds
+    memory and the linear layers' GEMMs on TE's workspace, as for GPT (layer_specs above)."""
+    if getattr(mod, "HAVE_TE", True) or not hasattr(mod, "bert_layer_local_spec"):
+        return
+    import copy
+
+    from .attention import use_flash
+    from .te_gemm import use_te_gemms
+
+    def get_bert_layer_with_transformer_engine_spec():
+        want_flash_attention(plugin)
+        spec = copy.deepcopy(mod.bert_layer_local_spec)
+        use_flash(spec)
+        use_te_gemms(spec)
+        return spec
+
+    plugin.replace(mod, "get_bert_layer_with_transformer_engine_spec",
+                   get_bert_layer_with_transformer_engine_spec)
+    if hasattr(mod, "get_bert_layer_with_transformer_engine_submodules"):  # 0.19
+        plugin.replace(mod, "get_bert_layer_with_transformer_engine_submodules",
+                       lambda: get_bert_layer_with_transformer_engine_spec().submodules)
+
+
 def rope_utils(plugin, mod: ModuleType) -> None:
     """Fused RoPE (Megatron-LM's default) is Transformer Engine's kernel: it writes the
     rotated tensor and keeps only the frequencies for backward (the unfused path keeps
@@ -156,5 +182,6 @@ PATCHES = {
     "megatron.core.transformer.torch_norm": torch_norm,
     "megatron.core.tensor_parallel.layers": tp_layers,
     "megatron.core.models.gpt.gpt_layer_specs": layer_specs,
+    "megatron.core.models.bert.bert_layer_specs": bert_layer_specs,
     "megatron.core.models.common.embeddings.rope_utils": rope_utils,
 }
