@@ -1,0 +1,173 @@
+"""Megatron-LM's own CI training configurations, traced as its CI runs them, against the GPU
+memory its golden values record.
+
+    python bench/megatron_ci_goldens.py --checkout /path/to/Megatron-LM \\
+        --python .compat/newest-py3.12/bin/python --jobs 2
+
+Megatron-LM (at a tag such as core_v0.19.0; Python 3.12, torch 2.14, `six` and `triton`
+importable) keeps one folder per CI test case under tests/functional_tests/test_cases/<model>/:
+`model_config.yaml` (ENV_VARS and MODEL_ARGS) and `golden_values_dev_dgx_h100.json` (or
+`_dgx_a100`), whose `mem-allocated-bytes` and `mem-max-allocated-bytes` its last rank measures
+with `torch.cuda.memory_allocated()` after each step and `max_memory_allocated()`. Every
+pretraining case of the GPT, MoE, hybrid, BERT and T5 folders (not inference, RL or release
+runs) is turned into the command line Megatron's `_run_training.sh` builds (`true` a bare flag,
+`[a b]` two values), with its data, checkpoint and TensorBoard paths under a scratch folder,
+and traced as `memlens run --world-size 8 --rank 7` (one node of 8 GPUs, the last rank) on the
+golden file's GPU. Cases whose arguments only differ in checkpointing or logging are traced
+once.
+
+Printed and written to bench/results/: per case, the traced peak against the largest
+`mem-max-allocated-bytes`, and what is alive after the second step against
+`mem-allocated-bytes`, as differences in per cent; and each failure's last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as futures
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPTS = {"gpt": "pretrain_gpt.py", "moe": "pretrain_gpt.py", "hybrid": "pretrain_hybrid.py",
+           "bert": "examples/bert/pretrain_bert.py", "t5": "examples/t5/pretrain_t5.py"}
+GOLDENS = ("golden_values_dev_dgx_h100.json", "golden_values_dev_dgx_a100.json")
+DEVICES = {"h100": "h100-80gb", "a100": "a100-80gb"}
+# What only checkpoints, logs or evaluates: cases that differ in these alone trace the same.
+SAME_TRACE = ("--save", "--load", "--ckpt", "--async-save", "--use-persistent-ckpt-worker",
+              "--dist-ckpt", "--log-", "--tensorboard", "--non-persistent", "--auto-detect-ckpt",
+              "--finetune", "--no-load", "--exit-", "--use-checkpoint", "--data-cache",
+              "--wandb", "--timing", "--check-weight-hash", "--record-memory", "--eval-",
+              "--seed", "--no-ckpt", "--pretrained-checkpoint")
+
+
+def pretraining_cases(checkout: Path) -> list[Path]:
+    root = checkout / "tests" / "functional_tests" / "test_cases"
+    seen, cases = set(), []
+    for config in sorted(root.glob("*/*/model_config.yaml")):
+        case = config.parent
+        if case.parent.name not in SCRIPTS or case.name.endswith("_1node") or \
+                "gb200" in case.name or golden_file(case) is None:
+            continue
+        cfg = yaml.safe_load(config.read_text())
+        if cfg.get("MODE") in ("inference", "rl") or "release" in str(cfg.get("TEST_TYPE")):
+            continue
+        args = {k: v for k, v in (cfg.get("MODEL_ARGS") or {}).items()
+                if not k.startswith(SAME_TRACE)}
+        key = (case.parent.name, json.dumps(args, sort_keys=True, default=str),
+               json.dumps(cfg.get("ENV_VARS"), sort_keys=True, default=str))
+        if key not in seen:
+            seen.add(key)
+            cases.append(case)
+    return cases
+
+
+def golden_file(case: Path) -> Path | None:
+    return next((case / g for g in GOLDENS if (case / g).exists()), None)
+
+
+def command_line(model_args: dict, scratch: Path) -> list[str]:
+    """MODEL_ARGS as Megatron's tests/functional_tests/shell_test_utils/_run_training.sh
+    passes them; ${...} paths under `scratch`."""
+    paths = {"DATA_PATH": "data", "DATA_CACHE_PATH": "cache", "OUTPUT_PATH": "out",
+             "TENSORBOARD_PATH": "tb", "CHECKPOINT_SAVE_PATH": "ckpt",
+             "CHECKPOINT_LOAD_PATH": "ckpt-load"}
+    out: list[str] = []
+    for key, value in model_args.items():
+        if value is True:
+            out.append(key)
+            continue
+        text = str(value).strip()
+        for name, sub in paths.items():
+            text = text.replace("${" + name + "}", str(scratch / sub))
+        text = text.replace("${REPEAT}", "1")
+        if text.startswith("[") and text.endswith("]"):
+            out += [key, *text[1:-1].split()]
+        else:
+            out += [key, text]
+    return out
+
+
+def trace(case: Path, checkout: Path, python: str, scratch: Path) -> dict:
+    cfg = yaml.safe_load((case / "model_config.yaml").read_text())
+    golden = golden_file(case)
+    gpu = "a100" if "a100" in golden.name else "h100"
+    snapshot = scratch / "snapshot.json"
+    env = {**os.environ, **{str(k): str(v) for k, v in (cfg.get("ENV_VARS") or {}).items()},
+           "PYTHONPATH": os.pathsep.join(filter(None, (
+               os.environ.get("MEMLENS_MEGATRON_LM_DEPS"), str(checkout), str(REPO / "python")))),
+           "MEMLENS_WARM_WORKER": "0"}
+    cmd = [python, "-m", "memlens", "run", "--device", DEVICES[gpu], "--world-size", "8",
+           "--rank", "7", "--progress", "none", "--snapshot", str(snapshot), "--",
+           SCRIPTS[case.parent.name], *command_line(cfg.get("MODEL_ARGS") or {}, scratch)]
+    start = time.monotonic()
+    try:
+        run = subprocess.run(cmd, cwd=checkout, env=env, capture_output=True, text=True,
+                             timeout=1800)
+        code, tail = run.returncode, (run.stderr + run.stdout).strip().splitlines()[-1:]
+    except subprocess.TimeoutExpired:
+        code, tail = -1, ["timed out after 1800 s"]
+    result = {"case": f"{case.parent.name}/{case.name}", "gpu": gpu,
+              "wall_s": round(time.monotonic() - start, 1)}
+    if code != 0 or not snapshot.exists():
+        return {**result, "error": tail[0] if tail else f"exit status {code}"}
+    snap = json.loads(snapshot.read_text())
+    device = snap["meta"]["device_key"]
+    phases = {p["name"]: p for p in snap["phases"] if p["device"] == device}
+    values = json.loads(golden.read_text())
+    peaks = values.get("mem-max-allocated-bytes", {}).get("values", {})
+    after = values.get("mem-allocated-bytes", {}).get("values", {})
+    result.update(peak=snap["summary"]["peak_bytes"],
+                  after=phases.get("optimizer_step_iter_1", {}).get("current_after_bytes"),
+                  golden_peak=max((v for v in peaks.values() if isinstance(v, (int, float))),
+                                  default=None),
+                  golden_after=after.get("2") or after.get("1"))
+    for name in ("peak", "after"):
+        if result[name] and result[f"golden_{name}"]:
+            result[f"{name}_diff_pct"] = round(
+                100 * (result[name] - result[f"golden_{name}"]) / result[f"golden_{name}"], 2)
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--checkout", type=Path, required=True, help="a Megatron-LM checkout")
+    parser.add_argument("--python", default=sys.executable,
+                        help="an interpreter with megatron's dependencies and torch 2.14")
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--only", default="", help="cases whose name contains this")
+    args = parser.parse_args()
+    cases = [c for c in pretraining_cases(args.checkout) if args.only in c.name]
+    print(f"{len(cases)} pretraining cases", flush=True)
+    with tempfile.TemporaryDirectory() as tmp, futures.ThreadPoolExecutor(args.jobs) as pool:
+        jobs = [pool.submit(trace, c, args.checkout, args.python, Path(tmp) / c.name)
+                for c in cases]
+        results = []
+        for job in futures.as_completed(jobs):
+            r = job.result()
+            results.append(r)
+            print(f"{r['case']:100} " + (f"peak {r.get('peak_diff_pct')} %, after step "
+                                         f"{r.get('after_diff_pct')} %" if "error" not in r
+                                         else f"FAILED: {r['error'][:200]}"), flush=True)
+    traced = [r for r in results if "error" not in r]
+    within = [r for r in traced if abs(r.get("peak_diff_pct") or 0) <= 3
+              and abs(r.get("after_diff_pct") or 0) <= 3]
+    print(f"traced {len(traced)} of {len(results)}; within 3 % of both golden values: "
+          f"{len(within)}")
+    out = REPO / "bench" / "results" / f"megatron_ci_goldens-{dt.date.today()}.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(sorted(results, key=lambda r: r["case"]), indent=1))
+    print(f"written: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
