@@ -69,12 +69,18 @@ def tp_layers(plugin, mod: ModuleType) -> None:
                     "(--gradient-accumulation-fusion) stood in for by a kernel that, like "
                     "it, writes into the fp32 gradient buffer and allocates nothing")
 
-    from types import SimpleNamespace
+    import sys
 
-    kernels = SimpleNamespace(wgrad_gemm_accum_fp32=wgrad_gemm_accum,
-                              wgrad_gemm_accum_fp16=wgrad_gemm_accum)
-    plugin.patcher.setattr(mod, "fused_weight_gradient_mlp_cuda", kernels)
+    name = "fused_weight_gradient_mlp_cuda"
+    kernels = ModuleType(name, "memlens' stand-in for apex's fused weight-gradient kernels")
+    kernels.wgrad_gemm_accum_fp32 = kernels.wgrad_gemm_accum_fp16 = wgrad_gemm_accum
+    plugin.patcher.setattr(mod, name, kernels)
     plugin.patcher.setattr(mod, "_grad_accum_fusion_available", True)
+    if name not in sys.modules:
+        # Also importable: the pipeline flush of --defer-embedding-wgrad-compute imports it
+        # itself (megatron.core.utils.drain_embedding_wgrad_compute).
+        sys.modules[name] = kernels
+        plugin.patcher.defer(lambda: sys.modules.pop(name, None))
 
 
 def want_flash_attention(plugin) -> None:

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import functools
 
+from ...patches import Patcher
+
 TE_WORKSPACE_OP = "te_cublas_workspace"
 MARK = "memlens_te_gemm"
 
@@ -35,9 +37,20 @@ def workspace_bytes(cc_major: int) -> int:
 @functools.cache
 def te_gemm_class(cls: type) -> type:
     """`cls` (Megatron's ColumnParallelLinear or RowParallelLinear) marked as standing in for
-    TE's linear: the same module, named as it is; its GEMMs take TE's workspace."""
+    TE's linear: the same module, named as it is; its GEMMs take TE's workspace. TE's linear
+    modules ignore `defer_embedding_wgrad_compute`, which only Megatron's output layer (given
+    an activation buffer) acts on; Megatron's own linear would take it for itself and fail
+    without that buffer."""
+
+    def forward(self, *args, **kwargs):
+        if not getattr(self.config, "defer_embedding_wgrad_compute", False):
+            return cls.forward(self, *args, **kwargs)
+        with Patcher.swapped(self.config, "defer_embedding_wgrad_compute", False):
+            return cls.forward(self, *args, **kwargs)
+
     return type(cls.__name__, (cls,), {
         "__module__": cls.__module__, "__qualname__": cls.__qualname__, MARK: True,
+        "forward": forward,
         "__doc__": f"{cls.__name__}, standing in for Transformer Engine's linear module "
                    "(memlens/plugins/megatron/te_gemm.py): its GEMMs use TE's workspace."})
 

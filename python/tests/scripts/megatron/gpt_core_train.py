@@ -54,6 +54,9 @@ p.add_argument("--moe-router-load-balancing-type", default="aux_loss",
 p.add_argument("--moe-dispatcher", choices=("alltoall", "allgather", "flex"), default="alltoall")
 p.add_argument("--grad-accum-fusion", action="store_true",
                help="Megatron-LM's default: wgrad accumulated into main_grad by a fused kernel")
+p.add_argument("--defer-embedding-wgrad", action="store_true",
+               help="the output layer's weight gradient computed at the pipeline flush "
+                    "(Megatron-LM's --defer-embedding-wgrad-compute; needs --grad-accum-fusion)")
 p.add_argument("--overlap-grad-reduce", action="store_true")
 p.add_argument("--overlap-param-gather", action="store_true", help="with the distributed optimizer")
 p.add_argument("--steps", type=int, default=5)
@@ -100,6 +103,7 @@ config = TransformerConfig(
     # dropout after the attention probabilities and after both projections.
     attention_softmax_in_fp32=False, masked_softmax_fusion=False, bias_activation_fusion=False,
     bias_dropout_fusion=False, gradient_accumulation_fusion=args.grad_accum_fusion,
+    defer_embedding_wgrad_compute=args.defer_embedding_wgrad,
     persist_layer_norm=False, layernorm_zero_centered_gamma=args.layernorm_1p,
     attention_dropout=0.1, hidden_dropout=0.1,
     recompute_granularity=None if args.recompute == "none" else args.recompute,
