@@ -42,6 +42,14 @@ class _BuffersOfTheCall:
         return torch.empty(shape, dtype=dtype, device=torch.cuda.current_device())
 
 
+def _take_channels(module, v_channels) -> None:
+    """Multi-latent attention's core attention (Megatron passes TE's DotProductAttention
+    `k_channels`, the query and key head size, and `v_channels`, the value's): its output
+    has `v_channels` per head."""
+    if v_channels is not None:
+        module.hidden_size_per_partition = module.num_attention_heads_per_partition * v_channels
+
+
 @functools.cache
 def te_unfused_attention_class():
     """Megatron's local DotProductAttention holding what TE's UnfusedDotProductAttention
@@ -53,6 +61,10 @@ def te_unfused_attention_class():
     class UnfusedDotProductAttention(DotProductAttention):
         """DotProductAttention as TE's unfused backend allocates. Made by memlens for a trace;
         see memlens/plugins/megatron/attention.py."""
+
+        def __init__(self, *args, k_channels=None, v_channels=None, **kwargs):
+            super().__init__(*args, **kwargs)
+            _take_channels(self, v_channels)  # TE's takes them; the bmm's need no more
 
         def forward(self, *args, **kwargs):
             with Patcher.swapped(parallel_state, "get_global_memory_buffer",
@@ -70,6 +82,7 @@ def flash_attention_class():
     from megatron.core.transformer.enums import AttnBackend, AttnMaskType
 
     flash = torch.ops.aten._scaled_dot_product_flash_attention.default
+    efficient = torch.ops.aten._scaled_dot_product_efficient_attention.default
     # TE's unfused backend (and Megatron's local one) keep the s x s scores, as Megatron's
     # local DotProductAttention does: that module itself stands in for them.
     unfused = (AttnBackend.unfused, AttnBackend.local)
@@ -104,11 +117,19 @@ def flash_attention_class():
                        "s x s scores)")
             return super().__new__(cls)
 
-        def __init__(self, config, *args, cp_comm_type=None, **kwargs):
+        def __init__(self, config, *args, cp_comm_type=None, k_channels=None, v_channels=None,
+                     **kwargs):
             self.cp_size = getattr(config, "context_parallel_size", 1)
             if self.cp_size == 1:
                 super().__init__(config, *args, cp_comm_type=cp_comm_type, **kwargs)
+                _take_channels(self, v_channels)
                 return
+            if v_channels is not None and v_channels != k_channels:
+                raise NotImplementedError(
+                    "memlens' stand-in for Transformer Engine attention (TE is not installed "
+                    "here) runs context parallelism with one head size for keys and values, "
+                    "not multi-latent attention's: a limitation of memlens, not of the "
+                    "configuration")
             comm = cp_comm_type or "p2p"
             if comm != "p2p":
                 raise NotImplementedError(
@@ -145,6 +166,13 @@ def flash_attention_class():
                 out = ring_attention_function().apply(
                     q, k, v, self.cp_size, parallel_state.get_context_parallel_rank(), causal,
                     dropout, self.softmax_scale)
+            elif v.shape[-1] != q.shape[-1]:
+                # Multi-latent attention: values narrower than queries and keys, which TE's
+                # fused (cuDNN) backend takes and PyTorch's flash kernel does not; its
+                # memory-efficient kernel does, and saves what cuDNN's does (q, k, v, the
+                # output and the fp32 log-sum-exp per head and query).
+                out = efficient(q, k, v, None, torch.is_grad_enabled(), dropout, causal,
+                                scale=self.softmax_scale)[0]
             else:
                 out = flash(q, k, v, dropout, causal, scale=self.softmax_scale)[0]
             # The kernel writes its output in the query's layout: back to [s, b, hp], a view.

@@ -8,8 +8,10 @@ with a note:
   so with megatron-core 0.18's --step-batch-size-schedule (which replaces the ramp-up, then
   only warned of and ignored by Megatron's calculator): its largest batch;
 - micro-batches per iteration: fewer are traced only when every pipeline stage then holds the
-  same micro-batches in flight as with the user's count (schedule.fewest_alike); the
-  global batch is lowered to match and the note names both counts.
+  same micro-batches in flight as with the user's count (schedule.fewest_alike), and nothing
+  else grows with the count (the deferred output-layer gradients of
+  --defer-embedding-wgrad-compute do); the global batch is lowered to match and the note
+  names both counts.
 """
 
 from __future__ import annotations
@@ -57,6 +59,11 @@ def set_up(args: Any) -> list[str]:
     n = args.global_batch_size // per_step
     if getattr(args, "num_microbatches_with_partial_activation_checkpoints", None) is not None:
         return notes  # which micro-batches recompute depends on their count
+    if getattr(args, "defer_embedding_wgrad_compute", False):
+        # The last stage keeps the output layer's input and gradient of up to
+        # --wgrad-deferral-limit micro-batches (0: all) until the pipeline flush, so what it
+        # holds grows with the count.
+        return notes
     pipeline = pipeline_of(args)
     traced = fewest_alike(pipeline, n)
     if traced < n:
