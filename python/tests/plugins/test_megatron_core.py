@@ -52,6 +52,10 @@ SETTINGS = {
                                False, "none", False),
 }
 GROUPS = {"te-spec-flash-gqa": 4}
+# Multi-latent attention (gpt_core_train.py --mla: q and k heads of 32 + 16 rotary dims, v heads
+# of 32), TE spec: TE's fused backend (auto) and its unfused one.
+MLA = {"te-spec-mla": ("--spec", "te", "--mla"),
+       "te-spec-mla-unfused": ("--spec", "te", "--mla", "--attention-backend", "unfused")}
 FUSED_ATTENTION = {"te-spec-flash", "te-spec-flash-gqa", "te-spec-fused",
                    "te-spec-deferred-wgrad"}
 RANKS = {"tp": (0, LAST), "tp-sp-distopt": (0, LAST), "tp-layernorm-1p": (0,),
@@ -65,7 +69,7 @@ def snapshots(tmp_path_factory):
 
     def get(setting: str, rank: int) -> dict:
         if (setting, rank) not in cache:
-            flags = SETTINGS[setting][0]
+            flags = MLA[setting] if setting in MLA else SETTINGS[setting][0]
             cache[setting, rank] = M.trace(tmp, WORLD, rank, "--tp", str(TP), "--pp", str(PP),
                                            *flags)
         return cache[setting, rank]
@@ -170,6 +174,27 @@ def test_only_megatrons_local_attention_keeps_a_scores_buffer(snapshots, setting
                if snap["ops"][a["op"][i]] == "empty" and a["requested_bytes"][i] == buffer
                and modules[a["module"][i]]["fqn"].endswith("core_attention")]
     assert empties and sum(free < 0 for free in empties) == kept
+
+
+@pytest.mark.parametrize("setting", MLA)
+def test_multi_latent_attention_holds_what_tes_attention_holds(snapshots, setting):
+    """Core attention's activations per layer and micro-batch (b 2, s 128, 4 heads per TP
+    rank; q and k heads 48 wide, v heads 32). Fused (TE's cuDNN backend, which takes values
+    narrower than keys; the stand-in runs PyTorch's memory-efficient kernel, which does too):
+    TE's bshd copies of q, k and v, the output, the fp32 log-sum-exp per head and query, and
+    the dropout's 16-byte RNG seed and offset. Unfused: Korthikanti's 5as^2b (softmax output,
+    dropout mask and output) and the context, 2sb x 4 x 32, made contiguous for the output
+    projection, which saves it."""
+    b, s, heads = GPT.micro_batch, GPT.seq, GPT.heads // TP
+    expected = {"te-spec-mla": b * s * heads * (48 + 48 + 32 + 32) * 2 + b * heads * s * 4 + 16,
+                "te-spec-mla-unfused": 5 * heads * s * s * b + 2 * s * b * heads * 32}[setting]
+    snap = snapshots(setting, 0)
+    microbatches = M.in_flight_microbatches(PP, 0, microbatches=PP)
+    core = M.layer_activation_bytes(snap, LAYER + ".self_attention.core_attention")
+    assert core / microbatches == expected
+    assert {m["class"] for m in snap["modules"] if m["fqn"].endswith("core_attention")} == \
+        {"te-spec-mla": {"FlashDotProductAttention"},
+         "te-spec-mla-unfused": {"UnfusedDotProductAttention"}}[setting]
 
 
 def test_plugin_is_undone_after_the_trace():

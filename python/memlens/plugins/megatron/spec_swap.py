@@ -8,9 +8,11 @@ from types import SimpleNamespace
 from typing import Any, Callable
 
 
-def swap_in_spec(spec: Any, replacement: Callable[[Any], Any]) -> bool:
+def swap_in_spec(spec: Any, replacement: Callable[[Any], Any],
+                 left: frozenset[str] = frozenset()) -> bool:
     """Every submodule class `value` of the spec for which `replacement(value)` is not None is
-    replaced by it (nested specs and lists of specs followed); True if one was."""
+    replaced by it (nested specs and lists of specs followed), except under the names in
+    `left`; True if one was."""
     found = False
     todo, seen = [spec], set()
     while todo:
@@ -22,7 +24,7 @@ def swap_in_spec(spec: Any, replacement: Callable[[Any], Any]) -> bool:
         if submodules is None:
             continue
         for name, value in list(vars(submodules).items()):
-            new = replacement(value)
+            new = None if name in left else replacement(value)
             if new is not None:
                 setattr(submodules, name, new)
                 found = True

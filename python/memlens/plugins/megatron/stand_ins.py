@@ -168,6 +168,18 @@ def bert_layer_specs(plugin, mod: ModuleType) -> None:
                        lambda: get_bert_layer_with_transformer_engine_spec().submodules)
 
 
+def multi_latent_attention(plugin, mod: ModuleType) -> None:
+    """megatron-core 0.16 without Transformer Engine: MLASelfAttention tests
+    `isinstance(self.linear_proj, TELinear)`, where TELinear is a MagicMock (Megatron's TE
+    extension module subclasses a mock of `te` when TE is absent), a TypeError; a class
+    nothing is an instance of answers as a GPU run's check does for Megatron's own linear
+    layers."""
+    if isinstance(getattr(mod, "TELinear", type), type):
+        return
+    plugin.patcher.setattr(mod, "TELinear", type("TELinear", (), {
+        "__doc__": "Transformer Engine is not installed: no module is a TELinear (memlens)"}))
+
+
 def rope_utils(plugin, mod: ModuleType) -> None:
     """Fused RoPE (Megatron-LM's default) is Transformer Engine's kernel: it writes the
     rotated tensor and keeps only the frequencies for backward (the unfused path keeps
@@ -189,5 +201,6 @@ PATCHES = {
     "megatron.core.tensor_parallel.layers": tp_layers,
     "megatron.core.models.gpt.gpt_layer_specs": layer_specs,
     "megatron.core.models.bert.bert_layer_specs": bert_layer_specs,
+    "megatron.core.transformer.multi_latent_attention": multi_latent_attention,
     "megatron.core.models.common.embeddings.rope_utils": rope_utils,
 }

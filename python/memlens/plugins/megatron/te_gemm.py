@@ -27,6 +27,11 @@ from ...patches import Patcher
 
 TE_WORKSPACE_OP = "te_cublas_workspace"
 MARK = "memlens_te_gemm"
+# Multi-latent attention's down projections: MLASelfAttention accepts only the classes it
+# names (`in [Linear, TEColumnParallelLinear, ColumnParallelLinear]`), so they stay Megatron's
+# own. Their GEMMs take PyTorch's cuBLAS workspaces, which the output layer's have made
+# already (forward and backward), so nothing more is held.
+MLA_CHECKED = frozenset({"linear_q_down_proj", "linear_kv_down_proj", "linear_qkv_down_proj"})
 
 
 def workspace_bytes(cc_major: int) -> int:
@@ -63,7 +68,8 @@ def use_te_gemms(spec) -> bool:
     from .spec_swap import swap_in_spec
 
     linears = (ColumnParallelLinear, RowParallelLinear)
-    return swap_in_spec(spec, lambda value: te_gemm_class(value) if value in linears else None)
+    return swap_in_spec(spec, lambda value: te_gemm_class(value) if value in linears else None,
+                        left=MLA_CHECKED)
 
 
 def install(plugin) -> None:

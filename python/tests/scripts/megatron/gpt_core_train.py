@@ -2,7 +2,7 @@
 
     torchrun --nproc_per_node 8 gpt_core_train.py --tp 2 --pp 2 [--sp] [--recompute selective]
         [--distributed-optimizer] [--moe-experts 4 --ep 2] [--spec te] [--query-groups 2]
-        [--attention-backend unfused] [--rope] [--cp 2]
+        [--attention-backend unfused] [--rope] [--cp 2] [--mla]
         [--grad-accum-fusion] [--overlap-grad-reduce] [--overlap-param-gather]
         [--moe-router-load-balancing-type sinkhorn] [--moe-dispatcher allgather]
         [--fp8-format hybrid --fp8-recipe delayed --fp8-amax-history-len 1024 --fp8-param]
@@ -27,7 +27,7 @@ from megatron.core.pipeline_parallel.schedules import get_forward_backward_func
 from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
 from megatron.core.transformer.enums import AttnBackend
 from megatron.core.transformer.module import Float16Module
-from megatron.core.transformer.transformer_config import TransformerConfig
+from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
 from megatron.core.utils import get_batch_on_this_cp_rank
 
 p = argparse.ArgumentParser()
@@ -66,6 +66,9 @@ p.add_argument("--query-groups", type=int, default=None, help="grouped-query att
 p.add_argument("--attention-backend", choices=("flash", "fused", "unfused", "local", "auto"),
                default="auto")
 p.add_argument("--rope", action="store_true", help="rotary positions instead of learned ones")
+p.add_argument("--mla", action="store_true",
+               help="multi-latent attention: low-rank q and kv projections, q/k heads of 32 + 16 "
+                    "rotary dims, v heads of 32")
 p.add_argument("--fp8-format", choices=("hybrid", "e4m3"), default=None)
 p.add_argument("--fp8-recipe", choices=("delayed", "tensorwise", "mxfp8", "blockwise"),
                default="delayed")
@@ -92,7 +95,9 @@ if args.moe_experts:
                # Sinkhorn balances without an auxiliary loss (Megatron refuses one)
                moe_aux_loss_coeff=0.0 if args.moe_router_load_balancing_type in ("sinkhorn", "none")
                else 1e-2)
-config = TransformerConfig(
+mla = dict(q_lora_rank=64, kv_lora_rank=64, qk_head_dim=32, qk_pos_emb_head_dim=16,
+           v_head_dim=32, rope_type="rope") if args.mla else {}
+config = (MLATransformerConfig if args.mla else TransformerConfig)(
     num_layers=args.layers, hidden_size=args.hidden, num_attention_heads=args.heads,
     ffn_hidden_size=4 * args.hidden, bf16=True, params_dtype=torch.bfloat16,
     pipeline_dtype=torch.bfloat16, tensor_model_parallel_size=args.tp,
@@ -111,17 +116,18 @@ config = TransformerConfig(
     recompute_num_layers=1 if args.recompute == "full" else None,
     fp8=args.fp8_format, fp8_recipe=args.fp8_recipe,
     fp8_amax_history_len=args.fp8_amax_history_len, fp8_param=args.fp8_param,
-    **moe)
+    **moe, **mla)
 
 spec = get_gpt_layer_local_spec if args.spec == "local" else \
     get_gpt_layer_with_transformer_engine_spec
 model = GPTModel(config=config,
-                 transformer_layer_spec=spec(num_experts=args.moe_experts, moe_grouped_gemm=False),
+                 transformer_layer_spec=spec(num_experts=args.moe_experts, moe_grouped_gemm=False,
+                                             multi_latent_attention=args.mla),
                  vocab_size=args.vocab, max_sequence_length=args.seq,
                  pre_process=parallel_state.is_pipeline_first_stage(),
                  post_process=parallel_state.is_pipeline_last_stage(),
                  share_embeddings_and_output_weights=False,
-                 position_embedding_type="rope" if args.rope else "learned_absolute")
+                 position_embedding_type="rope" if args.rope or args.mla else "learned_absolute")
 model.cuda(torch.cuda.current_device())
 model = Float16Module(config, model)
 ddp_config = DistributedDataParallelConfig(
