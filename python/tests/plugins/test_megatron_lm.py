@@ -316,6 +316,33 @@ TP_ENV = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}  # what Megatron asks of a TP job
 
 @needs_megatron
 @pytest.mark.slow  # traces in a fresh process
+def test_te_grouped_gemm_experts_keep_their_four_workspaces(memlens, tmp_path):
+    """--moe-grouped-gemm with TE's layers: TEGroupedMLP's GEMMs take one workspace per
+    compute stream (4) of TE's size, 32 MiB + 1 KiB on an H100, at the first MoE layer, kept
+    to the end, beside TE's one for the other GEMMs. The experts run as SequentialMLP here;
+    the workspaces are theirs (Megatron's CI MoE configurations were 134 MB under their H100
+    golden values without them)."""
+    snapshot = tmp_path / "s.json"
+    out = memlens("run", "--world-size", "2", "--rank", "0", "--progress", "none",
+                  "--snapshot", str(snapshot), "--", str(STUB), "--num-experts", "4",
+                  "--moe-grouped-gemm", "--disable-bias-linear", "--vocab-size", "1000", "--bf16",
+                  "--train-iters", "100",
+                  cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    snap = json.loads(snapshot.read_text())
+    a, ops = snap["allocations"], snap["ops"]
+    kept = {}
+    for i in range(len(a["bytes"])):
+        if ops[a["op"][i]] in ("te_grouped_gemm_workspace", "te_cublas_workspace"):
+            assert a["free_seq"][i] < 0  # kept to the end
+            kept.setdefault(ops[a["op"][i]], []).append(a["requested_bytes"][i])
+    assert kept == {"te_grouped_gemm_workspace": [32 * 2**20 + 1024] * 4,
+                    "te_cublas_workspace": [32 * 2**20 + 1024]}
+    assert "SequentialMLP" in " ".join(snap["meta"]["notes"])
+
+
+@needs_megatron
+@pytest.mark.slow  # traces in a fresh process
 def test_entry_point_every_rank(memlens, tmp_path):
     out = memlens("run", "--world-size", "4", "--ranks", "all", "--progress", "none",
                   "--snapshot", str(tmp_path / "s.json"), "--", str(STUB),

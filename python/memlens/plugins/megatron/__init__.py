@@ -69,6 +69,8 @@ class MegatronPlugin:
         self.fp8_dummy_wgrads: dict = {}  # TE's get_dummy_wgrad cache: (shape, dtype) -> tensor
         # TE's GEMM workspace taken by a stand-in GEMM (te_gemm.py), once TE is asked for
         self.te_gemm = lambda device: None
+        # TE's grouped-GEMM experts asked for, run as SequentialMLP: its workspaces (te_gemm.py)
+        self.te_grouped_gemm = False
 
     def patches(self) -> list[tuple[str, object]]:
         """(module name, what to patch in it once it is imported), in order; a module may be

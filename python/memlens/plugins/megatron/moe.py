@@ -163,7 +163,27 @@ def _host():
     return unset_fake_temporarily()
 
 
+def experts(plugin, mod: ModuleType) -> None:
+    """TE's grouped-GEMM experts (TEGroupedMLP) asked for where TE is absent run as
+    SequentialMLP (args.py): the same weights and activations; at their first forward they
+    take the workspaces TE's grouped GEMM keeps (te_gemm.take_grouped)."""
+    from .te_gemm import take_grouped
+
+    original = mod.SequentialMLP.forward
+
+    @functools.wraps(original)
+    def forward(self, *args, **kwargs):
+        if plugin.te_grouped_gemm:
+            import torch
+
+            take_grouped(plugin, torch.device("cuda", torch.cuda.current_device()))
+        return original(self, *args, **kwargs)
+
+    plugin.patcher.setattr(mod.SequentialMLP, "forward", forward)
+
+
 PATCHES = {
     "megatron.core.transformer.moe.moe_utils": moe_utils,
     "megatron.core.transformer.moe.token_dispatcher": token_dispatcher,
+    "megatron.core.transformer.moe.experts": experts,
 }

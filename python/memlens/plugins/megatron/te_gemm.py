@@ -14,9 +14,13 @@ thread's handle: kernels/cuda.py) are not taken by those GEMMs: a layer's matmul
 workspace instead. Megatron's modules outside the layer spec (the output layer, a
 ColumnParallelLinear with TE too) still run on PyTorch's handles.
 
-Not modelled: the workspaces of TE's grouped GEMM (`--moe-grouped-gemm`: one per cuBLAS
-stream, four by default; the stand-in runs the experts as SequentialMLP, on TE's one workspace)
-and of Userbuffers' overlap (`--tp-comm-overlap`, three).
+TE's grouped GEMM (`--moe-grouped-gemm` with TE's layers: TEGroupedMLP) takes its own
+workspaces, `get_cublas_workspace(device, ub=False, grouped_gemm=True)`: one of the same size
+per compute stream (`tex.get_num_cublas_streams()`, four), made at the first grouped GEMM and
+kept, beside the one above. The stand-in runs the experts as SequentialMLP; they take those
+four at their first forward (`take_grouped`).
+
+Not modelled: the workspaces of Userbuffers' overlap (`--tp-comm-overlap`, three).
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ import functools
 from ...patches import Patcher
 
 TE_WORKSPACE_OP = "te_cublas_workspace"
+TE_GROUPED_WORKSPACE_OP = "te_grouped_gemm_workspace"
+GROUPED_GEMM_STREAMS = 4  # TE's nvte_get_num_compute_streams()
 MARK = "memlens_te_gemm"
 # Multi-latent attention's down projections: MLASelfAttention accepts only the classes it
 # names (`in [Linear, TEColumnParallelLinear, ColumnParallelLinear]`), so they stay Megatron's
@@ -70,6 +76,18 @@ def use_te_gemms(spec) -> bool:
     linears = (ColumnParallelLinear, RowParallelLinear)
     return swap_in_spec(spec, lambda value: te_gemm_class(value) if value in linears else None,
                         left=MLA_CHECKED)
+
+
+def take_grouped(plugin, device) -> None:
+    """TE's grouped-GEMM workspaces, taken (once per device) as its first grouped GEMM does."""
+    from ...kernels.cuda import device_key
+    from ...kernels.plan import Persistent
+
+    nbytes = workspace_bytes(plugin.tracer.device.major)
+    for stream in range(GROUPED_GEMM_STREAMS):
+        plugin.tracer.accountant.take_persistent(Persistent(
+            ("te_cublas_grouped", device_key(device), stream), TE_GROUPED_WORKSPACE_OP, nbytes,
+            device))
 
 
 def install(plugin) -> None:

@@ -35,14 +35,18 @@ config = TransformerConfig(
     pipeline_model_parallel_size=args.pipeline_model_parallel_size,
     virtual_pipeline_model_parallel_size=chunks,
     microbatch_group_size_per_vp_stage=args.microbatch_group_size_per_vp_stage,
-    persist_layer_norm=False, masked_softmax_fusion=False, gradient_accumulation_fusion=False)
+    persist_layer_norm=False, masked_softmax_fusion=False, gradient_accumulation_fusion=False,
+    num_moe_experts=args.num_experts, moe_grouped_gemm=args.moe_grouped_gemm,
+    add_bias_linear=not args.disable_bias_linear)
 
 
 def build(vp_stage):
     """One model chunk, as Megatron-LM's get_model builds each (TE layer spec)."""
     first = parallel_state.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage)
     last = parallel_state.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage)
-    chunk = GPTModel(config=config, transformer_layer_spec=get_gpt_layer_with_transformer_engine_spec(),
+    spec = get_gpt_layer_with_transformer_engine_spec(num_experts=args.num_experts,
+                                                      moe_grouped_gemm=args.moe_grouped_gemm)
+    chunk = GPTModel(config=config, transformer_layer_spec=spec,
                      vocab_size=args.padded_vocab_size, max_sequence_length=args.seq_length,
                      pre_process=first, post_process=last, vp_stage=vp_stage)
     chunk.cuda(torch.cuda.current_device())

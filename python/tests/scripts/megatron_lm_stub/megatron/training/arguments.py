@@ -24,13 +24,16 @@ def parse_args(argv):
             ("--save", str, None), ("--save-interval", int, None), ("--eval-iters", int, 100),
             ("--tensorboard-dir", str, None), ("--num-workers", int, 2),
             ("--data-args-path", str, None), ("--per-split-data-args-path", str, None),
-            ("--data-cache-path", str, None), ("--split", str, None)):
+            ("--data-cache-path", str, None), ("--split", str, None),
+            ("--num-experts", int, None)):
         p.add_argument(name, type=kind, default=default)
     for name in ("--data-path", "--train-data-path", "--valid-data-path", "--test-data-path"):
         p.add_argument(name, nargs="*", default=None)
     p.add_argument("--rampup-batch-size", nargs="*", default=None)
     p.add_argument("--bf16", action="store_true")
     p.add_argument("--mock-data", action="store_true")
+    p.add_argument("--moe-grouped-gemm", action="store_true")
+    p.add_argument("--disable-bias-linear", action="store_true")
     p.add_argument("--deterministic-mode", action="store_true")
     p.add_argument("--check-for-nan-in-loss-and-grad", action="store_true", default=True)
     p.add_argument("--create-attention-mask-in-dataloader", action="store_true", default=True)
