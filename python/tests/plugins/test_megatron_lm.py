@@ -223,11 +223,13 @@ def test_a_mock_batch_is_held_by_nobody_once_handed_out():
 @needs_megatron
 def test_what_needs_values_or_files_is_off_and_said():
     args = _args(tokenizer_type="HuggingFaceTokenizer", vocab_size=128256, num_experts=8,
-                 moe_grouped_gemm=True,
+                 moe_grouped_gemm=True, test_mode=True,
                  moe_expert_capacity_factor=None, moe_pad_expert_input_to_capacity=False)
     notes = megatron_args.set_up(args, iterations=2)
     assert (args.load, args.save, args.eval_iters, args.num_workers) == (None, None, 0, 0)
     assert args.mock_data and not args.check_for_nan_in_loss_and_grad
+    # --test-mode's real-time tests assert the QK-norm weights are equal across replicas
+    assert args.test_mode is False and "--test-mode checks" in notes[0]
     assert (args.tokenizer_type, args.vocab_size) == ("NullTokenizer", 128255)  # + its EOD
     # MoE routing is left as configured (the plugin fixes the tokens per expert instead)
     assert (args.moe_expert_capacity_factor, args.moe_pad_expert_input_to_capacity) == (None, False)
