@@ -254,3 +254,15 @@ with Tracer("h100-80gb") as t:
     out = _python(code)
     assert ("ATTENTION FlashDotProductAttention LOCAL DotProductAttention TE_GEMMS True True "
             "NOTED True") in out, out
+
+
+def test_megatron_fsdp_on_a_second_tensor_parallel_rank_shards_adam(tmp_path):
+    """Megatron-FSDP, ZeRO-3 (optim_grads_params), TP 2 x DP 2, traced for rank 1 (not its
+    TP group's first). Its set-up reads values other ranks send (the TP group's RNG states,
+    the DP shards' chunk metadata it asserts on), which stopped the trace; now it runs, and
+    Adam's two fp32 moments are sharded over DP: 8 N / 2 bytes for the rank's
+    N = 1,878,016 parameters, plus Megatron-FSDP's bucket padding (0.14 %)."""
+    snap = M.trace(tmp_path, 4, 1, "--tp", "2", "--megatron-fsdp")
+    n, dp = GPT.stage_params(2, 1, 0), 2
+    adam = M.model_state_bytes(snap)["optimizer_state"]
+    assert adam == pytest.approx(8 * n / dp, rel=0.002) and adam >= 8 * n / dp

@@ -235,6 +235,36 @@ def _subclasses(cls) -> list:
     return out
 
 
+def uneven_dtensor(plugin, mod: ModuleType) -> None:
+    """Megatron-FSDP's `validate_uneven_dtensor` gathers each shard's chunk metadata (the
+    other ranks' shard sizes), asserts the offsets it computes from them are in bounds, then
+    all-reduces (MAX) over the sharding ranks whether some rank's chunk starts and some ends
+    each dimension, and asserts that: values other ranks send, which a trace of one rank does
+    not have (either assert failed on the first parameter). Megatron skips the second itself
+    under its fake process group, as "only rank 0's boundaries are visible"; a trace's process
+    group is NCCL's, so both are skipped here, and the metadata is still gathered (its
+    collective and buffers are the GPU run's)."""
+    gather = getattr(mod, "gather_and_compute_chunk_metadata", None)
+    if gather is None or not hasattr(mod, "validate_uneven_dtensor"):
+        return
+
+    def validate_uneven_dtensor(dtensor) -> None:
+        gather(dtensor)
+
+    plugin.replace(mod, "validate_uneven_dtensor", validate_uneven_dtensor)
+
+
+def fsdp_adapter(plugin, mod: ModuleType) -> None:
+    """Megatron-FSDP's adapter synchronizes the tensor-parallel RNG states from the group's
+    first rank with `broadcast_object_list`, and loads what it received: another rank's
+    objects, which a trace of this rank does not have (None, and a TypeError loading it). The
+    states' values do not change memory; each rank keeps its own, which are the same kind."""
+    cls = getattr(mod, "FullyShardedDataParallel", None)
+    if cls is None or not hasattr(cls, "sync_rng_states_across_tp_group"):
+        return
+    plugin.patcher.setattr(cls, "sync_rng_states_across_tp_group", lambda self: None)
+
+
 PATCHES = {
     "megatron.core.package_info": check_version,
     "megatron.core.utils": utils,
@@ -246,4 +276,6 @@ PATCHES = {
     "megatron.core.optimizer.optimizer": optimizer,
     "megatron.core.distributed.distributed_data_parallel": buffers,
     "megatron.core.tensor_parallel.layers": linear_keeps_its_weight,
+    "megatron.core.distributed.fsdp.src.megatron_fsdp.uneven_dtensor": uneven_dtensor,
+    "megatron.core.distributed.fsdp.mcore_fsdp_adapter": fsdp_adapter,
 }

@@ -168,16 +168,18 @@ def bert_layer_specs(plugin, mod: ModuleType) -> None:
                        lambda: get_bert_layer_with_transformer_engine_spec().submodules)
 
 
-def multi_latent_attention(plugin, mod: ModuleType) -> None:
-    """megatron-core 0.16 without Transformer Engine: MLASelfAttention tests
-    `isinstance(self.linear_proj, TELinear)`, where TELinear is a MagicMock (Megatron's TE
-    extension module subclasses a mock of `te` when TE is absent), a TypeError; a class
-    nothing is an instance of answers as a GPU run's check does for Megatron's own linear
-    layers."""
-    if isinstance(getattr(mod, "TELinear", type), type):
-        return
-    plugin.patcher.setattr(mod, "TELinear", type("TELinear", (), {
-        "__doc__": "Transformer Engine is not installed: no module is a TELinear (memlens)"}))
+def te_extension_mocks(plugin, mod: ModuleType) -> None:
+    """megatron-core 0.16 without Transformer Engine: its TE extension module defines its
+    classes on a MagicMock of `te` (`class TELinear(te.pytorch.Linear)` is then a mock, not a
+    class), and Megatron's modules test `isinstance(module, TELinear)` (multi-latent attention,
+    the Megatron-FSDP adapter): a TypeError. Each such name becomes a class nothing is an
+    instance of, which answers as a GPU run's check does for Megatron's own modules."""
+    for name, value in list(vars(mod).items()):
+        if name.startswith("TE") and not isinstance(value, type) and \
+                type(value).__module__ == "unittest.mock":
+            plugin.replace(mod, name, type(name, (), {
+                "__doc__": f"Transformer Engine is not installed: no module is a {name} "
+                           "(memlens/plugins/megatron/stand_ins.py)"}))
 
 
 def rope_utils(plugin, mod: ModuleType) -> None:
@@ -201,6 +203,6 @@ PATCHES = {
     "megatron.core.tensor_parallel.layers": tp_layers,
     "megatron.core.models.gpt.gpt_layer_specs": layer_specs,
     "megatron.core.models.bert.bert_layer_specs": bert_layer_specs,
-    "megatron.core.transformer.multi_latent_attention": multi_latent_attention,
+    "megatron.core.extensions.transformer_engine": te_extension_mocks,
     "megatron.core.models.common.embeddings.rope_utils": rope_utils,
 }

@@ -57,6 +57,9 @@ p.add_argument("--grad-accum-fusion", action="store_true",
 p.add_argument("--defer-embedding-wgrad", action="store_true",
                help="the output layer's weight gradient computed at the pipeline flush "
                     "(Megatron-LM's --defer-embedding-wgrad-compute; needs --grad-accum-fusion)")
+p.add_argument("--megatron-fsdp", action="store_true",
+               help="Megatron-FSDP (ZeRO-3: parameters, gradients and optimizer states "
+                    "sharded over data-parallel ranks) instead of Megatron's DDP")
 p.add_argument("--overlap-grad-reduce", action="store_true")
 p.add_argument("--overlap-param-gather", action="store_true", help="with the distributed optimizer")
 p.add_argument("--steps", type=int, default=5)
@@ -130,10 +133,18 @@ model = GPTModel(config=config,
                  position_embedding_type="rope" if args.rope or args.mla else "learned_absolute")
 model.cuda(torch.cuda.current_device())
 model = Float16Module(config, model)
+distributed_optimizer = args.distributed_optimizer or args.megatron_fsdp
 ddp_config = DistributedDataParallelConfig(
-    grad_reduce_in_fp32=True, use_distributed_optimizer=args.distributed_optimizer,
-    overlap_grad_reduce=args.overlap_grad_reduce, overlap_param_gather=args.overlap_param_gather)
-model = DistributedDataParallel(config=config, ddp_config=ddp_config, module=model)
+    grad_reduce_in_fp32=True, use_distributed_optimizer=distributed_optimizer,
+    overlap_grad_reduce=args.overlap_grad_reduce, overlap_param_gather=args.overlap_param_gather,
+    **(dict(use_megatron_fsdp=True, data_parallel_sharding_strategy="optim_grads_params")
+       if args.megatron_fsdp else {}))
+if args.megatron_fsdp:
+    from megatron.core.distributed.fsdp.mcore_fsdp_adapter import FullyShardedDataParallel
+
+    model = FullyShardedDataParallel(config=config, ddp_config=ddp_config, module=model)
+else:
+    model = DistributedDataParallel(config=config, ddp_config=ddp_config, module=model)
 config.no_sync_func = model.no_sync
 config.finalize_model_grads_func = finalize_model_grads
 if args.overlap_grad_reduce:  # as Megatron-LM's training loop sets them up
@@ -143,7 +154,7 @@ if args.overlap_param_gather:
 
 optimizer = get_megatron_optimizer(
     OptimizerConfig(optimizer="adam", lr=1e-4, bf16=True,
-                    use_distributed_optimizer=args.distributed_optimizer,
+                    use_distributed_optimizer=distributed_optimizer,
                     overlap_param_gather=args.overlap_param_gather),
     [model])
 
