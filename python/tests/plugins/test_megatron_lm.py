@@ -223,18 +223,35 @@ def test_a_mock_batch_is_held_by_nobody_once_handed_out():
 @needs_megatron
 def test_what_needs_values_or_files_is_off_and_said():
     args = _args(tokenizer_type="HuggingFaceTokenizer", vocab_size=128256, num_experts=8,
-                 moe_grouped_gemm=True, test_mode=True,
+                 moe_grouped_gemm=True, test_mode=True, moe_permute_fusion=True,
                  moe_expert_capacity_factor=None, moe_pad_expert_input_to_capacity=False)
     notes = megatron_args.set_up(args, iterations=2)
     assert (args.load, args.save, args.eval_iters, args.num_workers) == (None, None, 0, 0)
     assert args.mock_data and not args.check_for_nan_in_loss_and_grad
     # --test-mode's real-time tests assert the QK-norm weights are equal across replicas
     assert args.test_mode is False and "--test-mode checks" in notes[0]
+    # TE's fused permutation: Megatron's unfused one, which keeps the same permuted tokens
+    assert args.moe_permute_fusion is False
+    assert any("--moe-permute-fusion is Transformer Engine's kernel" in n for n in notes)
     assert (args.tokenizer_type, args.vocab_size) == ("NullTokenizer", 128255)  # + its EOD
     # MoE routing is left as configured (the plugin fixes the tokens per expert instead)
     assert (args.moe_expert_capacity_factor, args.moe_pad_expert_input_to_capacity) == (None, False)
     text = " ".join(notes)
     assert "mock batches" in text and "NullTokenizer" in text
+
+
+@needs_megatron
+def test_recomputing_grouped_experts_activation_without_te_is_refused_by_name():
+    """--recompute-modules moe_act needs grouped GEMM, which needs TE; without it the experts
+    run as SequentialMLP, which Megatron's config then refuses with a message that blames
+    the configuration. memlens says what it is."""
+    from memlens.errors import MemlensError
+
+    args = _args(num_experts=8, moe_grouped_gemm=True, recompute_modules=["moe_act"],
+                 moe_expert_capacity_factor=None, moe_pad_expert_input_to_capacity=False)
+    with pytest.raises(MemlensError, match=r"--recompute-modules moe_act .* grouped GEMM needs "
+                                           r"Transformer Engine"):
+        megatron_args.set_up(args, iterations=2)
 
 
 @needs_megatron

@@ -204,9 +204,24 @@ def _moe(args: Any) -> list[str]:
     if not getattr(args, "num_experts", None):
         return []
     notes = []  # routing is left as configured: the plugin fixes the tokens per expert
-    if getattr(args, "moe_grouped_gemm", False) and find_spec("transformer_engine") is None \
-            and find_spec("grouped_gemm") is None:
+    te = find_spec("transformer_engine") is not None
+    if getattr(args, "moe_grouped_gemm", False) and not te and find_spec("grouped_gemm") is None:
+        if "moe_act" in (getattr(args, "recompute_modules", None) or []):
+            from .optimizer import _megatron_version
+
+            raise MemlensError(
+                f"{_megatron_version()}: --recompute-modules moe_act recomputes the grouped "
+                "experts' activation, and grouped GEMM needs Transformer Engine, which is not "
+                "installed here: memlens runs the experts one after another (SequentialMLP), "
+                "which Megatron does not recompute that way (install transformer_engine, or "
+                "trace without moe_act)")
         args.moe_grouped_gemm = False
         notes.append("experts run one after another (SequentialMLP): grouped GEMM needs "
                      "Transformer Engine or grouped_gemm; the same weights and activations")
+    if getattr(args, "moe_permute_fusion", False) and not te:
+        args.moe_permute_fusion = False
+        notes.append("tokens permuted to their experts by Megatron's unfused path: "
+                     "--moe-permute-fusion is Transformer Engine's kernel; the same permuted "
+                     "tokens and probabilities (TE keeps an int32 row map for backward where "
+                     "the unfused path keeps int64 token indices)")
     return notes

@@ -10,6 +10,7 @@ and the permutation sizes its outputs by them. Each patch is `patch(plugin, modu
 from __future__ import annotations
 
 import functools
+import inspect
 from types import ModuleType
 
 from . import routing
@@ -21,10 +22,15 @@ def moe_utils(plugin, mod: ModuleType) -> None:
     name as the code means it (absent).
     - `permute` selects each expert's tokens with masked_select, whose size is the number of
     tokens routed: the dispatchers hand it that number (`num_out_tokens`), which the
-    policy's counts make a host value: its outputs have that size."""
+    policy's counts make a host value: its outputs have that size (before 0.19, whose
+    permute cuts an argsort at that number itself, and returns five values)."""
     if not getattr(mod, "HAVE_TE", True) and not hasattr(mod, "te_general_gemm"):
         plugin.patcher.setattr(mod, "te_general_gemm", None)
     original = mod.permute
+    if "align_size" in inspect.signature(original).parameters:
+        # 0.19 selects with an argsort cut at num_out_tokens (a fixed shape, sized by the
+        # policy's host value), not masked_select: nothing to stand in for.
+        return
 
     @functools.wraps(original)
     def permute(tokens, routing_map, probs=None, num_out_tokens=None, fused=False,
