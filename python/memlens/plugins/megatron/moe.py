@@ -22,8 +22,9 @@ def moe_utils(plugin, mod: ModuleType) -> None:
     name as the code means it (absent).
     - `permute` selects each expert's tokens with masked_select, whose size is the number of
     tokens routed: the dispatchers hand it that number (`num_out_tokens`), which the
-    policy's counts make a host value: its outputs have that size (before 0.19, whose
-    permute cuts an argsort at that number itself, and returns five values)."""
+    policy's counts make a host value: its outputs have that size. That is up to 0.18;
+    0.19's permute cuts an argsort at that number itself (and returns five values), and runs
+    as it is."""
     if not getattr(mod, "HAVE_TE", True) and not hasattr(mod, "te_general_gemm"):
         plugin.patcher.setattr(mod, "te_general_gemm", None)
     original = mod.permute
