@@ -169,10 +169,10 @@ def test_only_megatrons_local_attention_keeps_a_scores_buffer(snapshots, setting
     takes it from its global memory buffer, held to the end of the run (one per shape)."""
     snap = snapshots(setting, 0)
     buffer = GPT.micro_batch * GPT.heads // TP * GPT.seq * GPT.seq * 2
-    a, modules = snap["allocations"], snap["modules"]
-    empties = [a["free_seq"][i] for i in range(len(a["bytes"]))
-               if snap["ops"][a["op"][i]] == "empty" and a["requested_bytes"][i] == buffer
-               and modules[a["module"][i]]["fqn"].endswith("core_attention")]
+    empty, modules = snap["ops"].index("empty"), snap["modules"]
+    empties = [r["free_seq"] for r in M._rows(snap) if r["op"] == empty
+               and r["requested_bytes"] == buffer
+               and modules[r["module"]]["fqn"].endswith("core_attention")]
     assert empties and sum(free < 0 for free in empties) == kept
 
 

@@ -349,12 +349,12 @@ def test_te_grouped_gemm_experts_keep_their_four_workspaces(memlens, tmp_path):
                   cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     snap = json.loads(snapshot.read_text())
-    a, ops = snap["allocations"], snap["ops"]
     kept = {}
-    for i in range(len(a["bytes"])):
-        if ops[a["op"][i]] in ("te_grouped_gemm_workspace", "te_cublas_workspace"):
-            assert a["free_seq"][i] < 0  # kept to the end
-            kept.setdefault(ops[a["op"][i]], []).append(a["requested_bytes"][i])
+    for r in M._rows(snap):
+        name = snap["ops"][r["op"]]
+        if name in ("te_grouped_gemm_workspace", "te_cublas_workspace"):
+            assert r["free_seq"] < 0  # kept to the end
+            kept.setdefault(name, []).append(r["requested_bytes"])
     assert kept == {"te_grouped_gemm_workspace": [32 * 2**20 + 1024] * 4,
                     "te_cublas_workspace": [32 * 2**20 + 1024]}
     assert "SequentialMLP" in " ".join(snap["meta"]["notes"])

@@ -110,8 +110,8 @@ def _rows(snap: dict):
     device = a["devices"].index(snap["meta"]["device_key"])
     for i in range(len(a["bytes"])):
         if a["device"][i] == device:
-            yield {k: a[k][i] for k in ("requested_bytes", "category", "module", "alloc_seq",
-                                         "free_seq", "backward")}
+            yield {k: a[k][i] for k in ("requested_bytes", "category", "module", "op",
+                                         "alloc_seq", "free_seq", "backward")}
 
 
 def _phase(snap: dict, name: str) -> dict:
