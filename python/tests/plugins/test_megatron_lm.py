@@ -220,6 +220,62 @@ def test_a_mock_batch_is_held_by_nobody_once_handed_out():
     assert alive() is None
 
 
+def test_mock_batches_are_what_the_models_dataset_yields():
+    """BERT's and T5's scripts broadcast their datasets' keys (`broadcast_data`, int64): the
+    mock batch has each key at the dataset's shape, T5's decoder at its own length."""
+    from memlens.plugins.megatron.data import mock_iterator
+
+    args = Namespace(micro_batch_size=2, seq_length=8, decoder_seq_length=4,
+                     padded_vocab_size=16, create_attention_mask_in_dataloader=True)
+    shapes = {family: {k: (tuple(v.shape), v.dtype) for k, v in
+                       next(mock_iterator(object(), args, family)).items()}
+              for family in ("bert", "t5")}
+    import torch
+
+    i64 = torch.int64
+    assert shapes["bert"] == {"text": ((2, 8), i64), "types": ((2, 8), i64),
+                              "labels": ((2, 8), i64), "is_random": ((2,), i64),
+                              "padding_mask": ((2, 8), i64), "loss_mask": ((2, 8), i64),
+                              "truncated": ((2,), i64)}
+    assert shapes["t5"] == {"text_enc": ((2, 8), i64), "text_dec": ((2, 4), i64),
+                            "labels": ((2, 4), i64), "loss_mask": ((2, 4), i64),
+                            "truncated": ((2,), i64), "enc_mask": ((2, 8), i64),
+                            "dec_mask": ((2, 4), i64)}
+
+
+@needs_megatron
+@pytest.mark.slow  # traces in a fresh process
+def test_a_later_tensor_parallel_rank_receives_the_batch_into_one_buffer(tmp_path):
+    """broadcast_data on a TP rank other than the first reads the batch's sizes out of the
+    broadcast tensor (values a trace does not have: the script's shape check failed). Now it
+    reads them off its own mock batch, after the same broadcast, and receives the batch as
+    on a GPU: the sizes (6 keys x 5 dims, int64), then one flat int64 buffer of all 10,244
+    elements (no per-key copies: those are the first rank's), then the script's float mask."""
+    script = TESTS / "scripts" / "megatron" / "bert_batch_broadcast.py"
+    snap = M.trace(tmp_path, 2, 1, script=script)
+    rows = [(r["requested_bytes"], r["free_seq"] >= 0) for r in M._rows(snap)]
+    assert rows == [(6 * 5 * 8, True), (10_244 * 8, False), (4 * 512 * 4, False)]
+
+
+@needs_megatron
+def test_the_model_family_is_read_through_megatrons_wrappers():
+    """setup_model_and_optimizer returns the chunks wrapped (DDP around Float16Module, each
+    with `.module`); the family is the innermost model's."""
+    from types import SimpleNamespace
+
+    from megatron.core.models.bert.bert_model import BertModel
+    from megatron.core.models.gpt.gpt_model import GPTModel
+    from megatron.core.models.T5.t5_model import T5Model
+
+    from memlens.plugins.megatron.data import model_family
+
+    def wrapped(cls):  # an instance, not built: only its class is read
+        return [SimpleNamespace(module=SimpleNamespace(module=cls.__new__(cls)))]
+
+    assert [model_family(wrapped(c)) for c in (BertModel, T5Model, GPTModel)] == \
+        ["bert", "t5", "gpt"]
+
+
 @needs_megatron
 def test_what_needs_values_or_files_is_off_and_said():
     args = _args(tokenizer_type="HuggingFaceTokenizer", vocab_size=128256, num_experts=8,
@@ -295,6 +351,30 @@ def test_a_one_vocabulary_tokenizer_without_its_file_is_its_size(tmp_path, kind,
     notes = " ".join(megatron_args.set_up(args, iterations=2))
     assert (args.tokenizer_type, args.vocab_size) == ("NullTokenizer", tokens - 1)
     assert f"NullTokenizer of its {tokens} tokens" in notes
+
+
+@needs_megatron
+@pytest.mark.parametrize("kind,published,added", [
+    ("BertWordPieceLowerCase", 30522, 0),  # BERT's CI configurations: bert-large-uncased
+    ("BertWordPieceCase", 28996, 100),  # T5's: bert-large-cased, and <extra_id_0..99>
+])
+def test_a_wordpiece_tokenizer_is_its_files_size_and_never_built(tmp_path, kind, published,
+                                                                 added):
+    """Megatron builds BERT's and T5's tokenizers through Hugging Face's AutoTokenizer, which
+    asks the Hub for the named model's configuration even with a --vocab-file: they are
+    never built in a trace. The size is the file's, one token a line (the user's own
+    vocabulary), or the published file's when it is not here."""
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("".join(f"token{i}\n" for i in range(1000)) + "\n")  # a blank last line
+    args = _args(tokenizer_type=kind, vocab_size=None, vocab_file=str(vocab))
+    notes = " ".join(megatron_args.set_up(args, iterations=2))
+    assert (args.tokenizer_type, args.vocab_size) == ("NullTokenizer", 1000 + added - 1)
+    assert f"NullTokenizer of the 1000 tokens of {vocab}" in notes
+    absent = _args(tokenizer_type=kind, vocab_size=None, vocab_file=str(tmp_path / "no.txt"))
+    notes = " ".join(megatron_args.set_up(absent, iterations=2))
+    assert absent.vocab_size == published + added - 1
+    assert f"NullTokenizer of the {published} tokens of bert-large-" in notes
+    assert f"{tmp_path / 'no.txt'} is not here" in notes
 
 
 @needs_megatron

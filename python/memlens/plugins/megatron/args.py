@@ -24,6 +24,16 @@ FIXED_VOCABULARIES = {
     "Llama2Tokenizer": (32000, "tokenizer_model", "Llama 2's tokenizer model"),  # and Mixtral's
 }
 
+# WordPiece tokenizers (BERT's and T5's): type -> (the published vocabulary's tokens, what it
+# is, tokens Megatron adds). Megatron (0.19) builds them through Hugging Face's AutoTokenizer,
+# which fetches the named model's configuration from the Hub even with a --vocab-file, so they
+# are not built in a trace: their size is the file's (one token a line) or, without it, the
+# published file's.
+WORDPIECE_VOCABULARIES = {
+    "BertWordPieceLowerCase": (30522, "bert-large-uncased's vocabulary", 0),
+    "BertWordPieceCase": (28996, "bert-large-cased's vocabulary", 100),  # <extra_id_0..99>
+}
+
 # Set whatever the user gave. Attributes a Megatron-LM version does not have are skipped.
 _OFF = (
     ("load", None), ("pretrained_checkpoint", None), ("save", None),
@@ -131,6 +141,8 @@ def _tokenizer(args: Any) -> list[str]:
     kind = getattr(args, "tokenizer_type", None)
     vocab_file = getattr(args, "vocab_file", None)
     model_file = getattr(args, "tokenizer_model", None)
+    if kind in WORDPIECE_VOCABULARIES and not getattr(args, "vocab_size", None):
+        return [_wordpiece(args, kind, vocab_file)]
     if kind in FIXED_VOCABULARIES and not getattr(args, "vocab_size", None):
         tokens, file_arg, what = FIXED_VOCABULARIES[kind]
         file = getattr(args, file_arg, None)
@@ -157,6 +169,20 @@ def _tokenizer(args: Any) -> list[str]:
     args.vocab_size -= 1  # NullTokenizer(n) has n + 1 tokens; the user's tokenizer has n
     return [f"tokenizer {kind} replaced by NullTokenizer of --vocab-size {args.vocab_size + 1} "
             "tokens (mock data needs no text)"]
+
+
+def _wordpiece(args: Any, kind: str, vocab_file: str | None) -> str:
+    published, what, added = WORDPIECE_VOCABULARIES[kind]
+    if vocab_file and os.path.isfile(vocab_file):
+        with open(vocab_file, "rb") as lines:
+            tokens, source = sum(1 for line in lines if line.strip()), vocab_file
+    else:
+        tokens, source = published, f"{what} ({vocab_file or 'no --vocab-file'} is not here)"
+    args.vocab_size = tokens + added - 1  # NullTokenizer(n) adds an end-of-document token
+    args.tokenizer_type = "NullTokenizer"
+    extra = f" and the {added} it adds" if added else ""
+    return (f"tokenizer {kind} replaced by NullTokenizer of the {tokens} tokens of "
+            f"{source}{extra} (mock data needs no text)")
 
 
 def _cuda_graphs(args: Any) -> None:

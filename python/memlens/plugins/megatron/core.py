@@ -219,6 +219,28 @@ def utils(plugin, mod: ModuleType) -> None:
         plugin.replace(mod, "local_multi_tensor_l2_norm", local_multi_tensor_l2_norm)
 
 
+def broadcast_sizes(plugin, mod: ModuleType) -> None:
+    """`broadcast_data` (BERT's and T5's get_batch) sends the batch's sizes from the
+    tensor-parallel group's first rank, and the other ranks read them out of the broadcast
+    tensor: values a trace does not have (no sizes, and an empty batch). Every rank of the
+    simulated job holds the same mock batch, so a later rank reads the sizes off its own, after
+    the broadcast the GPU run makes; then it receives the batch into one buffer, as on a GPU."""
+    original = getattr(mod, "_build_key_size_numel_dictionaries", None)
+    if original is None:
+        return
+
+    @functools.wraps(original)
+    def _build_key_size_numel_dictionaries(keys, data, *args, **kwargs):
+        sent = original(keys, data, *args, **kwargs)  # its broadcast, as on a GPU
+        if data is None:
+            return sent
+        key_size = {key: list(data[key].size()) for key in keys}
+        key_numel = {key: data[key].numel() for key in keys}
+        return key_size, key_numel, sum(key_numel.values())
+
+    plugin.replace(mod, "_build_key_size_numel_dictionaries", _build_key_size_numel_dictionaries)
+
+
 # -- RNG ---------------------------------------------------------------------------------------
 def rng(plugin, mod: ModuleType) -> None:
     from . import rng as megatron_rng
@@ -276,6 +298,7 @@ PATCHES = {
     "megatron.core.optimizer.optimizer": optimizer,
     "megatron.core.distributed.distributed_data_parallel": buffers,
     "megatron.core.tensor_parallel.layers": linear_keeps_its_weight,
+    "megatron.core.tensor_parallel.data": broadcast_sizes,
     "megatron.core.distributed.fsdp.src.megatron_fsdp.uneven_dtensor": uneven_dtensor,
     "megatron.core.distributed.fsdp.mcore_fsdp_adapter": fsdp_adapter,
 }

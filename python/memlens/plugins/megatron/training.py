@@ -10,7 +10,7 @@ import functools
 from types import ModuleType
 
 from ...patches.patcher import Patcher
-from .data import mock_iterator
+from .data import mock_iterator, model_family
 
 
 def arguments(plugin, mod: ModuleType) -> None:
@@ -43,9 +43,21 @@ def initialize(plugin, mod: ModuleType) -> None:
 
 
 def training(plugin, mod: ModuleType) -> None:
-    """Mock batches instead of datasets and data loaders."""
+    """Mock batches instead of datasets and data loaders, of the model's family (GPT, BERT,
+    T5), which setup_model_and_optimizer builds before the data iterators."""
     if not hasattr(mod, "build_train_valid_test_data_iterators"):
         return
+    family = ["gpt"]
+    if hasattr(mod, "setup_model_and_optimizer"):
+        setup = mod.setup_model_and_optimizer
+
+        @functools.wraps(setup)
+        def setup_model_and_optimizer(*args, **kwargs):
+            out = setup(*args, **kwargs)
+            family[0] = model_family(out[0])
+            return out
+
+        plugin.replace(mod, "setup_model_and_optimizer", setup_model_and_optimizer)
 
     def build_train_valid_test_data_iterators(*args, **kwargs):
         from megatron.training import get_args
@@ -53,7 +65,7 @@ def training(plugin, mod: ModuleType) -> None:
         margs = get_args()
         # What Megatron learns from the loaders it builds (and broadcasts from rank 0).
         margs.do_train, margs.do_valid, margs.do_test = True, False, False
-        return mock_iterator(mod, margs), None, None
+        return mock_iterator(mod, margs, family[0]), None, None
 
     plugin.replace(mod, "build_train_valid_test_data_iterators",
                    build_train_valid_test_data_iterators)
