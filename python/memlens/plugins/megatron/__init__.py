@@ -76,12 +76,14 @@ class MegatronPlugin:
         """(module name, what to patch in it once it is imported), in order; a module may be
         patched by several parts."""
         from . import (core as megatron_core, fp8_linear as megatron_fp8_linear,
-                       fp8_params as megatron_fp8_params, moe as megatron_moe,
-                       stand_ins as megatron_stand_ins, training as megatron_training)
+                       fp8_params as megatron_fp8_params, mamba as megatron_mamba,
+                       moe as megatron_moe, stand_ins as megatron_stand_ins,
+                       training as megatron_training)
 
         return [(name, functools.partial(patch, self))
                 for part in (megatron_core, megatron_stand_ins, megatron_fp8_linear,
-                             megatron_fp8_params, megatron_moe, megatron_training)
+                             megatron_fp8_params, megatron_moe, megatron_mamba,
+                             megatron_training)
                 for name, patch in part.PATCHES.items()]
 
     def replace(self, module: ModuleType, name: str, new) -> None:

@@ -8,6 +8,7 @@ has the list. Each patch is `patch(plugin, module)` (the plugin is __init__.py).
 from __future__ import annotations
 
 import functools
+from importlib.util import find_spec
 from types import ModuleType
 
 from .kernels import fused_rope_function
@@ -168,6 +169,77 @@ def bert_layer_specs(plugin, mod: ModuleType) -> None:
                        lambda: get_bert_layer_with_transformer_engine_spec().submodules)
 
 
+def hybrid_layer_specs(plugin, mod: ModuleType) -> None:
+    """The hybrid (Mamba) stack's specs are built from Transformer Engine's modules only, at
+    import (`--spec megatron.core.models.hybrid.hybrid_layer_specs hybrid_stack_spec`; 0.16's
+    `megatron.core.models.mamba.mamba_layer_specs mamba_stack_spec`). Where TE is absent each
+    becomes a copy with Megatron's modules as TE holds memory: the norm-fused linear as norm
+    then linear (te_gemm.layer_norm_column_parallel_class), the linear layers' GEMMs on TE's
+    workspace, TE's norm as Megatron's, and core attention as TE's."""
+    if find_spec("transformer_engine") is not None:
+        return
+    from megatron.core.extensions import transformer_engine as te_ext
+    from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
+    from megatron.core.transformer.spec_utils import ModuleSpec
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm
+
+    from .attention import flash_attention_class
+    from .spec_swap import copy_spec, swap_in_spec
+    from .te_gemm import layer_norm_column_parallel_class, te_gemm_class
+
+    specs = [(name, value) for name, value in vars(mod).items()
+             if isinstance(value, ModuleSpec)]
+    if not specs:
+        return
+    # 0.19's GPT scripts import this module too (megatron.training.models): TE counts as
+    # asked for only when a stack is built from one of these specs (hybrid_block below).
+    local = {"TELayerNormColumnParallelLinear": layer_norm_column_parallel_class(),
+             "TEColumnParallelLinear": te_gemm_class(ColumnParallelLinear),
+             "TERowParallelLinear": te_gemm_class(RowParallelLinear),
+             "TENorm": WrappedTorchNorm, "TEDotProductAttention": flash_attention_class()}
+    swaps = {getattr(te_ext, name): cls for name, cls in local.items() if hasattr(te_ext, name)}
+    copies = {}  # one copy per spec: 0.19's mamba_stack_spec is hybrid_stack_spec
+    for name, spec in specs:
+        if id(spec) not in copies:
+            copies[id(spec)] = copy_spec(spec)
+            swap_in_spec(copies[id(spec)],
+                         lambda value: swaps.get(value) if isinstance(value, type) else None)
+            TE_STACKS[id(copies[id(spec)].submodules)] = copies[id(spec)]
+        plugin.patcher.setattr(mod, name, copies[id(spec)])
+
+
+# The submodules of the hybrid specs built with TE's modules (by id; the spec kept alive).
+TE_STACKS: dict[int, object] = {}
+
+
+def hybrid_block(plugin, mod: ModuleType) -> None:
+    """The hybrid stack builds its final norm as TE's norm itself (and fuses MLA's down
+    projections into TE's norm-fused linear): where TE is absent, Megatron's norm and the
+    norm-fused linear's stand-in, in this module only."""
+    if find_spec("transformer_engine") is not None or not hasattr(mod, "TENorm"):
+        return
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm
+
+    from .te_gemm import layer_norm_column_parallel_class
+
+    plugin.patcher.setattr(mod, "TENorm", WrappedTorchNorm)
+    if hasattr(mod, "TELayerNormColumnParallelLinear"):
+        plugin.patcher.setattr(mod, "TELayerNormColumnParallelLinear",
+                               layer_norm_column_parallel_class())
+    stack = getattr(mod, "HybridStack", None) or getattr(mod, "MambaStack", None)
+    if stack is None:
+        return
+    original = stack.__init__
+
+    @functools.wraps(original)
+    def __init__(self, config, submodules=None, *args, **kwargs):
+        if id(submodules) in TE_STACKS:  # built from TE's spec: its attention and GEMMs
+            want_flash_attention(plugin)
+        original(self, config, submodules, *args, **kwargs)
+
+    plugin.patcher.setattr(stack, "__init__", __init__)
+
+
 def te_extension_mocks(plugin, mod: ModuleType) -> None:
     """megatron-core 0.16 without Transformer Engine: its TE extension module defines its
     classes on a MagicMock of `te` (`class TELinear(te.pytorch.Linear)` is then a mock, not a
@@ -203,6 +275,10 @@ PATCHES = {
     "megatron.core.tensor_parallel.layers": tp_layers,
     "megatron.core.models.gpt.gpt_layer_specs": layer_specs,
     "megatron.core.models.bert.bert_layer_specs": bert_layer_specs,
+    "megatron.core.models.hybrid.hybrid_layer_specs": hybrid_layer_specs,
+    "megatron.core.models.mamba.mamba_layer_specs": hybrid_layer_specs,  # 0.16's name
+    "megatron.core.models.hybrid.hybrid_block": hybrid_block,
+    "megatron.core.ssm.mamba_block": hybrid_block,  # 0.16's name
     "megatron.core.extensions.transformer_engine": te_extension_mocks,
     "megatron.core.models.common.embeddings.rope_utils": rope_utils,
 }

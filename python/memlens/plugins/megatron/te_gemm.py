@@ -66,6 +66,31 @@ def te_gemm_class(cls: type) -> type:
                    "(memlens/plugins/megatron/te_gemm.py): its GEMMs use TE's workspace."})
 
 
+@functools.cache
+def layer_norm_column_parallel_class() -> type:
+    """TE's TELayerNormColumnParallelLinear (the norm fused into the linear module: a layer
+    built from TE's spec has no norm of its own) as Megatron's norm, then its
+    ColumnParallelLinear on TE's workspace: the same parameters, and for backward the input,
+    the norm's statistics and the normalised input, as TE's LayerNormLinear saves."""
+    from megatron.core.tensor_parallel.layers import ColumnParallelLinear
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm
+
+    base = te_gemm_class(ColumnParallelLinear)
+
+    class TELayerNormColumnParallelLinear(base):
+        __doc__ = layer_norm_column_parallel_class.__doc__
+
+        def __init__(self, input_size, output_size, *, config, **kwargs):
+            super().__init__(input_size, output_size, config=config, **kwargs)
+            self.layer_norm = WrappedTorchNorm(config=config, hidden_size=input_size,
+                                               eps=config.layernorm_epsilon)
+
+        def forward(self, x, *args, **kwargs):
+            return super().forward(self.layer_norm(x), *args, **kwargs)
+
+    return TELayerNormColumnParallelLinear
+
+
 def use_te_gemms(spec) -> bool:
     """Mark every ColumnParallelLinear and RowParallelLinear of a layer spec (ModuleSpec tree)
     as TE's linear; True if one was found."""
