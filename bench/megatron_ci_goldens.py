@@ -12,15 +12,15 @@ with `torch.cuda.memory_allocated()` after each step and `max_memory_allocated()
 pretraining case of the GPT, MoE, hybrid, BERT and T5 folders (not inference, RL or release
 runs) is turned into the command line Megatron's `_run_training.sh` builds (`true` a bare flag,
 `[a b]` two values), with its data, checkpoint and TensorBoard paths under a scratch folder,
-and traced as `memlens run --world-size 8 --rank 7` (one node of 8 GPUs, the last rank) on the
-golden file's GPU. Cases whose arguments only differ in checkpointing or logging are traced
-once.
+and traced as `memlens run --world-size 8 --rank 7` (one node of 8 GPUs, the last rank; fewer
+where the case names GPUS_PER_NODE for its arguments) on the golden file's GPU. Cases whose
+arguments only differ in checkpointing or logging are traced once.
 
 Printed and written to bench/results/: per case, the traced peak against the largest
-`mem-max-allocated-bytes`, and what is alive after the second traced step against the last
-logged `mem-allocated-bytes` (the steady state: with fp16 the first steps are skipped while
-the loss scale comes down, before Adam's moments exist), as differences in per cent; and
-each failure's last line.
+`mem-max-allocated-bytes` (the first traced step's, where the run logs one step), and what
+is alive after the second traced step against the last logged `mem-allocated-bytes` (the
+steady state: with fp16 the first steps are skipped while the loss scale comes down, before
+Adam's moments exist), as differences in per cent; and each failure's last line.
 """
 
 from __future__ import annotations
@@ -107,8 +107,12 @@ def trace(case: Path, checkout: Path, python: str, scratch: Path) -> dict:
            "PYTHONPATH": os.pathsep.join(filter(None, (
                os.environ.get("MEMLENS_MEGATRON_LM_DEPS"), str(checkout), str(REPO / "python")))),
            "MEMLENS_WARM_WORKER": "0"}
-    cmd = [python, "-m", "memlens", "run", "--device", DEVICES[gpu], "--world-size", "8",
-           "--rank", "7", "--progress", "none", "--snapshot", str(snapshot), "--",
+    # A case may run on fewer GPUs (MODEL_ENV_VARS' GPUS_PER_NODE for MODEL_ARGS, one node):
+    # its last rank logs the memory.
+    gpus = int(((cfg.get("MODEL_ENV_VARS") or {}).get("MODEL_ARGS") or {}).get(
+        "GPUS_PER_NODE", 8))
+    cmd = [python, "-m", "memlens", "run", "--device", DEVICES[gpu], "--world-size", str(gpus),
+           "--rank", str(gpus - 1), "--progress", "none", "--snapshot", str(snapshot), "--",
            SCRIPTS[case.parent.name], *command_line(cfg.get("MODEL_ARGS") or {}, scratch)]
     start = time.monotonic()
     try:
@@ -127,7 +131,12 @@ def trace(case: Path, checkout: Path, python: str, scratch: Path) -> dict:
     values = json.loads(golden.read_text())
     peaks = values.get("mem-max-allocated-bytes", {}).get("values", {})
     after = values.get("mem-allocated-bytes", {}).get("values", {})
-    result.update(peak=snap["summary"]["peak_bytes"],
+    logged = [k for k, v in peaks.items() if isinstance(v, (int, float))]
+    peak = snap["summary"]["peak_bytes"]
+    if len(logged) == 1:  # a one-step run (--train-iters 1): the first traced step's peak
+        peak = max(p["peak_bytes"] for name, p in phases.items()
+                   if not name.split("_iter_")[-1].isdigit() or name.endswith("_iter_0"))
+    result.update(peak=peak,
                   after=phases.get("optimizer_step_iter_1", {}).get("current_after_bytes"),
                   golden_peak=max((v for v in peaks.values() if isinstance(v, (int, float))),
                                   default=None),
