@@ -199,6 +199,7 @@ def hybrid_layer_specs(plugin, mod: ModuleType) -> None:
              "TENorm": WrappedTorchNorm, "TEDotProductAttention": flash_attention_class()}
     swaps = {getattr(te_ext, name): cls for name, cls in local.items() if hasattr(te_ext, name)}
     copies = {}  # one copy per spec: 0.19's mamba_stack_spec is hybrid_stack_spec
+    plugin.patcher.defer(TE_STACKS.clear)
     for name, spec in specs:
         if id(spec) not in copies:
             copies[id(spec)] = copy_spec(spec)
