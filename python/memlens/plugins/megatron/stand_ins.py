@@ -169,6 +169,10 @@ def bert_layer_specs(plugin, mod: ModuleType) -> None:
                        lambda: get_bert_layer_with_transformer_engine_spec().submodules)
 
 
+# The submodules of the hybrid specs built with TE's modules (by id; the spec kept alive).
+TE_STACKS: dict[int, object] = {}
+
+
 def hybrid_layer_specs(plugin, mod: ModuleType) -> None:
     """The hybrid (Mamba) stack's specs are built from Transformer Engine's modules only, at
     import (`--spec megatron.core.models.hybrid.hybrid_layer_specs hybrid_stack_spec`; 0.16's
@@ -207,10 +211,6 @@ def hybrid_layer_specs(plugin, mod: ModuleType) -> None:
                          lambda value: swaps.get(value) if isinstance(value, type) else None)
             TE_STACKS[id(copies[id(spec)].submodules)] = copies[id(spec)]
         plugin.patcher.setattr(mod, name, copies[id(spec)])
-
-
-# The submodules of the hybrid specs built with TE's modules (by id; the spec kept alive).
-TE_STACKS: dict[int, object] = {}
 
 
 def hybrid_block(plugin, mod: ModuleType) -> None:
