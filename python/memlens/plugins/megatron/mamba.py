@@ -33,9 +33,10 @@ def _sm_count(device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def _chunk_scan_fwd(x_dtype, b, L, H, P, G, N, C, device, state_dtype, z_given):
-    """_mamba_chunk_scan_combined_fwd: returns (out, out_x, dt_out, dA_cumsum, passed states,
-    final states); the chunk states and CB are freed inside it."""
+def _chunk_scan_fwd(x_dtype, b, L, H, P, G, N, C, device, state_dtype):
+    """_mamba_chunk_scan_combined_fwd with z given (the split Function's gate): returns (out,
+    out_x, dt_out, dA_cumsum, passed states, final states); the chunk states and CB are freed
+    inside it."""
     c = math.ceil(L / C)
     dt_out = torch.empty(b, H, c, C, dtype=F32, device=device)  # _chunk_cumsum_fwd
     dA_cumsum = torch.empty(b, H, c, C, dtype=F32, device=device)
@@ -45,19 +46,19 @@ def _chunk_scan_fwd(x_dtype, b, L, H, P, G, N, C, device, state_dtype, z_given):
     del states
     cb = torch.empty(b, c, G, C, C, dtype=F32, device=device)  # _bmm_chunk_fwd
     out = torch.empty(b, L, H, P, dtype=x_dtype, device=device)  # _chunk_scan_fwd
-    out_x = torch.empty(b, L, H, P, dtype=x_dtype, device=device) if z_given else None
+    out_x = torch.empty(b, L, H, P, dtype=x_dtype, device=device)  # before the gate
     del cb
     return out, out_x, dt_out, dA_cumsum, passed, final
 
 
-def _chunk_scan_bwd(x_dtype, b, L, H, P, G, N, C, device, state_dtype, dt_shape):
+def _chunk_scan_bwd(x_dtype, b, L, H, P, G, N, C, device, state_dtype):
     """_mamba_chunk_scan_combined_bwd with its gradient outputs given (the split Function
     passes views of its own buffers): every intermediate, in the kernels' order. Returns the
     small gradients (dA, ddt_bias: fp32; dD)."""
     c = math.ceil(L / C)
     splits = max(1, math.ceil((H // G) / max(min(math.ceil(b * c * H / _sm_count(device)),
                                                  H // G), 1)))
-    dt_in = torch.empty(dt_shape, dtype=x_dtype, device=device)  # dt.clone()
+    dt_in = torch.empty(b, L, H, dtype=x_dtype, device=device)  # dt.clone()
     dA_cumsum = torch.empty(b, H, c, C, dtype=F32, device=device)  # recomputed
     dt = torch.empty(b, H, c, C, dtype=F32, device=device)
     cb = torch.empty(b, c, G, C, C, dtype=F32, device=device)
@@ -107,7 +108,7 @@ class SplitConv1dScanCombined(torch.autograd.Function):
         assert width == H * P + dc + H, "zxbcdt is z, xBC, dt"
         xbc_conv = torch.empty(b, L, dc, dtype=zxbcdt.dtype, device=zxbcdt.device)
         out, out_x, *rest = _chunk_scan_fwd(zxbcdt.dtype, b, L, H, P, ngroups, N, chunk_size,
-                                            zxbcdt.device, state_dtype, z_given=True)
+                                            zxbcdt.device, state_dtype)
         del xbc_conv, rest
         ctx.save_for_backward(zxbcdt, conv1d_weight, conv1d_bias, out_x, A, D, dt_bias)
         ctx.sizes = (b, L, H, P, ngroups, N, chunk_size, state_dtype)
@@ -122,8 +123,7 @@ class SplitConv1dScanCombined(torch.autograd.Function):
         xbc_conv = torch.empty(b, L, dc, dtype=dtype, device=device)  # recomputed
         dzxbcdt = torch.empty_like(zxbcdt)  # dz and ddt are views of it
         dxbc = torch.empty(b, L, dc, dtype=dtype, device=device)  # dx, dB, dC are views
-        dA, ddt_bias, dD = _chunk_scan_bwd(dtype, b, L, H, P, G, N, C, device, state_dtype,
-                                           (b, L, H))
+        dA, ddt_bias, dD = _chunk_scan_bwd(dtype, b, L, H, P, G, N, C, device, state_dtype)
         del xbc_conv
         dweight = torch.zeros(conv1d_weight.shape, dtype=F32, device=device)  # conv bwd
         dbias = torch.zeros(conv1d_bias.shape, dtype=F32, device=device)
@@ -154,7 +154,7 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
                                          state_dtype or zxbcdt.dtype)
 
 
-def mamba_chunk_scan_combined(*args, state_dtype=None, **kwargs):
+def mamba_chunk_scan_combined(*args, **kwargs):
     raise MemlensError("Megatron's unfused Mamba path (--disable-mamba-mem-eff-path) calls "
                        "mamba_ssm's mamba_chunk_scan_combined, which memlens' stand-in does not "
                        "model: trace without the flag (the default, memory-efficient path), or "
