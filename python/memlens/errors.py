@@ -41,6 +41,14 @@ class SnapshotError(MemlensError):
     """A snapshot file is missing, truncated, of another format or version, or invalid."""
 
 
+class LayerReplayAbandoned(Exception):
+    """A replayed block turned out not to be what a full trace books, or the script failed
+    after a replay (engine/layer_replay.py): the trace is run again without layer replay."""
+
+    # Set in the process that traces again in full: why the replay was abandoned.
+    ENV = "MEMLENS_LAYER_REPLAY_ABANDONED"
+
+
 class StopTracing(BaseException):
     """Raised into user code after the requested iterations; BaseException so `except Exception` in
     the script does not swallow it."""

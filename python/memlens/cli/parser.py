@@ -32,6 +32,10 @@ def build_parser() -> argparse.ArgumentParser:
                         default=None, help="the attention kernel F.scaled_dot_product_attention "
                         "runs on where it can take the inputs (default: the one torch picks on "
                         "the device: cuDNN first on sm90/sm10x, flash elsewhere)")
+        sp.add_argument("--no-layer-replay", action="store_true",
+                        help="trace every block of a model; by default identical blocks after "
+                        "the first two are replayed from a recording, with the same snapshot "
+                        "(a replay found wrong traces again without it)")
         sp.add_argument("--max-allocations", type=int, default=None,
                         help="keep the full allocation stream in the snapshot up to this many "
                         "allocations (default 1,000,000)")

@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..errors import DataDependentError, MemlensError
+from ..errors import DataDependentError, LayerReplayAbandoned, MemlensError
 from ..worker.protocol import cli_snapshot_path
 from .all_ranks import trace_all_ranks
 from .exit_codes import EXIT_INTERRUPTED
@@ -58,7 +58,9 @@ def trace(args, console, err) -> int:
                                 dynamic_sizes=args.dynamic_sizes or "bound",
                                 sdpa_backend=args.sdpa_backend or (
                                     recipe.sdpa_backend if recipe else None),
-                                device_count=gpus)
+                                device_count=gpus, layer_replay=_layer_replay(args))
+        except LayerReplayAbandoned as e:
+            _trace_again_in_full(str(e))
         except DataDependentError as e:
             # What was traced until the script needed a value: the report, then the error.
             from ..reports.terminal import print_report
@@ -90,6 +92,19 @@ def trace(args, console, err) -> int:
         print(json.dumps(summary))
     # Ctrl-C ended the trace: the report of what was traced, then the status of an interrupt.
     return EXIT_INTERRUPTED if snap["meta"].get("interrupted") else 0
+
+
+def _layer_replay(args) -> bool:
+    return not getattr(args, "no_layer_replay", False) and not os.environ.get(LayerReplayAbandoned.ENV)
+
+
+def _trace_again_in_full(why: str) -> None:
+    """A layer replay turned out wrong: become the same command without it (never returns).
+    The new process says why in the snapshot's meta."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.environ[LayerReplayAbandoned.ENV] = why
+    os.execv(sys.executable, [sys.executable, "-m", "memlens", *sys.argv[1:]])
 
 
 @contextlib.contextmanager

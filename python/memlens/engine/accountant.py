@@ -87,6 +87,10 @@ class Accountant(TorchDispatchMode):
         self._all_fake = 0  # inside made_fake(): no op runs on the host
         self._copying_real = 0  # inside copying_real(): host ops run on the host
         self.pinned = PinnedFakeStorages(self.ledger)
+        self._unbooked = 0  # inside unbooked(): ops run fake and book nothing
+        # Ops with effects beyond the ledger (computed on the host, collectives, streams): a
+        # block that runs one is not replayed (engine/layer_replay.py).
+        self.unreplayable_ops = 0
         self._one_op_at_a_time = threading.RLock()
 
     @classmethod
@@ -104,6 +108,16 @@ class Accountant(TorchDispatchMode):
             yield
         finally:
             self._all_fake -= 1
+
+    @contextlib.contextmanager
+    def unbooked(self):
+        """Ops inside the block run fake and book nothing: a replayed block's tensors, made on
+        records the replay has booked (engine/layer_replay.py)."""
+        self._unbooked += 1
+        try:
+            yield
+        finally:
+            self._unbooked -= 1
 
     @contextlib.contextmanager
     def copying_real(self):
@@ -124,6 +138,8 @@ class Accountant(TorchDispatchMode):
 
     def _dispatch(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if self._unbooked:
+            return func(*args, **kwargs)
         if func.namespace == "profiler":  # record_function markers: no tensors, no memory
             return func(*args, **kwargs)
         if torch.is_inference_mode_enabled() and _composite(func):
@@ -147,6 +163,9 @@ class Accountant(TorchDispatchMode):
             # A DTensor's value (`.item()` of a clipped grad norm) is its local tensor's: let
             # DTensor dispatch, and read the local tensor when it comes back here.
             return self._read_value(args[0]) if _plain(types) else NotImplemented
+        if func is _WAIT_TENSOR or func is _RECORD_STREAM or func is _PIN_MEMORY or \
+                func.namespace in COLLECTIVE_NAMESPACES:
+            self.unreplayable_ops += 1
         if func is _WAIT_TENSOR:
             # Eager wait_tensor hands back its input; the fake kernel makes a new tensor that
             # would be booked as a second copy of every functional collective's output.
@@ -205,6 +224,7 @@ class Accountant(TorchDispatchMode):
         phases = self.tracer.phases
         if phases.stop_pending and not phases.in_step:
             raise self.tracer.stop()
+        self.unreplayable_ops += 1
         if func is _RECORD_STREAM:
             return None  # a host tensor: no CUDA allocator holds it
         if (func is _IS_PINNED or func is _PIN_MEMORY) and not pinning_available():

@@ -45,7 +45,8 @@ class Classifier:
         self._grad_hooked: set[int] = set()
         self._param_handles: list[Any] = []
         self._pinned: set[int] = set()  # records whose category and module are settled
-        self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self.pack, self._unpack)
+        self.saved_hooks = torch.autograd.graph.saved_tensors_hooks(self.pack, self._unpack)
+        self.on_pack = None  # called with each tensor saved (engine/layer_replay.py)
         self._saved_leaves: dict[Any, weakref.ref] = {}  # alias key -> a saved leaf
 
     def install(self) -> None:
@@ -59,10 +60,10 @@ class Classifier:
             o.register_optimizer_step_post_hook(self._after_step),
             m.register_module_forward_hook(self.module_returned),
         ]
-        self._saved_hooks.__enter__()
+        self.saved_hooks.__enter__()
 
     def uninstall(self) -> None:
-        self._saved_hooks.__exit__(None, None, None)
+        self.saved_hooks.__exit__(None, None, None)
         for h in self._handles + self._param_handles:
             h.remove()
         self._handles, self._param_handles = [], []
@@ -185,6 +186,8 @@ class Classifier:
     def pack(self, t: torch.Tensor):
         """The saved-tensor pack hook (public: code that saves without it recognises it)."""
         self.mark_saved(t)
+        if self.on_pack is not None:
+            self.on_pack(t)
         if t.grad_fn is None:  # a leaf or a tensor outside autograd: no cycle possible
             return t
         # A detached alias: returning `t` itself would make a saved output reference its own

@@ -92,6 +92,10 @@ class Ledger:
         # for CUDA
         # graphs' private pools, (seq, device, "empty_cache", 0, 0).
         self.stream_events: list[tuple] = []
+        # While a block is recorded (engine/layer_replay.py): its allocations, frees and
+        # category changes, in order: ("alloc", rid, category, module, sub), ("free", rid),
+        # ("cat", rid, category, module, sub).
+        self.tap: list[tuple] | None = None
 
     # -- interning -------------------------------------------------------------------------
     def op_id(self, name: str) -> int:
@@ -127,6 +131,8 @@ class Ledger:
             if model.reserved_by_stream != (changes[-1][4] if changes else {}) or \
                     model.reserved_by_pool != (changes[-1][5] if changes else {}):
                 self._note_reserved(device, model)
+        if self.tap is not None:
+            self.tap.append(("alloc", rid, category, module, 0))
         cur = self.current.get(device, 0) + size
         self.current[device] = cur
         if cur > self.peak.get(device, -1):
@@ -140,6 +146,8 @@ class Ledger:
             return
         rec.free_seq = len(self.events)
         self.events.append(~rid)
+        if self.tap is not None:
+            self.tap.append(("free", rid))
         self.current[rec.device] -= rec.size
         model = self.allocators.get(rec.device)
         if model is not None and rid not in self._refused:
@@ -241,6 +249,8 @@ class Ledger:
 
     def recategorize(self, rid: int, category: int, module: int | None = None,
                      sub: int = 0) -> None:
+        if self.tap is not None:
+            self.tap.append(("cat", rid, category, module, sub))
         rec = self.records[rid]
         rec.category = category
         rec.sub = sub

@@ -23,7 +23,8 @@ from ..cuda.sdpa import SdpaLog
 from ..devices import DeviceSpec
 from ..distributed.env import RankSpec
 from ..distributed.layout import Layout
-from ..errors import StopTracing
+from ..errors import LayerReplayAbandoned, StopTracing
+from .layer_replay import LayerReplay
 from .ledger import Ledger
 from .modules import ModuleTracker
 from ..patches import Patcher
@@ -41,7 +42,8 @@ from ..kernels.nccl_work import NcclWorks
 class Tracer:
     def __init__(self, device: DeviceSpec | str = "h100-80gb", iterations: int = 2,
                  rank: RankSpec | None = None, device_count: int = 1, device_index: int = 0,
-                 dynamic_sizes: str = "bound", sdpa_backend: str | None = None):
+                 dynamic_sizes: str = "bound", sdpa_backend: str | None = None,
+                 layer_replay: bool = False):
         """`rank`: simulate that rank of a distributed job (fake process groups; see
         patches/torch_distributed.py; the caller gives the script the rank's environment): its
         node's GPUs are simulated and the trace describes its local GPU. Without a rank,
@@ -49,7 +51,10 @@ class Tracer:
         `cuda:{device_index}`. `dynamic_sizes`: how ops whose result's size depends on tensor
         values are sized (dynamic_sizes.py: "bound", "error" or a fraction of the bound).
         `sdpa_backend`: the attention kernel tried first on a CUDA target (flash, efficient,
-        cudnn, math; cuda/sdpa.py), instead of the order torch would use on the device."""
+        cudnn, math; cuda/sdpa.py), instead of the order torch would use on the device.
+        `layer_replay`: identical blocks after the first two are replayed from a recording
+        (layer_replay.py); a replay found wrong afterwards raises LayerReplayAbandoned from
+        `check_layer_replay`, and the caller traces again without it."""
         if isinstance(device, str):
             from ..devices import get_device
 
@@ -67,6 +72,8 @@ class Tracer:
         self.modules = ModuleTracker(self.stacks, self._on_top_level_forward)
         self.classifier = Classifier(self.ledger, self.modules)
         self.accountant = Accountant(self)
+        self.layer_replay = LayerReplay(self) if layer_replay else None
+        self._compiled_call = 0
         self.workspaces = WorkspaceModel(device.type, device)
         # NCCL's streams and the tensors its works keep alive (simulated ranks on CUDA)
         self.collectives = NcclWorks(self.ledger, self.accountant.book_collective_buffer) \
@@ -127,6 +134,9 @@ class Tracer:
             undo.callback(self.modules.uninstall)
             self.classifier.install()
             undo.callback(self.classifier.uninstall)
+            if self.layer_replay is not None:
+                self.classifier.on_pack = self.layer_replay.on_pack
+                undo.callback(self.layer_replay.finish)
             self.plugins.install()
             undo.callback(self.plugins.uninstall)
             self._step_hooks = [
@@ -255,6 +265,18 @@ class Tracer:
     def _on_top_level_forward(self, module: torch.nn.Module) -> None:
         self.classifier.scan_model(module)
         self.phases.on_top_level_forward(module)
+        if self.layer_replay is not None and not self._compiled_call:
+            self.layer_replay.scan(module)
+
+    def check_layer_replay(self) -> None:
+        """After the trace: raise LayerReplayAbandoned if a replay was found wrong, so that
+        the caller traces again in full."""
+        replay = self.layer_replay
+        if replay is None:
+            return
+        replay.finish()
+        if replay.abandoned:
+            raise LayerReplayAbandoned(replay.abandoned)
 
     @contextlib.contextmanager
     def _modes_entered(self) -> Iterator[None]:
@@ -265,7 +287,11 @@ class Tracer:
     def _compiled_module_call(self, module: torch.nn.Module, args: tuple, call):
         """A compiled module's call: its hooks run inside the compiled code, where the trackers
         skip them (Dynamo would trace them), so the call is announced to them here."""
-        self.modules.pre_forward(module, args)
+        self._compiled_call += 1
+        try:
+            self.modules.pre_forward(module, args)
+        finally:
+            self._compiled_call -= 1
         out = None
         try:
             out = call()

@@ -31,16 +31,33 @@ def prepare_process(device: DeviceSpec | str, device_count: int = 1) -> None:
         raise MemlensError(f"cannot simulate a {device.name} here: {e}") from None
 
 
+def replay_meta(tracer) -> dict:
+    """The snapshot's `meta.layer_replay`: what was replayed, or why nothing was."""
+    import os
+
+    from ..errors import LayerReplayAbandoned
+
+    if tracer.layer_replay is not None:
+        return tracer.layer_replay.meta()
+    why = os.environ.get(LayerReplayAbandoned.ENV)
+    if why:
+        tracer.add_note(f"Layer replay was abandoned ({why}); the script was traced again with "
+                        f"every block traced.")
+    return {"enabled": False, **({"abandoned": why} if why else {})}
+
+
 def trace_target(target, device: DeviceSpec, iterations: int, progress_mode: str = "none",
                  console=None, command: list[str] | None = None,
                  max_allocations: int | None = None, rank=None,
                  dynamic_sizes: str = "bound", sdpa_backend: str | None = None,
-                 device_count: int = 1) -> dict[str, Any]:
+                 device_count: int = 1, layer_replay: bool = False) -> dict[str, Any]:
     """`rank`: a RankSpec to simulate that rank of a distributed job (the script target must
     already carry the rank's environment). A script stopped by a value the trace cannot make
     up raises DataDependentError carrying the snapshot of what was traced until then.
     `sdpa_backend`: the attention kernel to try first (cuda/sdpa.py), else the device's order.
-    `device_count`: the GPUs a single process sees (DataParallel; a rank sees its node's)."""
+    `device_count`: the GPUs a single process sees (DataParallel; a rank sees its node's).
+    `layer_replay`: replay identical blocks (engine/layer_replay.py); LayerReplayAbandoned when
+    a replay turned out wrong or the script failed after one: the caller traces again without."""
     from ..engine.interrupt import stop_on_interrupt
     from ..progress import Progress
     from ..snapshot import build_snapshot
@@ -48,10 +65,11 @@ def trace_target(target, device: DeviceSpec, iterations: int, progress_mode: str
     from .model import ModelTarget, run_model, unload
     from .script import run_script
     from ..engine.tracer import Tracer
-    from ..errors import DataDependentError
+    from ..errors import DataDependentError, LayerReplayAbandoned
 
     tracer = Tracer(device, iterations=iterations, rank=rank, dynamic_sizes=dynamic_sizes,
-                    sdpa_backend=sdpa_backend, device_count=device_count)
+                    sdpa_backend=sdpa_backend, device_count=device_count,
+                    layer_replay=layer_replay)
     try:
         with Progress(progress_mode, console, rank.rank if rank else None) as progress:
             tracer.phases.on_phase = progress.update
@@ -63,12 +81,20 @@ def trace_target(target, device: DeviceSpec, iterations: int, progress_mode: str
                                             "cpu" if device.type == "cpu" else "cuda")
                     else:
                         stopped = run_script(target, tracer)
-            except DataDependentError as e:
+            except Exception as e:
+                replay = tracer.layer_replay
+                if replay is not None and (replay.replayed or replay.abandoned):
+                    raise LayerReplayAbandoned(
+                        replay.abandoned or f"the script failed after blocks were replayed "
+                        f"({type(e).__name__})") from e
+                if not isinstance(e, DataDependentError):
+                    raise
                 e.partial_snapshot = build_snapshot(tracer, {
                     "command": command or [], "target": target.to_json(),
                     "precision": precision, "stopped_after_iterations": False},
                     max_allocations or DEFAULT_MAX_ALLOCATIONS)
                 raise
+            tracer.check_layer_replay()
             progress.update("building snapshot")
         sdpa_note = tracer.sdpa.note()
         if sdpa_note:
@@ -84,6 +110,7 @@ def trace_target(target, device: DeviceSpec, iterations: int, progress_mode: str
                 "kernels": {"scaled_dot_product_attention": dict(tracer.sdpa_backends)}}
         if tracer.sdpa.to_json() is not None:
             meta["sdpa"] = tracer.sdpa.to_json()
+        meta["layer_replay"] = replay_meta(tracer)
         return build_snapshot(tracer, meta, max_allocations or DEFAULT_MAX_ALLOCATIONS)
     finally:  # after the snapshot: it finds the model classes' files through sys.modules
         if isinstance(target, ModelTarget):

@@ -1,0 +1,748 @@
+"""Repeated layers traced once: one block's ledger operations replayed for its identical
+siblings, with the same snapshot as a full trace.
+
+A transformer is N blocks of one class, called in order. Where the blocks are provably the same
+program, the ledger operations of one block's forward (allocations, frees and category changes,
+relative to the block) are recorded and replayed for the blocks after it, instead of
+dispatching every op again. An autograd node stands for each replayed block and replays, in
+backward, the operations recorded from a fully traced block's backward.
+
+Per pass over a group of N blocks (N >= MIN_BLOCKS), in forward:
+  block 0      traced (what happens once: a library's first-use memory)
+  block 1      traced and recorded
+  2 .. N-2     replayed
+  block N-1    traced, and compared with the recording
+and in backward, which runs from the last block to the first:
+  block N-1    traced and recorded (its forward was traced, so its backward is real)
+  N-2 .. 2     replayed
+  block 1      traced, and compared with the recording
+  block 0      traced.
+A replay that a later comparison contradicts, or a script that fails after a replay, abandons
+the replay: the caller runs the trace again in full (targets/session.py, cli/trace_command.py).
+
+"Provably the same program": same class and submodule structure; parameters and buffers of the
+same shapes, dtypes and strides; no hooks of their own (a library's hooks differ per block) and
+no forward of their own; attributes equal, except those the forward never reads (a layer index
+read only when a cache is passed: read during the recorded forward, it ends replay for the
+group); the same input metadata and constants, no object arguments (a cache the block
+updates); no host values, streams or collectives; the block's own state unchanged by its
+forward; and what autograd keeps, the same.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils import _pytree as pytree
+
+from .shadow_values import SHADOW
+
+MIN_BLOCKS = 5  # blocks 0, 1 and N-1 are traced: at least two to replay
+_current_node = torch._C._current_autograd_node
+_top_saved_hooks = torch._C._autograd._top_saved_tensors_default_hooks
+_CONSTANTS = (type(None), bool, int, float, str, torch.dtype, torch.device)
+_PLAIN = (torch.Tensor, torch._subclasses.FakeTensor, nn.Parameter)
+_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+_MODULE_STATE = {"_parameters", "_buffers", "_modules", "training", "_non_persistent_buffers_set",
+                 "_state_dict_hooks", "_state_dict_pre_hooks", "_load_state_dict_pre_hooks",
+                 "_load_state_dict_post_hooks", "_forward_hooks_always_called",
+                 "_forward_hooks_with_kwargs", "_forward_pre_hooks_with_kwargs", *_HOOK_DICTS}
+_MISSING = object()
+
+
+class Unsupported(Exception):
+    """What a block does that a recording relative to the block cannot express."""
+
+
+def _rid(ledger, t) -> int | None:
+    if not isinstance(t, torch.Tensor):
+        return None
+    try:
+        return ledger.storage_rid(t.untyped_storage())
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
+def _meta(t: torch.Tensor) -> tuple:
+    return (tuple(t.shape), t.stride(), t.storage_offset(), t.dtype, t.device,
+            t.requires_grad, t.untyped_storage().nbytes())
+
+
+def _tensors(tree) -> list[torch.Tensor]:
+    return [t for t in pytree.tree_leaves(tree) if isinstance(t, torch.Tensor)]
+
+
+# -- a block's operations, relative to the block -----------------------------------------
+
+class Slots:
+    """What a block's operations refer to, by place instead of record id: its inputs' storages
+    ("in", j), its parameters' and their gradients' ("param", j), ("pgrad", j), the gradient of
+    its output ("gout", 0), its forward's allocations ("fwd", k), and the allocations of the
+    operations themselves ("new", k)."""
+
+    def __init__(self, ledger, modules: dict[int, int]):
+        self.ledger = ledger
+        self.modules = modules  # module index -> position among the block's modules
+        self.known: dict[int, tuple] = {}
+
+    def bind(self, kind: str, rids) -> None:
+        for j, rid in enumerate(rids):
+            if rid is not None:
+                self.known.setdefault(rid, (kind, j))
+
+    def normalize(self, raw: list[tuple]) -> tuple[list[tuple], list[int], dict[int, tuple]]:
+        """(the operations with slots and relative modules, the new rids, rid -> slot)."""
+        new: list[int] = []
+        out: list[tuple] = []
+        known = dict(self.known)
+        records = self.ledger.records
+        for op in raw:
+            if op[0] == "alloc":
+                rec = records[op[1]]
+                known[op[1]] = ("new", len(new))
+                new.append(op[1])
+                out.append(("alloc", rec.nbytes, rec.device, rec.dtype, rec.shape, op[2],
+                            self._module(op[3]), rec.op, rec.stack, rec.stream, rec.backward,
+                            op[4]))
+            elif op[0] == "free":
+                out.append(("free", self._slot(known, op[1])))
+            elif op[0] == "cat":
+                out.append(("cat", self._slot(known, op[1]), op[2], self._module(op[3]), op[4]))
+            else:
+                raise Unsupported(f"the ledger's {op[0]}")
+        return out, new, known
+
+    @staticmethod
+    def _slot(known, rid):
+        slot = known.get(rid)
+        if slot is None:
+            raise Unsupported("memory from outside the block")
+        return slot
+
+    def _module(self, module):
+        if module is None or module < 0:
+            return module
+        rel = self.modules.get(module)
+        return ("m", rel) if rel is not None else module
+
+
+def _signature(args, kwargs) -> tuple | None:
+    """What a call must share with the recorded one: the inputs' structure, constants and tensor
+    metadata, and the autograd and autocast state. None: a call that is never replayed."""
+    leaves, spec = pytree.tree_flatten((args, kwargs))
+    parts = []
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor):
+            if type(leaf) not in _PLAIN or hasattr(leaf, SHADOW) or leaf.layout != torch.strided:
+                return None
+            parts.append((type(leaf), _meta(leaf)))
+        elif isinstance(leaf, _CONSTANTS):
+            parts.append((type(leaf), leaf))
+        else:
+            return None  # an object the block may change (a cache): not provably the same
+    return (str(spec), tuple(parts), torch.is_grad_enabled(), torch.is_inference_mode_enabled(),
+            torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"),
+            torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"))
+
+
+class Traced:
+    """What one fully traced call of a block did, relative to it."""
+
+    def __init__(self, signature, ops, new, known, outputs, held_inputs, held_outputs, alive,
+                 in_rids, sdpa):
+        self.signature = signature
+        self.ops = ops
+        self.new = new  # rids of its allocations, in order
+        self.known = known
+        self.outputs = outputs  # (treespec, [("tensor", k, meta) | ("constant", value)])
+        self.held_inputs = held_inputs  # inputs autograd keeps (saved for backward)
+        self.held_outputs = held_outputs  # output leaves autograd keeps
+        self.alive = alive  # "new" slots alive after forward, outputs aside
+        self.in_rids = in_rids
+        self.sdpa = sdpa  # attention calls it made, per kernel (the snapshot counts them)
+
+    def shape(self) -> tuple:
+        return (self.signature, self.ops, str(self.outputs[0]), self.outputs[1],
+                self.held_inputs, self.held_outputs, self.alive, self.sdpa)
+
+
+class Backward:
+    """A traced block's backward, relative to it."""
+
+    def __init__(self, ops, grad_input, grad_input_meta, param_grads, grads_before):
+        self.ops = ops
+        self.grad_input = grad_input  # slot of the gradient it hands the block before it
+        self.grad_input_meta = grad_input_meta
+        self.param_grads = param_grads  # per parameter: None, "kept" or (slot, meta)
+        self.grads_before = grads_before  # which parameters held a gradient before
+
+    def shape(self) -> tuple:
+        return (self.ops, self.grad_input, self.param_grads, self.grads_before)
+
+
+# -- groups of identical blocks ------------------------------------------------------------
+
+class Group:
+    def __init__(self, blocks: list[nn.Module], tracker):
+        self.blocks = blocks
+        self.n = len(blocks)
+        self.module_lists = [[tracker.index_of(m) for m in b.modules()] for b in blocks]
+        self.differing = _differing_attributes(blocks)
+        self.disabled: str | None = None
+        self.next = 0  # the block expected next in this pass
+        self.recording: Traced | None = None  # block 1's forward in this pass
+        self.backward: Backward | None = None  # block N-1's backward in this pass
+        self.unverified = 0  # forward replays of this pass not yet compared
+        self.unverified_backward = 0  # backward replays not yet compared
+
+    def relative(self, i: int) -> dict[int, int]:
+        return {m: k for k, m in enumerate(self.module_lists[i])}
+
+
+def find_groups(root: nn.Module, tracker) -> list[Group]:
+    groups = []
+    for container in root.modules():
+        if not isinstance(container, (nn.ModuleList, nn.Sequential)):
+            continue
+        children = list(container.children())
+        start = 0
+        while start < len(children):
+            end = start + 1
+            while end < len(children) and type(children[end]) is type(children[start]):
+                end += 1
+            run = children[start:end]
+            if len(run) >= MIN_BLOCKS:
+                first = _structure(run[0])
+                if first is not None and all(_structure(b) == first for b in run[1:]):
+                    groups.append(Group(run, tracker))
+            start = end
+    return groups
+
+
+def _structure(block: nn.Module):
+    """A block's submodules, parameters and buffers as metadata; None where it has hooks of
+    its own or a forward set on the instance (a library's wrapper)."""
+    parts = []
+    for name, m in block.named_modules():
+        if any(getattr(m, d, None) for d in _HOOK_DICTS) or "forward" in m.__dict__:
+            return None
+        params = []
+        for pname, p in m._parameters.items():
+            if p is None:
+                params.append((pname, None))
+                continue
+            if type(p) not in _PLAIN or p._backward_hooks:
+                return None
+            params.append((pname, tuple(p.shape), p.stride(), p.dtype, p.device,
+                           p.requires_grad))
+        buffers = tuple((b, None if t is None else (type(t), tuple(t.shape), t.stride(),
+                                                    t.dtype, t.device))
+                        for b, t in m._buffers.items())
+        parts.append((name, type(m), m.training, tuple(params), buffers))
+    return tuple(parts)
+
+
+def _differing_attributes(blocks) -> set[tuple[type, str]]:
+    """(class, name) of the attributes whose values differ between the blocks (a layer
+    index): allowed while the forward never reads them."""
+    differing: set[tuple[type, str]] = set()
+    for mods in zip(*(list(b.modules()) for b in blocks)):
+        first = mods[0].__dict__
+        for m in mods[1:]:
+            for name in set(first) | set(m.__dict__):
+                if name in _MODULE_STATE:
+                    continue
+                a, b = first.get(name, _MISSING), m.__dict__.get(name, _MISSING)
+                if a is b:
+                    continue
+                try:
+                    same = not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor) \
+                        and bool(a == b)
+                except Exception:
+                    same = False
+                if not same:
+                    differing.add((type(m), name))
+    return differing
+
+
+def _own_state(block: nn.Module) -> tuple:
+    """The block's own attributes, to see that its forward changed none (a counter, a cache
+    kept on the module)."""
+    return tuple(tuple((k, id(v)) for k, v in m.__dict__.items() if k not in _MODULE_STATE)
+                 for m in block.modules())
+
+
+# -- the autograd node of a replayed block -----------------------------------------------
+
+class _Replayed(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, run, x):
+        ctx.set_materialize_grads(False)
+        ctx.run = run
+        outputs = run.forward()
+        for t in outputs:
+            if not (t.dtype.is_floating_point or t.dtype.is_complex):
+                ctx.mark_non_differentiable(t)
+        # The outputs autograd kept of the traced block (saved outputs hold no cycle).
+        ctx.save_for_backward(*[outputs[j] for j in run.rec.held_outputs])
+        return tuple(outputs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        run, ctx.run = ctx.run, None
+        return None, run.backward(grads)
+
+
+class ReplayRun:
+    """One replayed call of a block: the recording applied to its storages, and its backward."""
+
+    def __init__(self, replay: "LayerReplay", group: Group, index: int, rec: Traced,
+                 inputs: list[torch.Tensor]):
+        self.replay = replay
+        self.group = group
+        self.index = index
+        self.rec = rec
+        self.in_rids = [_rid(replay.ledger, t) for t in inputs]
+        # What autograd would keep of the block: its saved inputs and outputs.
+        self.held = [inputs[j] for j in rec.held_inputs]
+        self.params = list(group.blocks[index].parameters())
+        self.fwd_rids: list[int] = []
+        self.backward_pending = rec.signature[2] and bool(rec.alive or rec.held_inputs
+                                                          or rec.held_outputs)
+
+    def bindings(self) -> dict[tuple, int]:
+        ledger = self.replay.ledger
+        out: dict[tuple, int] = {}
+        for j, rid in enumerate(self.in_rids):
+            if rid is not None:
+                out.setdefault(("in", j), rid)
+        for j, p in enumerate(self.params):
+            for kind, t in (("param", p), ("pgrad", p.grad)):
+                rid = _rid(ledger, t)
+                if rid is not None:
+                    out[(kind, j)] = rid
+        for k, rid in enumerate(self.fwd_rids):
+            out[("fwd", k)] = rid
+        return out
+
+    def forward(self) -> list[torch.Tensor]:
+        replay = self.replay
+        self.fwd_rids = replay.apply(self.rec.ops, self.bindings(), self.group, self.index)
+        calls = replay.tracer.sdpa.calls
+        for kernel, n in self.rec.sdpa:
+            calls[kernel] = calls.get(kernel, 0) + n
+        bases: dict[int, torch.Tensor] = {}
+        return [replay.make_tensor(leaf[2], self.fwd_rids[leaf[1]], bases)
+                for leaf in self.rec.outputs[1] if leaf[0] == "tensor"]
+
+    def backward(self, grads):
+        replay, group = self.replay, self.group
+        back = group.backward
+        self.backward_pending = False
+        if back is None:
+            replay.abandon("a replayed block's backward ran before a traced block's was "
+                           "recorded")
+        if tuple(p.grad is not None for p in self.params) != back.grads_before:
+            replay.abandon("a replayed block's parameters held gradients where the recorded "
+                           "block's did not")
+        bound = self.bindings()
+        rid = _rid(replay.ledger, grads[0]) if grads else None
+        if rid is not None:
+            bound[("gout", 0)] = rid
+        new = replay.apply(back.ops, bound, group, self.index)
+        kind, k = back.grad_input
+        result = grads[k] if kind == "gout" else replay.make_tensor(back.grad_input_meta, new[k])
+        for p, outcome in zip(self.params, back.param_grads):
+            if isinstance(outcome, tuple):
+                p.grad = replay.make_tensor(outcome[1], new[outcome[0][1]])
+        self.held = []
+        group.unverified_backward += 1
+        replay.replayed_backward += 1
+        return result
+
+    def __del__(self):
+        if self.backward_pending and self.replay.abandoned is None:
+            # Its graph was let go without a backward: a full trace frees what it saved then,
+            # in an order this replay does not know.
+            self.replay.abandoned = "a replayed block's graph was let go before its backward"
+
+
+# -- the tracer's side -----------------------------------------------------------------------
+
+class LayerReplay:
+    def __init__(self, tracer):
+        self.tracer = tracer
+        self.ledger = tracer.ledger
+        self.groups: list[Group] = []
+        self._scanned: set[int] = set()
+        self._installed: list[nn.Module] = []
+        self.abandoned: str | None = None
+        self.replayed = 0  # forward calls replayed
+        self.replayed_backward = 0
+        self._watched: dict[tuple[type, str], Any] = {}
+        self._read: str | None = None
+        self._packed: set[int] | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def scan(self, root: nn.Module) -> None:
+        """At a top-level forward: the model's groups of identical blocks, found once."""
+        if id(root) in self._scanned:
+            return
+        self._scanned.add(id(root))
+        for group in find_groups(root, self.tracer.modules):
+            self.groups.append(group)
+            for i, block in enumerate(group.blocks):
+                block.forward = functools.partial(self._call, group, i, block.forward)
+                self._installed.append(block)
+
+    def finish(self) -> None:
+        """The trace ended: undo the blocks' wrappers; replays never compared abandon it."""
+        for block in self._installed:
+            block.__dict__.pop("forward", None)
+        self._installed = []
+        self._unwatch()
+        for group in self.groups:
+            if group.unverified or group.unverified_backward:
+                self.abandon("the trace ended before a traced block was compared with the "
+                             "replayed ones", raise_now=False)
+
+    def abandon(self, why: str, raise_now: bool = True) -> None:
+        if self.abandoned is None:
+            self.abandoned = why
+        if raise_now:
+            from ..errors import LayerReplayAbandoned
+
+            raise LayerReplayAbandoned(why)
+
+    def meta(self) -> dict:
+        return {"enabled": True, "groups": [{"module": self._name(g), "blocks": g.n,
+                            **({"traced_in_full": g.disabled} if g.disabled else {})}
+                           for g in self.groups],
+                "replayed_forward": self.replayed, "replayed_backward": self.replayed_backward}
+
+    def _name(self, group: Group) -> str:
+        entry = self.tracer.modules.names.get(group.module_lists[0][0])
+        return entry[1].rpartition(".")[0] if entry else type(group.blocks[0]).__name__
+
+    # -- a block's call ------------------------------------------------------------------
+    def _call(self, group: Group, i: int, original, *args, **kwargs):
+        if torch.compiler.is_compiling() or group.disabled or self.abandoned \
+                or _current_node() is not None:
+            return original(*args, **kwargs)
+        if i == 0:
+            if group.unverified:
+                self.abandon("a pass ended before its last block was compared with the "
+                             "replayed ones")
+            group.recording, group.next = None, 0
+        if i != group.next:
+            if group.unverified:
+                self.abandon("the blocks of a group were called out of order")
+            group.next = -1  # the rest of this pass is traced in full
+            return original(*args, **kwargs)
+        group.next = i + 1
+        if _top_saved_hooks(False) != self._our_hooks():
+            return original(*args, **kwargs)  # inside a checkpointed region
+        if i == 1:
+            return self._record(group, i, original, args, kwargs)
+        if i == group.n - 1:
+            return self._verify(group, i, original, args, kwargs)
+        rec = group.recording
+        if i >= 2 and rec is not None and _signature(args, kwargs) == rec.signature:
+            return self._replay(group, i, rec, args, kwargs)
+        return original(*args, **kwargs)
+
+    def _our_hooks(self):
+        hooks = self.tracer.classifier.saved_hooks
+        return (hooks.pack_hook, hooks.unpack_hook)
+
+    def _trace(self, group: Group, i: int, original, args, kwargs):
+        """Block i traced in full, its ledger operations recorded: (output, Traced or None,
+        why not)."""
+        signature = _signature(args, kwargs)
+        if signature is None:
+            return original(*args, **kwargs), None, None, ()
+        ledger = self.ledger
+        block = group.blocks[i]
+        inputs = _tensors((args, kwargs))
+        in_rids = [_rid(ledger, t) for t in inputs]
+        params = list(block.parameters())
+        slots = Slots(ledger, group.relative(i))
+        slots.bind("in", in_rids)
+        slots.bind("param", [_rid(ledger, p) for p in params])
+        slots.bind("pgrad", [_rid(ledger, p.grad) for p in params])
+        before, counts = _own_state(block), self._counts()
+        sdpa_before = dict(self.tracer.sdpa.calls)
+        tape: list[tuple] = []
+        packed: set[int] = set()
+        ledger.tap, self._packed = tape, packed
+        try:
+            out = original(*args, **kwargs)
+        finally:
+            ledger.tap = self._packed = None
+        try:
+            if counts != self._counts():
+                raise Unsupported("host values, notes, streams, collectives or shared buffers")
+            sdpa = tuple(sorted((k, n - sdpa_before.get(k, 0))
+                                for k, n in self.tracer.sdpa.calls.items()
+                                if n != sdpa_before.get(k, 0)))
+            if _own_state(block) != before:
+                raise Unsupported("state it keeps on itself")
+            ops, new, known = slots.normalize(tape)
+            leaves, spec = pytree.tree_flatten(out)
+            where = {rid: k for k, rid in enumerate(new)}
+            described, out_rids = [], []
+            for leaf in leaves:
+                if isinstance(leaf, torch.Tensor):
+                    k = where.get(_rid(ledger, leaf))
+                    if k is None or type(leaf) not in _PLAIN:
+                        raise Unsupported("an output that is not a new tensor")
+                    described.append(("tensor", k, _meta(leaf)))
+                    out_rids.append(new[k])
+                elif isinstance(leaf, _CONSTANTS):
+                    described.append(("constant", leaf))
+                else:
+                    raise Unsupported("an output that is not a tensor or a constant")
+            if None in packed:
+                raise Unsupported("a saved tensor without a storage")
+            held_inputs = tuple(j for j, rid in enumerate(in_rids) if rid in packed)
+            held_outputs = tuple(j for j, rid in enumerate(out_rids) if rid in packed)
+            alive = tuple(k for k, rid in enumerate(new) if ledger.records[rid].free_seq < 0
+                          and rid not in out_rids)
+            if any(new[k] not in packed for k in alive):
+                raise Unsupported("memory it keeps outside autograd")
+        except Unsupported as e:
+            return out, None, str(e), ()
+        return out, Traced(signature, ops, new, known, (spec, described), held_inputs,
+                           held_outputs, alive, in_rids, sdpa), None, inputs
+
+    def on_pack(self, t: torch.Tensor) -> None:
+        """The classifier's pack hook saw `t` saved for backward (while a block is recorded)."""
+        if self._packed is not None:
+            self._packed.add(_rid(self.ledger, t))
+
+    def _record(self, group: Group, i: int, original, args, kwargs):
+        self._watch_reads(group, i)
+        try:
+            out, traced, problem, inputs = self._trace(group, i, original, args, kwargs)
+        finally:
+            read = self._unwatch()
+        if read:
+            group.disabled = f"its forward reads {read}, which differs between the blocks"
+        elif problem:
+            group.disabled = f"its forward makes {problem}"
+        elif traced is not None and self._watch_backward(group, i, traced, out, inputs,
+                                                         compare=True):
+            group.recording = traced
+        return out
+
+    def _verify(self, group: Group, i: int, original, args, kwargs):
+        rec = group.recording
+        out, traced, problem, inputs = self._trace(group, i, original, args, kwargs)
+        if rec is None:
+            return out
+        if traced is None or traced.shape() != rec.shape():
+            if group.unverified:
+                self.abandon("the last block's forward differs from the replayed ones'")
+            group.recording = None
+            return out
+        group.unverified = 0
+        if traced.signature[2]:
+            self._watch_backward(group, i, traced, out, inputs, compare=False)
+        return out
+
+    def _replay(self, group: Group, i: int, rec: Traced, args, kwargs):
+        inputs = _tensors((args, kwargs))
+        run = ReplayRun(self, group, i, rec, inputs)
+        group.unverified += 1
+        self.replayed += 1
+        diff_in = [t for t in inputs if t.requires_grad]
+        if rec.signature[2] and diff_in:
+            outputs = _Replayed.apply(run, diff_in[0])
+        else:
+            outputs = run.forward()
+        spec, leaves = rec.outputs
+        it = iter(outputs)
+        return pytree.tree_unflatten([next(it) if leaf[0] == "tensor" else leaf[1]
+                                      for leaf in leaves], spec)
+
+    # -- backward ------------------------------------------------------------------------
+    def _watch_backward(self, group: Group, i: int, traced: Traced, out, inputs,
+                        compare: bool) -> bool:
+        """Record the backward of traced block i, from the gradient of its output to that of
+        its input: block N-1's, for the replays, or block 1's, to compare (`compare`). False:
+        a backward this cannot record (the group is traced in full from now on)."""
+        if not traced.signature[2]:
+            return True  # no autograd: no backward
+        ledger = self.ledger
+        params = list(group.blocks[i].parameters())
+        diff_in = [t for t in inputs if t.requires_grad]
+        diff_out = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)
+                    and t.requires_grad]
+        if len(diff_in) != 1 or len(diff_out) != 1:
+            if diff_out or any(p.requires_grad for p in params):
+                group.disabled = "it takes or returns several differentiable tensors, or none"
+                return False
+            return True
+        x = diff_in[0]
+        y = diff_out[0]
+        rel = group.relative(i)
+        in_rids = traced.in_rids
+        new = traced.new
+        state: dict[str, Any] = {}
+
+        def started(grad):
+            if ledger.tap is not None:
+                return None
+            slots = Slots(ledger, rel)
+            slots.bind("in", in_rids)
+            slots.bind("param", [_rid(ledger, p) for p in params])
+            slots.bind("pgrad", [_rid(ledger, p.grad) for p in params])
+            slots.bind("fwd", new)
+            slots.bind("gout", [_rid(ledger, grad)])
+            state["slots"] = slots
+            state["before"] = tuple(p.grad is not None for p in params)
+            state["tape"] = ledger.tap = []
+            return None
+
+        def ended(grad):
+            tape = state.pop("tape", None)
+            if tape is None or ledger.tap is not tape:
+                return None
+            ledger.tap = None
+            try:
+                back = self._backward_of(state["slots"], tape, grad, params, state["before"])
+            except Unsupported as e:
+                back = None
+                if not compare:
+                    group.disabled = f"its backward makes {e}"
+            if compare:
+                self._compare_backward(group, back)
+            else:
+                group.backward = back
+            return None
+
+        y.register_hook(started)
+        x.register_hook(ended)
+        return True
+
+    def _backward_of(self, slots: Slots, tape, grad, params, before) -> Backward:
+        ops, new, known = slots.normalize(tape)
+        grad_input = known.get(_rid(self.ledger, grad))
+        if grad_input is None or grad_input[0] not in ("new", "gout"):
+            raise Unsupported("a gradient from outside the block")
+        param_grads: list = []
+        for p in params:
+            if p.grad is None:
+                param_grads.append(None)
+                continue
+            slot = known.get(_rid(self.ledger, p.grad))
+            if slot is not None and slot[0] == "pgrad":
+                param_grads.append("kept")
+            elif slot is not None and slot[0] == "new":
+                param_grads.append((slot, _meta(p.grad)))
+            else:
+                raise Unsupported("a parameter gradient from outside the block")
+        return Backward(ops, grad_input, _meta(grad), param_grads, before)
+
+    def _compare_backward(self, group: Group, back: Backward | None) -> None:
+        recorded = group.backward
+        if group.unverified_backward and (back is None or recorded is None
+                                          or back.shape() != recorded.shape()):
+            self.abandon("block 1's backward differs from the replayed ones'", raise_now=False)
+        group.unverified_backward = 0
+
+    # -- applying a recording ------------------------------------------------------------
+    def apply(self, ops: list[tuple], bound: dict[tuple, int], group: Group,
+              index: int) -> list[int]:
+        ledger = self.ledger
+        mods = group.module_lists[index]
+        phase = self.tracer.phases.index
+        new: list[int] = []
+        for op in ops:
+            kind = op[0]
+            if kind == "alloc":
+                _, nbytes, device, dtype, shape, category, mod, opid, stack, stream, bwd, sub = op
+                rid = ledger.alloc(nbytes, device, dtype, shape, category,
+                                   mods[mod[1]] if isinstance(mod, tuple) else mod, phase,
+                                   opid, stack, stream=stream, backward=bwd)
+                if sub:
+                    ledger.records[rid].sub = sub
+                new.append(rid)
+                continue
+            slot = op[1]
+            rid = new[slot[1]] if slot[0] == "new" else bound.get(slot)
+            if rid is None:
+                self.abandon("a replayed block's operation names memory it does not have")
+            if kind == "free":
+                ledger.free(rid)
+            else:
+                mod = op[3]
+                ledger.recategorize(rid, op[2], mods[mod[1]] if isinstance(mod, tuple) else mod,
+                                    op[4])
+        return new
+
+    def make_tensor(self, meta, rid: int, bases: dict | None = None) -> torch.Tensor:
+        """A fake tensor on the storage of record `rid`, which the replay has booked."""
+        shape, stride, offset, dtype, device, _, nbytes = meta
+        base = bases.get(rid) if bases is not None else None
+        accountant = self.tracer.accountant
+        if base is None:
+            with accountant.unbooked():
+                base = torch.empty(nbytes // dtype.itemsize, dtype=dtype, device=device)
+            self.ledger.track_storage(base.untyped_storage(), rid)
+            if bases is not None:
+                bases[rid] = base
+            if offset == 0 and base.is_contiguous() and tuple(base.shape) == shape:
+                return base
+        with accountant.unbooked():
+            return base.as_strided(shape, stride, offset)
+
+    def _counts(self) -> tuple:
+        accountant = self.tracer.accountant
+        return (len(accountant.placeholders), len(self.tracer.notes),
+                len(self.ledger.stream_events), len(self.ledger.shares), accountant.unreplayable_ops,
+                self.tracer.sdpa.pin_fell_through, frozenset(self.tracer.sdpa.disabled))
+
+    # -- attributes that differ between blocks -------------------------------------------
+    def _watch_reads(self, group: Group, i: int) -> None:
+        """While block i runs, a read of an attribute that differs between the blocks is
+        noted (a class-level property in front of the instances' values)."""
+        watched = {id(m) for m in group.blocks[i].modules()}
+        self._read = None
+        for cls, name in group.differing:
+            if (cls, name) in self._watched:
+                continue
+            own = cls.__dict__.get(name, _MISSING)
+            if own is not _MISSING and hasattr(own, "__get__"):
+                group.disabled = f"`{cls.__name__}.{name}` differs between the blocks"
+                continue
+
+            def get(obj, name=name, cls=cls):
+                if id(obj) in watched and self._read is None:
+                    self._read = f"`{cls.__name__}.{name}`"
+                try:
+                    return obj.__dict__[name]
+                except KeyError:
+                    for klass in cls.__mro__[1:]:
+                        if name in klass.__dict__:
+                            return klass.__dict__[name]
+                    raise AttributeError(name) from None
+
+            def put(obj, value, name=name):
+                obj.__dict__[name] = value
+
+            self._watched[(cls, name)] = own
+            setattr(cls, name, property(get, put))
+
+    def _unwatch(self) -> str | None:
+        for (cls, name), own in self._watched.items():
+            if own is _MISSING:
+                delattr(cls, name)
+            else:
+                setattr(cls, name, own)
+        self._watched = {}
+        read, self._read = self._read, None
+        return read
