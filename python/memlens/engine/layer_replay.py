@@ -129,20 +129,27 @@ class Slots:
         return ("m", rel) if rel is not None else module
 
 
-def _signature(args, kwargs) -> tuple | None:
+def _has_values(t: torch.Tensor) -> bool:
+    return hasattr(t, SHADOW) or getattr(t, "constant", None) is not None
+
+
+def _signature(args, kwargs) -> tuple | str:
     """What a call must share with the recorded one: the inputs' structure, constants and tensor
-    metadata, and the autograd and autocast state. None: a call that is never replayed."""
+    metadata, and the autograd and autocast state. A string: why a call is never replayed."""
     leaves, spec = pytree.tree_flatten((args, kwargs))
     parts = []
     for leaf in leaves:
         if isinstance(leaf, torch.Tensor):
-            if type(leaf) not in _PLAIN or hasattr(leaf, SHADOW) or leaf.layout != torch.strided:
-                return None
-            parts.append((type(leaf), _meta(leaf)))
+            if type(leaf) not in _PLAIN or leaf.layout != torch.strided:
+                return "its inputs include a tensor subclass"
+            # Values known to the trace (positions made from host data, shadow_values.py)
+            # may decide sizes: the same tensor, not only the same shape.
+            valued = id(leaf) if _has_values(leaf) else None
+            parts.append((type(leaf), _meta(leaf), valued))
         elif isinstance(leaf, _CONSTANTS):
             parts.append((type(leaf), leaf))
-        else:
-            return None  # an object the block may change (a cache): not provably the same
+        else:  # an object the block may change: not provably the same program
+            return f"its inputs include a {type(leaf).__name__}, which it may change"
     return (str(spec), tuple(parts), torch.is_grad_enabled(), torch.is_inference_mode_enabled(),
             torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"),
             torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"))
@@ -192,6 +199,7 @@ class Group:
         self.module_lists = [[tracker.index_of(m) for m in b.modules()] for b in blocks]
         self.differing = _differing_attributes(blocks)
         self.disabled: str | None = None
+        self.declined: str | None = None  # why the last pass's recording was not used
         self.next = 0  # the block expected next in this pass
         self.recording: Traced | None = None  # block 1's forward in this pass
         self.backward: Backward | None = None  # block N-1's backward in this pass
@@ -419,7 +427,8 @@ class LayerReplay:
 
     def meta(self) -> dict:
         return {"enabled": True, "groups": [{"module": self._name(g), "blocks": g.n,
-                            **({"traced_in_full": g.disabled} if g.disabled else {})}
+                            **({"traced_in_full": g.disabled or g.declined}
+                               if g.disabled or g.declined else {})}
                            for g in self.groups],
                 "replayed_forward": self.replayed, "replayed_backward": self.replayed_backward}
 
@@ -462,8 +471,8 @@ class LayerReplay:
         """Block i traced in full, its ledger operations recorded: (output, Traced or None,
         why not)."""
         signature = _signature(args, kwargs)
-        if signature is None:
-            return original(*args, **kwargs), None, None, ()
+        if isinstance(signature, str):
+            return original(*args, **kwargs), None, signature, ()
         ledger = self.ledger
         block = group.blocks[i]
         inputs = _tensors((args, kwargs))
@@ -497,8 +506,8 @@ class LayerReplay:
             for leaf in leaves:
                 if isinstance(leaf, torch.Tensor):
                     k = where.get(_rid(ledger, leaf))
-                    if k is None or type(leaf) not in _PLAIN:
-                        raise Unsupported("an output that is not a new tensor")
+                    if k is None or type(leaf) not in _PLAIN or _has_values(leaf):
+                        raise Unsupported("an output that is not a new tensor without values")
                     described.append(("tensor", k, _meta(leaf)))
                     out_rids.append(new[k])
                 elif isinstance(leaf, _CONSTANTS):
@@ -511,8 +520,11 @@ class LayerReplay:
             held_outputs = tuple(j for j, rid in enumerate(out_rids) if rid in packed)
             alive = tuple(k for k, rid in enumerate(new) if ledger.records[rid].free_seq < 0
                           and rid not in out_rids)
-            if any(new[k] not in packed for k in alive):
-                raise Unsupported("memory it keeps outside autograd")
+            kept = [new[k] for k in alive if new[k] not in packed]
+            if kept:
+                rec = ledger.records[kept[0]]
+                raise Unsupported(f"memory it keeps outside autograd (`{ledger.ops[rec.op]}`, "
+                                  f"{rec.dtype} {list(rec.shape)})")
         except Unsupported as e:
             return out, None, str(e), ()
         return out, Traced(signature, ops, new, known, (spec, described), held_inputs,
@@ -531,6 +543,8 @@ class LayerReplay:
             read = self._unwatch()
         if read:
             group.disabled = f"its forward reads {read}, which differs between the blocks"
+        elif traced is None and problem and problem.startswith("its inputs"):
+            group.declined = problem  # this call's: another pass may be replayed
         elif problem:
             group.disabled = f"its forward makes {problem}"
         elif traced is not None and self._watch_backward(group, i, traced, out, inputs,

@@ -1,0 +1,106 @@
+"""A GPT of N identical pre-norm blocks trained with AdamW, in the style of nanoGPT, with the
+variations a layer replay must get right or refuse (tests/engine/test_layer_replay.py):
+
+    --checkpoint          each block under torch.utils.checkpoint (non-reentrant)
+    --accumulate K        K micro-batches per step (the second finds gradients to add to)
+    --evaluate            a forward under torch.no_grad() after each step
+    --branch-every K      every K-th block also scales its input: blocks differ by their index
+    --keep-graph          one forward whose graph is dropped without a backward, first
+    --grad-of-params      gradients by torch.autograd.grad instead of backward()
+"""
+
+import argparse
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--layers", type=int, default=8)
+parser.add_argument("--dim", type=int, default=256)
+parser.add_argument("--heads", type=int, default=4)
+parser.add_argument("--seq", type=int, default=128)
+parser.add_argument("--batch", type=int, default=4)
+parser.add_argument("--vocab", type=int, default=1000)
+parser.add_argument("--steps", type=int, default=2)
+parser.add_argument("--checkpoint", action="store_true")
+parser.add_argument("--accumulate", type=int, default=1)
+parser.add_argument("--evaluate", action="store_true")
+parser.add_argument("--branch-every", type=int, default=0)
+parser.add_argument("--keep-graph", action="store_true")
+parser.add_argument("--grad-of-params", action="store_true")
+args = parser.parse_args()
+
+
+class Block(nn.Module):
+    def __init__(self, index: int):
+        super().__init__()
+        self.index = index
+        self.ln_1 = nn.LayerNorm(args.dim)
+        self.attn = nn.Linear(args.dim, 3 * args.dim)
+        self.proj = nn.Linear(args.dim, args.dim)
+        self.ln_2 = nn.LayerNorm(args.dim)
+        self.fc = nn.Linear(args.dim, 4 * args.dim)
+        self.out = nn.Linear(4 * args.dim, args.dim)
+
+    def forward(self, x):
+        if args.branch_every and self.index % args.branch_every == args.branch_every - 1:
+            x = x * 0.5
+        b, t, d = x.shape
+        q, k, v = self.attn(self.ln_1(x)).split(d, dim=2)
+        q, k, v = (z.view(b, t, args.heads, d // args.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
+        return x + self.out(F.gelu(self.fc(self.ln_2(x))))
+
+
+class GPT(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.wte = nn.Embedding(args.vocab, args.dim)
+        self.h = nn.ModuleList(Block(i) for i in range(args.layers))
+        self.ln_f = nn.LayerNorm(args.dim)
+        self.lm_head = nn.Linear(args.dim, args.vocab, bias=False)
+
+    def forward(self, idx, targets):
+        x = self.wte(idx)
+        for block in self.h:
+            if args.checkpoint and torch.is_grad_enabled():
+                x = checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
+        logits = self.lm_head(self.ln_f(x))
+        return F.cross_entropy(logits.view(-1, args.vocab), targets.view(-1))
+
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+model = GPT().to(device)
+optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+
+
+def batch():
+    idx = torch.randint(0, args.vocab, (args.batch, args.seq + 1), device=device)
+    return idx[:, :-1], idx[:, 1:]
+
+
+if args.keep_graph:
+    dropped = model(*batch())  # a forward whose graph is let go without a backward
+    del dropped
+
+for step in range(args.steps):
+    for micro in range(args.accumulate):
+        loss = model(*batch()) / args.accumulate
+        if args.grad_of_params:
+            params = [p for p in model.parameters()]
+            for p, g in zip(params, torch.autograd.grad(loss, params)):
+                p.grad = g if p.grad is None else p.grad + g
+        else:
+            loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    if args.evaluate:
+        model.eval()
+        with torch.no_grad():
+            model(*batch())
+        model.train()
