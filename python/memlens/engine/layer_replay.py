@@ -129,6 +129,11 @@ class Slots:
         return ("m", rel) if rel is not None else module
 
 
+def new_devices(ledger, rids) -> set[str]:
+    """The device types of records (autocast's state is per device type)."""
+    return {ledger.records[rid].device.partition(":")[0] for rid in rids}
+
+
 def _has_values(t: torch.Tensor) -> bool:
     return hasattr(t, SHADOW) or getattr(t, "constant", None) is not None
 
@@ -453,7 +458,10 @@ class LayerReplay:
             return original(*args, **kwargs)
         group.next = i + 1
         if _top_saved_hooks(False) != self._our_hooks():
-            return original(*args, **kwargs)  # inside a checkpointed region
+            # Activation checkpointing's hooks keep what the block saves (its inputs): a
+            # replayed block would save nothing through them.
+            group.declined = "it runs inside activation checkpointing"
+            return original(*args, **kwargs)
         if i == 1:
             return self._record(group, i, original, args, kwargs)
         if i == group.n - 1:
@@ -521,6 +529,10 @@ class LayerReplay:
             alive = tuple(k for k, rid in enumerate(new) if ledger.records[rid].free_seq < 0
                           and rid not in out_rids)
             kept = [new[k] for k in alive if new[k] not in packed]
+            if kept and torch.is_autocast_enabled(next(iter(new_devices(ledger, kept)))):
+                # Autocast's cache of weight casts, freed when autocast exits, in the order of
+                # a C++ hash map a replay cannot follow.
+                raise Unsupported("weight casts that autocast caches")
             if kept:
                 rec = ledger.records[kept[0]]
                 raise Unsupported(f"memory it keeps outside autograd (`{ledger.ops[rec.op]}`, "

@@ -71,7 +71,7 @@ class GPT(nn.Module):
             else:
                 x = block(x)
         logits = self.lm_head(self.ln_f(x))
-        return F.cross_entropy(logits.view(-1, args.vocab), targets.view(-1))
+        return F.cross_entropy(logits.view(-1, args.vocab), targets.reshape(-1))
 
 
 device = "cuda" if torch.cuda.is_available() else "cpu"
