@@ -2,7 +2,10 @@
 
 Each measurement runs in a fresh process: build the model and run one training iteration
 (forward, backward, AdamW step) under (a) bare FakeTensorMode, (b) PyTorch's MemTracker inside
-FakeTensorMode, (c) the memlens tracer. Reports wall time, the ratio to bare, and peak RSS.
+FakeTensorMode, (c) the memlens tracer with every block traced, (d) the memlens tracer with
+layer replay (engine/layer_replay.py; the peak must be (c)'s). Reports wall time, the ratio to
+bare, and peak RSS. The models are built with `use_cache=False`, as training scripts do: a
+cache makes each layer write its own entry, which layer replay rightly refuses.
 
     python bench/engine_overhead.py [--shape gpt2-124m|llama-7b|all] [--repeat N] [--device D]
 """
@@ -18,7 +21,7 @@ import sys
 import time
 
 SHAPES = ("gpt2-124m", "llama-7b")
-MODES = ("bare", "memtracker", "memlens")
+MODES = ("bare", "memtracker", "memlens", "memlens-replay")
 
 
 def build(shape: str, device: str):
@@ -26,14 +29,14 @@ def build(shape: str, device: str):
     import transformers as T
 
     if shape == "gpt2-124m":
-        cfg = T.GPT2Config(n_positions=1024, n_embd=768, n_layer=12, n_head=12)
+        cfg = T.GPT2Config(n_positions=1024, n_embd=768, n_layer=12, n_head=12, use_cache=False)
         with torch.device(device):
             model = T.GPT2LMHeadModel(cfg)
         batch = torch.randint(0, cfg.vocab_size, (8, 1024), device=device)
         return model, batch, None
     cfg = T.LlamaConfig(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
                         num_attention_heads=32, num_key_value_heads=32,
-                        max_position_embeddings=2048, torch_dtype="bfloat16")
+                        max_position_embeddings=2048, torch_dtype="bfloat16", use_cache=False)
     torch.set_default_dtype(torch.bfloat16)
     with torch.device(device):
         model = T.LlamaForCausalLM(cfg)
@@ -78,11 +81,15 @@ def child(shape: str, mode: str, device: str) -> dict:
         import memlens.kernels.cuda  # noqa: F401
 
     t0 = time.perf_counter()
-    if mode == "memlens":
-        with Tracer(device, iterations=1) as tracer:
+    replayed = None
+    if mode.startswith("memlens"):
+        with Tracer(device, iterations=1, layer_replay=mode == "memlens-replay") as tracer:
             model, batch, _ = build(shape, "cuda" if on_gpu else "cpu")
             one_iteration(model, batch)
         t_trace = time.perf_counter() - t0
+        if tracer.layer_replay is not None:
+            tracer.check_layer_replay()  # raises where a replay was wrong
+            replayed = tracer.layer_replay.replayed
         snap = tracer.snapshot()
         peak = snap["summary"]["peak_bytes"]
         t_total = time.perf_counter() - t0
@@ -103,7 +110,7 @@ def child(shape: str, mode: str, device: str) -> dict:
         t_trace = t_total = time.perf_counter() - t0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return {"shape": shape, "mode": mode, "trace_s": t_trace, "total_s": t_total,
-            "rss_bytes": rss, "peak_bytes": peak}
+            "rss_bytes": rss, "peak_bytes": peak, "replayed": replayed}
 
 
 def main() -> None:
@@ -119,8 +126,8 @@ def main() -> None:
     shapes = SHAPES if args.shape == "all" else (args.shape,)
     env = {**os.environ, "PYTHONPATH": os.path.join(os.path.dirname(__file__), "..", "python")}
     print(f"target {args.device}")
-    print(f"{'shape':<10} {'mode':<11} {'trace s':>8} {'x bare':>7} {'+report s':>10} "
-          f"{'peak RSS':>10}")
+    print(f"{'shape':<10} {'mode':<15} {'trace s':>8} {'x bare':>7} {'+report s':>10} "
+          f"{'peak RSS':>10}  peak bytes (blocks replayed)")
     for shape in shapes:
         best: dict[str, dict] = {}
         for _ in range(args.repeat):
@@ -134,8 +141,11 @@ def main() -> None:
         bare = best["bare"]["trace_s"]
         for mode in MODES:
             r = best[mode]
-            print(f"{shape:<10} {mode:<11} {r['trace_s']:8.2f} {r['trace_s'] / bare:7.2f} "
-                  f"{r['total_s']:10.2f} {r['rss_bytes'] / 2**30:6.2f} GiB")
+            extra = "" if r["peak_bytes"] is None else f"  {r['peak_bytes']:,}"
+            if r["replayed"] is not None:
+                extra += f" ({r['replayed']})"
+            print(f"{shape:<10} {mode:<15} {r['trace_s']:8.2f} {r['trace_s'] / bare:7.2f} "
+                  f"{r['total_s']:10.2f} {r['rss_bytes'] / 2**30:6.2f} GiB{extra}")
 
 
 if __name__ == "__main__":

@@ -61,6 +61,16 @@ export interface Meta {
   duration_s?: number;
   notes?: string[];
   compiled_regions?: CompiledRegion[];
+  layer_replay?: LayerReplay;
+}
+
+/** Repeated blocks replayed from a recording (docs/snapshot-format.md, meta.layer_replay). */
+export interface LayerReplay {
+  enabled: boolean;
+  abandoned?: string; // a replay was found wrong: the trace ran again in full
+  groups?: { module: string; blocks: number; traced_in_full?: string }[];
+  replayed_forward?: number;
+  replayed_backward?: number;
 }
 
 /** One torch.compile call site (docs/snapshot-format.md, meta.compiled_regions). */

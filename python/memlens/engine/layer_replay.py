@@ -533,6 +533,8 @@ class LayerReplay:
                 # Autocast's cache of weight casts, freed when autocast exits, in the order of
                 # a C++ hash map a replay cannot follow.
                 raise Unsupported("weight casts that autocast caches")
+            if kept and ledger.ops[ledger.records[kept[0]].op] == "get_rng_state":
+                raise Unsupported("RNG states that activation checkpointing keeps")
             if kept:
                 rec = ledger.records[kept[0]]
                 raise Unsupported(f"memory it keeps outside autograd (`{ledger.ops[rec.op]}`, "

@@ -32,8 +32,8 @@ def _measurements():
 def estimate(memlens, device: str, case: str, alloc_conf: str) -> dict:
     # Both names, so that a value in the caller's environment cannot win over the fixture's.
     env = {"PYTORCH_CUDA_ALLOC_CONF": alloc_conf, "PYTORCH_ALLOC_CONF": alloc_conf}
-    out = memlens("run", "--device", device, "--json", "--no-snapshot", "--", str(CASES),
-                  "--case", case, env=env)
+    out = memlens("run", "--device", device, "--json", "--no-snapshot", "--no-layer-replay", "--",
+                  str(CASES), "--case", case, env=env)
     if case in NEEDS_SHIM and (out.returncode == -signal.SIGABRT
                                or "not linked with support for cuda" in out.stderr):
         pytest.xfail("module init and autograd on fake CUDA tensors need the fake-CUDA shim "

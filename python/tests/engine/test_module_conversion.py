@@ -24,7 +24,8 @@ def test_to_dtype_frees_old_parameters_as_a_real_run(memlens):
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     real = json.loads(out.stdout)["phases"][0]
-    run = memlens("run", "--device", "cpu", "--json", "--no-snapshot", "--", CASE, *ARGS)
+    run = memlens("run", "--device", "cpu", "--json", "--no-snapshot", "--no-layer-replay", "--",
+                  CASE, *ARGS)
     assert run.returncode == 0, run.stderr[-3000:]
     est = json.loads(run.stdout)["phases"][0]
     assert est["name"] == real["name"] == "setup_model_and_optimizer"

@@ -1,0 +1,162 @@
+"""Layer replay (engine/layer_replay.py): a trace that replays identical blocks writes the
+snapshot a full trace (`--no-layer-replay`) writes, field by field; where the blocks are not
+provably one program it traces them in full and says why in `meta.layer_replay`; where a replay
+is found wrong, or the script fails after one, the whole trace runs again in full and says so.
+
+Both traces of a pair run with PYTHONHASHSEED fixed: tensors dropped together (a dict of them
+let go) are freed in the order of Python's hashes, which differs from process to process.
+"""
+
+import json
+
+import pytest
+
+from support.paths import TESTS
+from support.runs import run_memlens
+
+pytestmark = pytest.mark.slow  # traces in fresh processes
+
+GPT = TESTS / "scripts" / "layer_replay_gpt.py"
+LLAMA = TESTS / "scripts" / "hf" / "llama_loop.py"
+# What differs between two runs of one trace: when and how long, the command line, and the
+# replay's own record (compared on its own below).
+PER_RUN = {"created", "duration_s", "command", "layer_replay"}
+
+
+def trace(folder, name: str, script, *args: str, replay: bool = True) -> dict:
+    snap = folder / f"{name}-{'replay' if replay else 'full'}.json"
+    flags = [] if replay else ["--no-layer-replay"]
+    out = run_memlens("run", "--device", "h100-80gb", "--progress", "none", *flags,
+                      "--snapshot", str(snap), "--", str(script), *args, cwd=folder,
+                      env={"PYTHONHASHSEED": "0"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(snap.read_text())
+
+
+def differences(a, b, path: str = "") -> list[str]:
+    """The paths where two snapshots differ (the per-run meta fields aside)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        found = []
+        for key in sorted(set(a) | set(b)):
+            if path == ".meta" and key in PER_RUN:
+                continue
+            if key not in a or key not in b:
+                found.append(f"{path}.{key}")
+            else:
+                found += differences(a[key], b[key], f"{path}.{key}")
+        return found
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return [f"{path}: {len(a)} items against {len(b)}"]
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{path}[{i}]")]
+    return [] if a == b else [f"{path}: {a!r:.80} against {b!r:.80}"]
+
+
+def pair(folder, name: str, script, *args: str) -> tuple[dict, dict]:
+    return (trace(folder, name, script, *args), trace(folder, name, script, *args, replay=False))
+
+
+# (name, script arguments, forward replays, backward replays). 8 blocks: 0, 1 and 7 are traced,
+# 2..6 replayed, 5 a pass; the trace stops after its 2 iterations.
+REPLAYED = [
+    # 2 steps of one forward and backward each: 10 and 10.
+    ("plain", (), 10, 10),
+    # 2 steps of 2 micro-batches (the second adds to the gradients the first made): 20 and 20;
+    # the evaluation forward under no_grad after step 1 replays 5 more and has no backward
+    # (the one after step 2 is not reached: the trace stops at the end of step 2).
+    ("accumulate-evaluate", ("--accumulate", "2", "--evaluate"), 25, 20),
+]
+
+
+@pytest.mark.parametrize("name,args,forward,backward", REPLAYED, ids=[r[0] for r in REPLAYED])
+def test_a_replayed_trace_writes_the_full_traces_snapshot(tmp_path, name, args, forward,
+                                                          backward):
+    replayed, full = pair(tmp_path, name, GPT, *args)
+    assert differences(replayed, full) == []
+    assert replayed["meta"]["layer_replay"] == {
+        "enabled": True, "groups": [{"module": "h", "blocks": 8}],
+        "replayed_forward": forward, "replayed_backward": backward}
+    assert full["meta"]["layer_replay"] == {"enabled": False}
+
+
+def test_a_hugging_face_llama_without_its_cache_replays_its_decoder_layers(tmp_path):
+    # 6 layers, 2 steps: layers 2..4 replayed, 3 a pass, forward and backward.
+    replayed, full = pair(tmp_path, "llama", LLAMA)
+    assert differences(replayed, full) == []
+    assert replayed["meta"]["layer_replay"] == {
+        "enabled": True, "groups": [{"module": "model.layers", "blocks": 6}],
+        "replayed_forward": 6, "replayed_backward": 6}
+
+
+TRACED_IN_FULL = [
+    # Every third block scales its input: the forward reads the attribute that numbers them.
+    ("branch", ("--branch-every", "3"), "its forward reads `Block.index`, which differs between "
+     "the blocks"),
+    # Checkpointing's saved-tensor hooks keep the block's inputs, not autograd's.
+    ("checkpoint", ("--checkpoint",), "it runs inside activation checkpointing"),
+]
+
+
+@pytest.mark.parametrize("name,args,why", TRACED_IN_FULL, ids=[r[0] for r in TRACED_IN_FULL])
+def test_blocks_that_are_not_provably_one_program_are_traced_in_full(tmp_path, name, args, why):
+    replayed, full = pair(tmp_path, name, GPT, *args)
+    assert differences(replayed, full) == []
+    assert replayed["meta"]["layer_replay"] == {
+        "enabled": True, "groups": [{"module": "h", "blocks": 8, "traced_in_full": why}],
+        "replayed_forward": 0, "replayed_backward": 0}
+
+
+def test_a_llama_that_writes_its_cache_per_layer_is_traced_in_full(tmp_path):
+    """With the config's default `use_cache=True` the forward makes a cache, and each layer
+    writes its own entry of it, found by its `layer_idx`."""
+    replayed, full = pair(tmp_path, "llama-cache", LLAMA, "--use-cache")
+    assert differences(replayed, full) == []
+    assert replayed["meta"]["layer_replay"]["groups"] == [{
+        "module": "model.layers", "blocks": 6,
+        "traced_in_full": "its forward reads `LlamaAttention.layer_idx`, which differs between "
+                          "the blocks"}]
+
+
+def test_the_corpus_llama_with_gradient_checkpointing_is_traced_in_full(tmp_path):
+    """The corpus' Llama (`gradient_checkpointing_enable()`: each decoder layer checkpoints
+    itself, keeping the RNG states on its own), with 6 layers instead of 2."""
+    source = (TESTS / "scripts" / "corpus" / "hf_llama_bf16.py").read_text()
+    assert source.count("num_hidden_layers=2") == 1
+    script = tmp_path / "hf_llama_6_layers.py"
+    script.write_text(source.replace("num_hidden_layers=2", "num_hidden_layers=6"))
+    replayed, full = pair(tmp_path, "corpus-llama", script)
+    assert differences(replayed, full) == []
+    assert replayed["meta"]["layer_replay"]["groups"] == [{
+        "module": "model.layers", "blocks": 6,
+        "traced_in_full": "its forward makes RNG states that activation checkpointing keeps"}]
+
+
+ABANDONED = [
+    # A forward whose graph is let go without a backward: autograd frees what the blocks saved
+    # in its own order, which a replay cannot know.
+    ("dropped-graph", ("--keep-graph",), "a replayed block's graph was let go before its backward"),
+    # torch.autograd.grad of the parameters: a replayed block's parameters are not inputs of
+    # its node, so autograd finds them unused and the script fails.
+    ("grad-of-params", ("--grad-of-params",),
+     "the script failed after blocks were replayed (ScriptError)"),
+]
+
+
+@pytest.mark.parametrize("name,args,why", ABANDONED, ids=[r[0] for r in ABANDONED])
+def test_a_replay_found_wrong_is_traced_again_in_full(tmp_path, name, args, why):
+    replayed, full = pair(tmp_path, name, GPT, *args)
+    note = (f"Layer replay was abandoned ({why}); the script was traced again with every block "
+            f"traced.")
+    assert replayed["meta"]["notes"] == full["meta"]["notes"] + [note]
+    replayed["meta"]["notes"] = full["meta"]["notes"]
+    assert differences(replayed, full) == []
+    assert replayed["meta"]["layer_replay"] == {"enabled": False, "abandoned": why}
+
+
+def test_per_block_compiled_blocks_are_not_replayed_and_trace_as_before(tmp_path):
+    """torchtitan's per-block `torch.compile(fullgraph=True)`: the compiled program runs each
+    block, so there is nothing to replay; the wrappers must not change what it compiles."""
+    script = TESTS / "scripts" / "compile_seams" / "per_block_fullgraph.py"
+    replayed, full = pair(tmp_path, "compiled", script, "--layers", "6")
+    assert differences(replayed, full) == []
+    assert replayed["meta"]["layer_replay"]["replayed_forward"] == 0

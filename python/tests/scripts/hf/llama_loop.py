@@ -1,0 +1,35 @@
+"""A Llama trained in a plain loop, with the KV cache off as training scripts set it
+(`model.config.use_cache = args.use_cache`), or with the config's default (`--use-cache`: the forward
+makes a cache and each decoder layer writes its own entry, by its `layer_idx`). Layer replay's
+Hugging Face cases (tests/engine/test_layer_replay.py).
+
+    python llama_loop.py [--layers 6] [--steps 2] [--use-cache]
+"""
+
+import argparse
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--layers", type=int, default=6)
+parser.add_argument("--steps", type=int, default=2)
+parser.add_argument("--use-cache", action="store_true")
+args = parser.parse_args()
+
+config = LlamaConfig(vocab_size=1000, hidden_size=256, intermediate_size=688,
+                     num_hidden_layers=args.layers, num_attention_heads=8, num_key_value_heads=4,
+                     max_position_embeddings=512)
+device = "cuda" if torch.cuda.is_available() else "cpu"
+model = LlamaForCausalLM(config).to(device=device, dtype=torch.bfloat16)
+model.config.use_cache = args.use_cache
+model.train()
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+for step in range(args.steps):
+    ids = torch.randint(0, config.vocab_size, (2, 256), device=device)
+    loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
