@@ -68,6 +68,7 @@ export interface Meta {
 export interface LayerReplay {
   enabled: boolean;
   abandoned?: string; // a replay was found wrong: the trace ran again in full
+  off?: string; // why no repeated blocks were looked for (a distributed job)
   groups?: { module: string; blocks: number; traced_in_full?: string }[];
   replayed_forward?: number;
   replayed_backward?: number;

@@ -159,6 +159,11 @@ class Classifier:
             self._hook_gradient(p)
         return None
 
+    @property
+    def gradient_hook(self):
+        """The post-accumulate-grad hook on every parameter (layer replay tells it apart)."""
+        return self._grad_accumulated
+
     def _grad_accumulated(self, p: torch.Tensor) -> None:
         self.mark(p.grad, C.GRADIENT, self.modules.param_owner.get(id(p)))
 

@@ -215,7 +215,8 @@ class Group:
         return {m: k for k, m in enumerate(self.module_lists[i])}
 
 
-def find_groups(root: nn.Module, tracker) -> list[Group]:
+def find_groups(root: nn.Module, tracker, own_hook) -> list[Group]:
+    """`own_hook`: the classifier's gradient hook, the one hook a parameter may have."""
     groups = []
     for container in root.modules():
         if not isinstance(container, (nn.ModuleList, nn.Sequential)):
@@ -228,16 +229,18 @@ def find_groups(root: nn.Module, tracker) -> list[Group]:
                 end += 1
             run = children[start:end]
             if len(run) >= MIN_BLOCKS:
-                first = _structure(run[0])
-                if first is not None and all(_structure(b) == first for b in run[1:]):
+                first = _structure(run[0], own_hook)
+                if first is not None and all(_structure(b, own_hook) == first
+                                             for b in run[1:]):
                     groups.append(Group(run, tracker))
             start = end
     return groups
 
 
-def _structure(block: nn.Module):
-    """A block's submodules, parameters and buffers as metadata; None where it has hooks of
-    its own or a forward set on the instance (a library's wrapper)."""
+def _structure(block: nn.Module, own_hook):
+    """A block's submodules, parameters and buffers as metadata; None where it or a parameter
+    has hooks of its own (an optimizer run in backward) or a forward set on the instance (a
+    library's wrapper)."""
     parts = []
     for name, m in block.named_modules():
         if any(getattr(m, d, None) for d in _HOOK_DICTS) or "forward" in m.__dict__:
@@ -247,7 +250,8 @@ def _structure(block: nn.Module):
             if p is None:
                 params.append((pname, None))
                 continue
-            if type(p) not in _PLAIN or p._backward_hooks:
+            if type(p) not in _PLAIN or p._backward_hooks or any(
+                    h != own_hook for h in (p._post_accumulate_grad_hooks or {}).values()):
                 return None
             params.append((pname, tuple(p.shape), p.stride(), p.dtype, p.device,
                            p.requires_grad))
@@ -398,14 +402,22 @@ class LayerReplay:
         self._watched: dict[tuple[type, str], Any] = {}
         self._read: str | None = None
         self._packed: set[int] | None = None
+        self.off: str | None = None  # why no blocks were looked for
 
     # -- lifecycle -----------------------------------------------------------------------
     def scan(self, root: nn.Module) -> None:
-        """At a top-level forward: the model's groups of identical blocks, found once."""
+        """At a top-level forward: the model's groups of identical blocks, found once. Not in
+        a distributed job: DDP's reducer and ZeRO hook each parameter's gradient accumulator
+        in C++, where no hook can be seen, and a replayed block's parameters get their
+        gradients without it."""
         if id(root) in self._scanned:
             return
         self._scanned.add(id(root))
-        for group in find_groups(root, self.tracer.modules):
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            self.off = "a distributed job: gradient hooks in C++ may wait for every parameter"
+            return
+        for group in find_groups(root, self.tracer.modules,
+                                 self.tracer.classifier.gradient_hook):
             self.groups.append(group)
             for i, block in enumerate(group.blocks):
                 block.forward = functools.partial(self._call, group, i, block.forward)
@@ -435,7 +447,8 @@ class LayerReplay:
                             **({"traced_in_full": g.disabled or g.declined}
                                if g.disabled or g.declined else {})}
                            for g in self.groups],
-                "replayed_forward": self.replayed, "replayed_backward": self.replayed_backward}
+                "replayed_forward": self.replayed, "replayed_backward": self.replayed_backward,
+                **({"off": self.off} if self.off else {})}
 
     def _name(self, group: Group) -> str:
         entry = self.tracer.modules.names.get(group.module_lists[0][0])

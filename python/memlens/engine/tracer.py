@@ -268,6 +268,17 @@ class Tracer:
         if self.layer_replay is not None and not self._compiled_call:
             self.layer_replay.scan(module)
 
+    def layer_replay_meta(self) -> dict:
+        """The snapshot's `meta.layer_replay`: what was replayed, or why nothing was (a trace
+        run again in full after a replay was abandoned says why, with a note)."""
+        if self.layer_replay is not None:
+            return self.layer_replay.meta()
+        why = os.environ.get(LayerReplayAbandoned.ENV)
+        if why:
+            self.add_note(f"Layer replay was abandoned ({why}); the script was traced again "
+                          f"with every block traced.")
+        return {"enabled": False, **({"abandoned": why} if why else {})}
+
     def check_layer_replay(self) -> None:
         """After the trace: raise LayerReplayAbandoned if a replay was found wrong, so that
         the caller traces again in full."""

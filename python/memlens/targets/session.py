@@ -31,21 +31,6 @@ def prepare_process(device: DeviceSpec | str, device_count: int = 1) -> None:
         raise MemlensError(f"cannot simulate a {device.name} here: {e}") from None
 
 
-def replay_meta(tracer) -> dict:
-    """The snapshot's `meta.layer_replay`: what was replayed, or why nothing was."""
-    import os
-
-    from ..errors import LayerReplayAbandoned
-
-    if tracer.layer_replay is not None:
-        return tracer.layer_replay.meta()
-    why = os.environ.get(LayerReplayAbandoned.ENV)
-    if why:
-        tracer.add_note(f"Layer replay was abandoned ({why}); the script was traced again with "
-                        f"every block traced.")
-    return {"enabled": False, **({"abandoned": why} if why else {})}
-
-
 def trace_target(target, device: DeviceSpec, iterations: int, progress_mode: str = "none",
                  console=None, command: list[str] | None = None,
                  max_allocations: int | None = None, rank=None,
@@ -110,7 +95,7 @@ def trace_target(target, device: DeviceSpec, iterations: int, progress_mode: str
                 "kernels": {"scaled_dot_product_attention": dict(tracer.sdpa_backends)}}
         if tracer.sdpa.to_json() is not None:
             meta["sdpa"] = tracer.sdpa.to_json()
-        meta["layer_replay"] = replay_meta(tracer)
+        meta["layer_replay"] = tracer.layer_replay_meta()
         return build_snapshot(tracer, meta, max_allocations or DEFAULT_MAX_ALLOCATIONS)
     finally:  # after the snapshot: it finds the model classes' files through sys.modules
         if isinstance(target, ModelTarget):
