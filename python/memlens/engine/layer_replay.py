@@ -32,6 +32,7 @@ forward; and what autograd keeps, the same.
 from __future__ import annotations
 
 import functools
+import weakref
 from typing import Any
 
 import torch
@@ -138,9 +139,14 @@ def _has_values(t: torch.Tensor) -> bool:
     return hasattr(t, SHADOW) or getattr(t, "constant", None) is not None
 
 
-def _signature(args, kwargs) -> tuple | str:
-    """What a call must share with the recorded one: the inputs' structure, constants and tensor
-    metadata, and the autograd and autocast state. A string: why a call is never replayed."""
+def _signature(block, own_hook, args, kwargs) -> tuple | str:
+    """What a call must share with the recorded one: the block's structure now (parameters
+    frozen or cast since, hooks added, train or eval), the inputs' structure, constants and
+    tensor metadata, and the autograd and autocast state. A string: why a call is never
+    replayed."""
+    structure = _structure(block, own_hook)
+    if structure is None:
+        return "it has hooks of its own now"
     leaves, spec = pytree.tree_flatten((args, kwargs))
     parts = []
     for leaf in leaves:
@@ -155,7 +161,8 @@ def _signature(args, kwargs) -> tuple | str:
             parts.append((type(leaf), leaf))
         else:  # an object the block may change: not provably the same program
             return f"its inputs include a {type(leaf).__name__}, which it may change"
-    return (str(spec), tuple(parts), torch.is_grad_enabled(), torch.is_inference_mode_enabled(),
+    return (torch.is_grad_enabled(), structure, str(spec), tuple(parts),
+            torch.is_inference_mode_enabled(),
             torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"),
             torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"))
 
@@ -327,7 +334,7 @@ class ReplayRun:
         self.held = [inputs[j] for j in rec.held_inputs]
         self.params = list(group.blocks[index].parameters())
         self.fwd_rids: list[int] = []
-        self.backward_pending = rec.signature[2] and bool(rec.alive or rec.held_inputs
+        self.backward_pending = rec.signature[0] and bool(rec.alive or rec.held_inputs
                                                           or rec.held_outputs)
 
     def bindings(self) -> dict[tuple, int]:
@@ -366,12 +373,14 @@ class ReplayRun:
             replay.abandon("a replayed block's parameters held gradients where the recorded "
                            "block's did not")
         bound = self.bindings()
-        rid = _rid(replay.ledger, grads[0]) if grads else None
+        # One output is differentiable (the recording checked): its gradient is the one given.
+        grad = next((g for g in grads if g is not None), None)
+        rid = _rid(replay.ledger, grad)
         if rid is not None:
             bound[("gout", 0)] = rid
         new = replay.apply(back.ops, bound, group, self.index)
         kind, k = back.grad_input
-        result = grads[k] if kind == "gout" else replay.make_tensor(back.grad_input_meta, new[k])
+        result = grad if kind == "gout" else replay.make_tensor(back.grad_input_meta, new[k])
         for p, outcome in zip(self.params, back.param_grads):
             if isinstance(outcome, tuple):
                 p.grad = replay.make_tensor(outcome[1], new[outcome[0][1]])
@@ -395,7 +404,8 @@ class LayerReplay:
         self.ledger = tracer.ledger
         self.groups: list[Group] = []
         self._scanned: set[int] = set()
-        self._installed: list[nn.Module] = []
+        self._members: dict[int, tuple] = {}  # id(block) -> (weakref, group, index)
+        self._wrapped: dict[type, Any] = {}  # class -> its own forward (or _MISSING)
         self.abandoned: str | None = None
         self.replayed = 0  # forward calls replayed
         self.replayed_backward = 0
@@ -416,18 +426,41 @@ class LayerReplay:
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             self.off = "a distributed job: gradient hooks in C++ may wait for every parameter"
             return
-        for group in find_groups(root, self.tracer.modules,
-                                 self.tracer.classifier.gradient_hook):
+        for group in find_groups(root, self.tracer.modules, self._own_hook):
             self.groups.append(group)
             for i, block in enumerate(group.blocks):
-                block.forward = functools.partial(self._call, group, i, block.forward)
-                self._installed.append(block)
+                self._members[id(block)] = (weakref.ref(block), group, i)
+                self._wrap(type(block))
+
+    def _wrap(self, cls: type) -> None:
+        """The blocks' class calls `_call` for the blocks of a group, and its own forward for
+        any other instance (a copy, DataParallel's replicas, which copy an instance's
+        attributes): a wrapper on the class, undone by `finish`."""
+        if cls in self._wrapped:
+            return
+        own = cls.__dict__.get("forward", _MISSING)
+        forward = cls.forward
+        members = self._members
+
+        @functools.wraps(forward)
+        def replaying_forward(module, *args, **kwargs):
+            entry = members.get(id(module))
+            if entry is None or entry[0]() is not module:
+                return forward(module, *args, **kwargs)
+            return self._call(entry[1], entry[2], functools.partial(forward, module), *args,
+                              **kwargs)
+
+        self._wrapped[cls] = own
+        cls.forward = replaying_forward
 
     def finish(self) -> None:
-        """The trace ended: undo the blocks' wrappers; replays never compared abandon it."""
-        for block in self._installed:
-            block.__dict__.pop("forward", None)
-        self._installed = []
+        """The trace ended: undo the classes' wrappers; replays never compared abandon it."""
+        for cls, own in self._wrapped.items():
+            if own is _MISSING:
+                del cls.forward
+            else:
+                cls.forward = own
+        self._wrapped, self._members = {}, {}
         self._unwatch()
         for group in self.groups:
             if group.unverified or group.unverified_backward:
@@ -471,18 +504,24 @@ class LayerReplay:
             return original(*args, **kwargs)
         group.next = i + 1
         if _top_saved_hooks(False) != self._our_hooks():
-            # Activation checkpointing's hooks keep what the block saves (its inputs): a
-            # replayed block would save nothing through them.
-            group.declined = "it runs inside activation checkpointing"
+            # Another library's saved-tensor hooks (activation checkpointing, offloading) keep
+            # what the block saves: a replayed block would save nothing through them.
+            group.declined = "it runs under another library's saved-tensor hooks (activation " \
+                             "checkpointing, offloading)"
             return original(*args, **kwargs)
         if i == 1:
             return self._record(group, i, original, args, kwargs)
         if i == group.n - 1:
             return self._verify(group, i, original, args, kwargs)
         rec = group.recording
-        if i >= 2 and rec is not None and _signature(args, kwargs) == rec.signature:
+        if i >= 2 and rec is not None and \
+                _signature(group.blocks[i], self._own_hook, args, kwargs) == rec.signature:
             return self._replay(group, i, rec, args, kwargs)
         return original(*args, **kwargs)
+
+    @property
+    def _own_hook(self):
+        return self.tracer.classifier.gradient_hook
 
     def _our_hooks(self):
         hooks = self.tracer.classifier.saved_hooks
@@ -491,7 +530,7 @@ class LayerReplay:
     def _trace(self, group: Group, i: int, original, args, kwargs):
         """Block i traced in full, its ledger operations recorded: (output, Traced or None,
         why not)."""
-        signature = _signature(args, kwargs)
+        signature = _signature(group.blocks[i], self._own_hook, args, kwargs)
         if isinstance(signature, str):
             return original(*args, **kwargs), None, signature, ()
         ledger = self.ledger
@@ -563,6 +602,7 @@ class LayerReplay:
             self._packed.add(_rid(self.ledger, t))
 
     def _record(self, group: Group, i: int, original, args, kwargs):
+        group.differing = _differing_attributes(group.blocks)  # set since the scan too
         self._watch_reads(group, i)
         try:
             out, traced, problem, inputs = self._trace(group, i, original, args, kwargs)
@@ -590,7 +630,7 @@ class LayerReplay:
             group.recording = None
             return out
         group.unverified = 0
-        if traced.signature[2]:
+        if traced.signature[0]:
             self._watch_backward(group, i, traced, out, inputs, compare=False)
         return out
 
@@ -600,7 +640,7 @@ class LayerReplay:
         group.unverified += 1
         self.replayed += 1
         diff_in = [t for t in inputs if t.requires_grad]
-        if rec.signature[2] and diff_in:
+        if rec.signature[0] and diff_in:
             outputs = _Replayed.apply(run, diff_in[0])
         else:
             outputs = run.forward()
@@ -615,7 +655,7 @@ class LayerReplay:
         """Record the backward of traced block i, from the gradient of its output to that of
         its input: block N-1's, for the replays, or block 1's, to compare (`compare`). False:
         a backward this cannot record (the group is traced in full from now on)."""
-        if not traced.signature[2]:
+        if not traced.signature[0]:
             return True  # no autograd: no backward
         ledger = self.ledger
         params = list(group.blocks[i].parameters())
@@ -726,18 +766,27 @@ class LayerReplay:
         return new
 
     def make_tensor(self, meta, rid: int, bases: dict | None = None) -> torch.Tensor:
-        """A fake tensor on the storage of record `rid`, which the replay has booked."""
+        """A fake tensor on the storage of record `rid`, which the replay has booked: the
+        tensor itself where it fills its storage (a gradient, most outputs), else a view of
+        its storage (`bases`: one per record, for outputs that share one)."""
         shape, stride, offset, dtype, device, _, nbytes = meta
-        base = bases.get(rid) if bases is not None else None
         accountant = self.tracer.accountant
+        span = 1 + sum((n - 1) * st for n, st in zip(shape, stride)) if all(shape) else 0
+        if offset == 0 and span * dtype.itemsize == nbytes and (bases is None
+                                                                or rid not in bases):
+            with accountant.unbooked():
+                t = torch.empty_strided(shape, stride, dtype=dtype, device=device)
+            self.ledger.track_storage(t.untyped_storage(), rid)
+            if bases is not None:
+                bases[rid] = t
+            return t
+        base = bases.get(rid) if bases is not None else None
         if base is None:
             with accountant.unbooked():
                 base = torch.empty(nbytes // dtype.itemsize, dtype=dtype, device=device)
             self.ledger.track_storage(base.untyped_storage(), rid)
             if bases is not None:
                 bases[rid] = base
-            if offset == 0 and base.is_contiguous() and tuple(base.shape) == shape:
-                return base
         with accountant.unbooked():
             return base.as_strided(shape, stride, offset)
 

@@ -93,7 +93,8 @@ TRACED_IN_FULL = [
     ("branch", ("--branch-every", "3"), "its forward reads `Block.index`, which differs between "
      "the blocks"),
     # Checkpointing's saved-tensor hooks keep the block's inputs, not autograd's.
-    ("checkpoint", ("--checkpoint",), "it runs inside activation checkpointing"),
+    ("checkpoint", ("--checkpoint",), "it runs under another library's saved-tensor hooks "
+     "(activation checkpointing, offloading)"),
 ]
 
 
