@@ -130,9 +130,9 @@ class Slots:
         return ("m", rel) if rel is not None else module
 
 
-def new_devices(ledger, rids) -> set[str]:
-    """The device types of records (autocast's state is per device type)."""
-    return {ledger.records[rid].device.partition(":")[0] for rid in rids}
+def _autocast_on(device: str) -> bool:
+    """Autocast is on for the device type of a record's device ("cuda:0", "cpu")."""
+    return torch.is_autocast_enabled(device.partition(":")[0])
 
 
 def _has_values(t: torch.Tensor) -> bool:
@@ -171,7 +171,7 @@ class Traced:
     """What one fully traced call of a block did, relative to it."""
 
     def __init__(self, signature, ops, new, known, outputs, held_inputs, held_outputs, alive,
-                 in_rids, sdpa):
+                 in_rids, sdpa, casts):
         self.signature = signature
         self.ops = ops
         self.new = new  # rids of its allocations, in order
@@ -182,10 +182,13 @@ class Traced:
         self.alive = alive  # "new" slots alive after forward, outputs aside
         self.in_rids = in_rids
         self.sdpa = sdpa  # attention calls it made, per kernel (the snapshot counts them)
+        # "new" slots of the weight casts autocast caches, and of those only its cache keeps
+        self.casts, self.cached = casts
 
     def shape(self) -> tuple:
         return (self.signature, self.ops, str(self.outputs[0]), self.outputs[1],
-                self.held_inputs, self.held_outputs, self.alive, self.sdpa)
+                self.held_inputs, self.held_outputs, self.alive, self.sdpa, self.casts,
+                self.cached)
 
 
 class Backward:
@@ -334,6 +337,7 @@ class ReplayRun:
         self.held = [inputs[j] for j in rec.held_inputs]
         self.params = list(group.blocks[index].parameters())
         self.fwd_rids: list[int] = []
+        self.backward_done = False
         self.backward_pending = rec.signature[0] and bool(rec.alive or rec.held_inputs
                                                           or rec.held_outputs)
 
@@ -358,6 +362,8 @@ class ReplayRun:
         calls = replay.tracer.sdpa.calls
         for kernel, n in self.rec.sdpa:
             calls[kernel] = calls.get(kernel, 0) + n
+        if self.rec.casts:
+            replay.cast_runs.append(self)
         bases: dict[int, torch.Tensor] = {}
         return [replay.make_tensor(leaf[2], self.fwd_rids[leaf[1]], bases)
                 for leaf in self.rec.outputs[1] if leaf[0] == "tensor"]
@@ -385,6 +391,7 @@ class ReplayRun:
             if isinstance(outcome, tuple):
                 p.grad = replay.make_tensor(outcome[1], new[outcome[0][1]])
         self.held = []
+        self.backward_done = True
         group.unverified_backward += 1
         replay.replayed_backward += 1
         return result
@@ -413,6 +420,7 @@ class LayerReplay:
         self._read: str | None = None
         self._packed: set[int] | None = None
         self.off: str | None = None  # why no blocks were looked for
+        self.cast_runs: list[ReplayRun] = []  # replayed blocks with casts in autocast's cache
 
     # -- lifecycle -----------------------------------------------------------------------
     def scan(self, root: nn.Module) -> None:
@@ -580,11 +588,11 @@ class LayerReplay:
             held_outputs = tuple(j for j, rid in enumerate(out_rids) if rid in packed)
             alive = tuple(k for k, rid in enumerate(new) if ledger.records[rid].free_seq < 0
                           and rid not in out_rids)
-            kept = [new[k] for k in alive if new[k] not in packed]
-            if kept and torch.is_autocast_enabled(next(iter(new_devices(ledger, kept)))):
-                # Autocast's cache of weight casts, freed when autocast exits, in the order of
-                # a C++ hash map a replay cannot follow.
-                raise Unsupported("weight casts that autocast caches")
+            # Autocast keeps its casts of weights until the outermost autocast exits (its
+            # cache): some saved for backward as well, some (a bias) only there.
+            casts = tuple(k for k in alive if ledger.ops[ledger.records[new[k]].op] == "_to_copy"
+                          and _autocast_on(ledger.records[new[k]].device))
+            kept = [new[k] for k in alive if new[k] not in packed and k not in casts]
             if kept and ledger.ops[ledger.records[kept[0]].op] == "get_rng_state":
                 raise Unsupported("RNG states that activation checkpointing keeps")
             if kept:
@@ -593,8 +601,22 @@ class LayerReplay:
                                   f"{rec.dtype} {list(rec.shape)})")
         except Unsupported as e:
             return out, None, str(e), ()
+        cached = tuple(k for k in casts if new[k] not in packed)
         return out, Traced(signature, ops, new, known, (spec, described), held_inputs,
-                           held_outputs, alive, in_rids, sdpa), None, inputs
+                           held_outputs, alive, in_rids, sdpa, (casts, cached)), None, inputs
+
+    def on_autocast_cleared(self) -> None:
+        """The outermost autocast exited and its cache let go of the weight casts: a replayed
+        block's casts go with it, those kept only by the cache now, those also saved for
+        backward once its backward has run (before it, backward frees them)."""
+        pending = []
+        for run in self.cast_runs:
+            free = run.rec.cached if not run.backward_done else run.rec.casts
+            for k in free:
+                self.ledger.free(run.fwd_rids[k])
+            if not run.backward_done and run.rec.casts != run.rec.cached:
+                pending.append(run)
+        self.cast_runs = pending
 
     def on_pack(self, t: torch.Tensor) -> None:
         """The classifier's pack hook saw `t` saved for backward (while a block is recorded)."""

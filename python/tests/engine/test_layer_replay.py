@@ -7,6 +7,7 @@ Both traces of a pair run with PYTHONHASHSEED fixed: tensors dropped together (a
 let go) are freed in the order of Python's hashes, which differs from process to process.
 """
 
+import bisect
 import json
 
 import pytest
@@ -77,6 +78,29 @@ def test_a_replayed_trace_writes_the_full_traces_snapshot(tmp_path, name, args, 
         "enabled": True, "groups": [{"module": "h", "blocks": 8}],
         "replayed_forward": forward, "replayed_backward": backward}
     assert full["meta"]["layer_replay"] == {"enabled": False}
+
+
+def frees_by_burst(snapshot: dict) -> dict:
+    """The snapshot with each free numbered by the allocations before it, and no timeline:
+    autocast's cache lets its weight casts go in the order of a C++ hash map of tensor
+    addresses, which differs between two full traces as well (as does the timeline inside that
+    run of frees); what is freed between two allocations does not."""
+    allocs = sorted(snapshot["allocations"]["alloc_seq"])
+    snapshot["allocations"]["free_seq"] = [
+        f if f < 0 else bisect.bisect_left(allocs, f) for f in snapshot["allocations"]["free_seq"]]
+    del snapshot["timeline"]
+    return snapshot
+
+
+def test_autocast_blocks_replay_with_their_cached_weight_casts(tmp_path):
+    """fp32 weights under bf16 autocast: each block's weight casts stay in autocast's cache
+    (the weights' also saved for backward, the biases' only there) until autocast exits. 2 steps
+    and an evaluation forward after the first: 15 forward replays, 10 backward."""
+    replayed, full = pair(tmp_path, "autocast", GPT, "--autocast", "--evaluate")
+    assert differences(frees_by_burst(replayed), frees_by_burst(full)) == []
+    assert replayed["meta"]["layer_replay"] == {
+        "enabled": True, "groups": [{"module": "h", "blocks": 8}],
+        "replayed_forward": 15, "replayed_backward": 10}
 
 
 def test_a_hugging_face_llama_without_its_cache_replays_its_decoder_layers(tmp_path):

@@ -7,9 +7,11 @@ variations a layer replay must get right or refuse (tests/engine/test_layer_repl
     --branch-every K      every K-th block also scales its input: blocks differ by their index
     --keep-graph          one forward whose graph is dropped without a backward, first
     --grad-of-params      gradients by torch.autograd.grad instead of backward()
+    --autocast            fp32 weights, forward under torch.autocast(bfloat16)
 """
 
 import argparse
+import contextlib
 
 import torch
 import torch.nn as nn
@@ -30,6 +32,7 @@ parser.add_argument("--evaluate", action="store_true")
 parser.add_argument("--branch-every", type=int, default=0)
 parser.add_argument("--keep-graph", action="store_true")
 parser.add_argument("--grad-of-params", action="store_true")
+parser.add_argument("--autocast", action="store_true")
 args = parser.parse_args()
 
 
@@ -79,6 +82,12 @@ model = GPT().to(device)
 optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
 
 
+def autocast():
+    if not args.autocast:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device, dtype=torch.bfloat16)
+
+
 def batch():
     idx = torch.randint(0, args.vocab, (args.batch, args.seq + 1), device=device)
     return idx[:, :-1], idx[:, 1:]
@@ -90,7 +99,8 @@ if args.keep_graph:
 
 for step in range(args.steps):
     for micro in range(args.accumulate):
-        loss = model(*batch()) / args.accumulate
+        with autocast():
+            loss = model(*batch()) / args.accumulate
         if args.grad_of_params:
             params = [p for p in model.parameters()]
             for p, g in zip(params, torch.autograd.grad(loss, params)):
@@ -101,6 +111,6 @@ for step in range(args.steps):
     optimizer.zero_grad(set_to_none=True)
     if args.evaluate:
         model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), autocast():
             model(*batch())
         model.train()
