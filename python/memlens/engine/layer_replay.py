@@ -238,13 +238,20 @@ def find_groups(root: nn.Module, tracker, own_hook) -> list[Group]:
             while end < len(children) and type(children[end]) is type(children[start]):
                 end += 1
             run = children[start:end]
-            if len(run) >= MIN_BLOCKS:
+            # A block compiled on its own (torch.compile(block), block.compile()) runs its
+            # compiled program: nothing to replay.
+            if len(run) >= MIN_BLOCKS and not _compiled(run[0]):
                 first = _structure(run[0], own_hook)
                 if first is not None and all(_structure(b, own_hook) == first
                                              for b in run[1:]):
                     groups.append(Group(run, tracker))
             start = end
     return groups
+
+
+def _compiled(block: nn.Module) -> bool:
+    return type(block).__name__ == "OptimizedModule" or \
+        getattr(block, "_compiled_call_impl", None) is not None
 
 
 def _structure(block: nn.Module, own_hook):
@@ -309,6 +316,7 @@ class _Replayed(torch.autograd.Function):
     def forward(ctx, run, x):
         ctx.set_materialize_grads(False)
         ctx.run = run
+        run.watch_graph(ctx)
         outputs = run.forward()
         for t in outputs:
             if not (t.dtype.is_floating_point or t.dtype.is_complex):
@@ -396,11 +404,17 @@ class ReplayRun:
         replay.replayed_backward += 1
         return result
 
-    def __del__(self):
-        if self.backward_pending and self.replay.abandoned is None:
-            # Its graph was let go without a backward: a full trace frees what it saved then,
-            # in an order this replay does not know.
-            self.replay.abandoned = "a replayed block's graph was let go before its backward"
+    def watch_graph(self, ctx) -> None:
+        """Its autograd node (`ctx`) let go without a backward: a full trace frees what the
+        block saved then, in an order this replay does not know. After the trace has ended
+        (mark_end), what the script lets go is not part of the step."""
+        replay = self.replay
+
+        def gone(_ref):
+            if self.backward_pending and replay.abandoned is None and replay.tracer.end_seq < 0:
+                replay.abandoned = "a replayed block's graph was let go before its backward"
+
+        self._node = weakref.ref(ctx, gone)
 
 
 # -- the tracer's side -----------------------------------------------------------------------
@@ -452,6 +466,8 @@ class LayerReplay:
 
         @functools.wraps(forward)
         def replaying_forward(module, *args, **kwargs):
+            if torch.compiler.is_compiling():  # Dynamo tracing a compiled block: its forward
+                return forward(module, *args, **kwargs)
             entry = members.get(id(module))
             if entry is None or entry[0]() is not module:
                 return forward(module, *args, **kwargs)
@@ -470,6 +486,7 @@ class LayerReplay:
                 cls.forward = own
         self._wrapped, self._members = {}, {}
         self._unwatch()
+        self.cast_runs = []
         for group in self.groups:
             if group.unverified or group.unverified_backward:
                 self.abandon("the trace ended before a traced block was compared with the "
