@@ -39,274 +39,12 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
-from .shadow_values import SHADOW
+from .layer_groups import Group, differing_attributes, find_groups, own_state, _MISSING
+from .layer_tape import (CONSTANTS, PLAIN, Backward, Slots, Traced, Unsupported, autocast_on,
+                         has_values, rid_of, signature, tensor_meta, tensors)
 
-MIN_BLOCKS = 5  # blocks 0, 1 and N-1 are traced: at least two to replay
 _current_node = torch._C._current_autograd_node
 _top_saved_hooks = torch._C._autograd._top_saved_tensors_default_hooks
-_CONSTANTS = (type(None), bool, int, float, str, torch.dtype, torch.device)
-_PLAIN = (torch.Tensor, torch._subclasses.FakeTensor, nn.Parameter)
-_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
-_MODULE_STATE = {"_parameters", "_buffers", "_modules", "training", "_non_persistent_buffers_set",
-                 "_state_dict_hooks", "_state_dict_pre_hooks", "_load_state_dict_pre_hooks",
-                 "_load_state_dict_post_hooks", "_forward_hooks_always_called",
-                 "_forward_hooks_with_kwargs", "_forward_pre_hooks_with_kwargs", *_HOOK_DICTS}
-_MISSING = object()
-
-
-class Unsupported(Exception):
-    """What a block does that a recording relative to the block cannot express."""
-
-
-def _rid(ledger, t) -> int | None:
-    if not isinstance(t, torch.Tensor):
-        return None
-    try:
-        return ledger.storage_rid(t.untyped_storage())
-    except (RuntimeError, NotImplementedError):
-        return None
-
-
-def _meta(t: torch.Tensor) -> tuple:
-    return (tuple(t.shape), t.stride(), t.storage_offset(), t.dtype, t.device,
-            t.requires_grad, t.untyped_storage().nbytes())
-
-
-def _tensors(tree) -> list[torch.Tensor]:
-    return [t for t in pytree.tree_leaves(tree) if isinstance(t, torch.Tensor)]
-
-
-# -- a block's operations, relative to the block -----------------------------------------
-
-class Slots:
-    """What a block's operations refer to, by place instead of record id: its inputs' storages
-    ("in", j), its parameters' and their gradients' ("param", j), ("pgrad", j), the gradient of
-    its output ("gout", 0), its forward's allocations ("fwd", k), and the allocations of the
-    operations themselves ("new", k)."""
-
-    def __init__(self, ledger, modules: dict[int, int]):
-        self.ledger = ledger
-        self.modules = modules  # module index -> position among the block's modules
-        self.known: dict[int, tuple] = {}
-
-    def bind(self, kind: str, rids) -> None:
-        for j, rid in enumerate(rids):
-            if rid is not None:
-                self.known.setdefault(rid, (kind, j))
-
-    def normalize(self, raw: list[tuple]) -> tuple[list[tuple], list[int], dict[int, tuple]]:
-        """(the operations with slots and relative modules, the new rids, rid -> slot)."""
-        new: list[int] = []
-        out: list[tuple] = []
-        known = dict(self.known)
-        records = self.ledger.records
-        for op in raw:
-            if op[0] == "alloc":
-                rec = records[op[1]]
-                known[op[1]] = ("new", len(new))
-                new.append(op[1])
-                out.append(("alloc", rec.nbytes, rec.device, rec.dtype, rec.shape, op[2],
-                            self._module(op[3]), rec.op, rec.stack, rec.stream, rec.backward,
-                            op[4]))
-            elif op[0] == "free":
-                out.append(("free", self._slot(known, op[1])))
-            elif op[0] == "cat":
-                out.append(("cat", self._slot(known, op[1]), op[2], self._module(op[3]), op[4]))
-            else:
-                raise Unsupported(f"the ledger's {op[0]}")
-        return out, new, known
-
-    @staticmethod
-    def _slot(known, rid):
-        slot = known.get(rid)
-        if slot is None:
-            raise Unsupported("memory from outside the block")
-        return slot
-
-    def _module(self, module):
-        if module is None or module < 0:
-            return module
-        rel = self.modules.get(module)
-        return ("m", rel) if rel is not None else module
-
-
-def _autocast_on(device: str) -> bool:
-    """Autocast is on for the device type of a record's device ("cuda:0", "cpu")."""
-    return torch.is_autocast_enabled(device.partition(":")[0])
-
-
-def _has_values(t: torch.Tensor) -> bool:
-    return hasattr(t, SHADOW) or getattr(t, "constant", None) is not None
-
-
-def _signature(block, own_hook, args, kwargs) -> tuple | str:
-    """What a call must share with the recorded one: the block's structure now (parameters
-    frozen or cast since, hooks added, train or eval), the inputs' structure, constants and
-    tensor metadata, and the autograd and autocast state. A string: why a call is never
-    replayed."""
-    structure = _structure(block, own_hook)
-    if structure is None:
-        return "it has hooks of its own now"
-    leaves, spec = pytree.tree_flatten((args, kwargs))
-    parts = []
-    for leaf in leaves:
-        if isinstance(leaf, torch.Tensor):
-            if type(leaf) not in _PLAIN or leaf.layout != torch.strided:
-                return "its inputs include a tensor subclass"
-            # Values known to the trace (positions made from host data, shadow_values.py)
-            # may decide sizes: the same tensor, not only the same shape.
-            valued = id(leaf) if _has_values(leaf) else None
-            parts.append((type(leaf), _meta(leaf), valued))
-        elif isinstance(leaf, _CONSTANTS):
-            parts.append((type(leaf), leaf))
-        else:  # an object the block may change: not provably the same program
-            return f"its inputs include a {type(leaf).__name__}, which it may change"
-    return (torch.is_grad_enabled(), structure, str(spec), tuple(parts),
-            torch.is_inference_mode_enabled(),
-            torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"),
-            torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"))
-
-
-class Traced:
-    """What one fully traced call of a block did, relative to it."""
-
-    def __init__(self, signature, ops, new, known, outputs, held_inputs, held_outputs, alive,
-                 in_rids, sdpa, casts):
-        self.signature = signature
-        self.ops = ops
-        self.new = new  # rids of its allocations, in order
-        self.known = known
-        self.outputs = outputs  # (treespec, [("tensor", k, meta) | ("constant", value)])
-        self.held_inputs = held_inputs  # inputs autograd keeps (saved for backward)
-        self.held_outputs = held_outputs  # output leaves autograd keeps
-        self.alive = alive  # "new" slots alive after forward, outputs aside
-        self.in_rids = in_rids
-        self.sdpa = sdpa  # attention calls it made, per kernel (the snapshot counts them)
-        # "new" slots of the weight casts autocast caches, and of those only its cache keeps
-        self.casts, self.cached = casts
-
-    def shape(self) -> tuple:
-        return (self.signature, self.ops, str(self.outputs[0]), self.outputs[1],
-                self.held_inputs, self.held_outputs, self.alive, self.sdpa, self.casts,
-                self.cached)
-
-
-class Backward:
-    """A traced block's backward, relative to it."""
-
-    def __init__(self, ops, grad_input, grad_input_meta, param_grads, grads_before):
-        self.ops = ops
-        self.grad_input = grad_input  # slot of the gradient it hands the block before it
-        self.grad_input_meta = grad_input_meta
-        self.param_grads = param_grads  # per parameter: None, "kept" or (slot, meta)
-        self.grads_before = grads_before  # which parameters held a gradient before
-
-    def shape(self) -> tuple:
-        return (self.ops, self.grad_input, self.param_grads, self.grads_before)
-
-
-# -- groups of identical blocks ------------------------------------------------------------
-
-class Group:
-    def __init__(self, blocks: list[nn.Module], tracker):
-        self.blocks = blocks
-        self.n = len(blocks)
-        self.module_lists = [[tracker.index_of(m) for m in b.modules()] for b in blocks]
-        self.differing = _differing_attributes(blocks)
-        self.disabled: str | None = None
-        self.declined: str | None = None  # why the last pass's recording was not used
-        self.next = 0  # the block expected next in this pass
-        self.recording: Traced | None = None  # block 1's forward in this pass
-        self.backward: Backward | None = None  # block N-1's backward in this pass
-        self.unverified = 0  # forward replays of this pass not yet compared
-        self.unverified_backward = 0  # backward replays not yet compared
-
-    def relative(self, i: int) -> dict[int, int]:
-        return {m: k for k, m in enumerate(self.module_lists[i])}
-
-
-def find_groups(root: nn.Module, tracker, own_hook) -> list[Group]:
-    """`own_hook`: the classifier's gradient hook, the one hook a parameter may have."""
-    groups = []
-    for container in root.modules():
-        if not isinstance(container, (nn.ModuleList, nn.Sequential)):
-            continue
-        children = list(container.children())
-        start = 0
-        while start < len(children):
-            end = start + 1
-            while end < len(children) and type(children[end]) is type(children[start]):
-                end += 1
-            run = children[start:end]
-            # A block compiled on its own (torch.compile(block), block.compile()) runs its
-            # compiled program: nothing to replay.
-            if len(run) >= MIN_BLOCKS and not _compiled(run[0]):
-                first = _structure(run[0], own_hook)
-                if first is not None and all(_structure(b, own_hook) == first
-                                             for b in run[1:]):
-                    groups.append(Group(run, tracker))
-            start = end
-    return groups
-
-
-def _compiled(block: nn.Module) -> bool:
-    return type(block).__name__ == "OptimizedModule" or \
-        getattr(block, "_compiled_call_impl", None) is not None
-
-
-def _structure(block: nn.Module, own_hook):
-    """A block's submodules, parameters and buffers as metadata; None where it or a parameter
-    has hooks of its own (an optimizer run in backward) or a forward set on the instance (a
-    library's wrapper)."""
-    parts = []
-    for name, m in block.named_modules():
-        if any(getattr(m, d, None) for d in _HOOK_DICTS) or "forward" in m.__dict__:
-            return None
-        params = []
-        for pname, p in m._parameters.items():
-            if p is None:
-                params.append((pname, None))
-                continue
-            if type(p) not in _PLAIN or p._backward_hooks or any(
-                    h != own_hook for h in (p._post_accumulate_grad_hooks or {}).values()):
-                return None
-            params.append((pname, tuple(p.shape), p.stride(), p.dtype, p.device,
-                           p.requires_grad))
-        buffers = tuple((b, None if t is None else (type(t), tuple(t.shape), t.stride(),
-                                                    t.dtype, t.device))
-                        for b, t in m._buffers.items())
-        parts.append((name, type(m), m.training, tuple(params), buffers))
-    return tuple(parts)
-
-
-def _differing_attributes(blocks) -> set[tuple[type, str]]:
-    """(class, name) of the attributes whose values differ between the blocks (a layer
-    index): allowed while the forward never reads them."""
-    differing: set[tuple[type, str]] = set()
-    for mods in zip(*(list(b.modules()) for b in blocks)):
-        first = mods[0].__dict__
-        for m in mods[1:]:
-            for name in set(first) | set(m.__dict__):
-                if name in _MODULE_STATE:
-                    continue
-                a, b = first.get(name, _MISSING), m.__dict__.get(name, _MISSING)
-                if a is b:
-                    continue
-                try:
-                    same = not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor) \
-                        and bool(a == b)
-                except Exception:
-                    same = False
-                if not same:
-                    differing.add((type(m), name))
-    return differing
-
-
-def _own_state(block: nn.Module) -> tuple:
-    """The block's own attributes, to see that its forward changed none (a counter, a cache
-    kept on the module)."""
-    return tuple(tuple((k, id(v)) for k, v in m.__dict__.items() if k not in _MODULE_STATE)
-                 for m in block.modules())
 
 
 # -- the autograd node of a replayed block -----------------------------------------------
@@ -340,7 +78,7 @@ class ReplayRun:
         self.group = group
         self.index = index
         self.rec = rec
-        self.in_rids = [_rid(replay.ledger, t) for t in inputs]
+        self.in_rids = [rid_of(replay.ledger, t) for t in inputs]
         # What autograd would keep of the block: its saved inputs and outputs.
         self.held = [inputs[j] for j in rec.held_inputs]
         self.params = list(group.blocks[index].parameters())
@@ -357,7 +95,7 @@ class ReplayRun:
                 out.setdefault(("in", j), rid)
         for j, p in enumerate(self.params):
             for kind, t in (("param", p), ("pgrad", p.grad)):
-                rid = _rid(ledger, t)
+                rid = rid_of(ledger, t)
                 if rid is not None:
                     out[(kind, j)] = rid
         for k, rid in enumerate(self.fwd_rids):
@@ -389,7 +127,7 @@ class ReplayRun:
         bound = self.bindings()
         # One output is differentiable (the recording checked): its gradient is the one given.
         grad = next((g for g in grads if g is not None), None)
-        rid = _rid(replay.ledger, grad)
+        rid = rid_of(replay.ledger, grad)
         if rid is not None:
             bound[("gout", 0)] = rid
         new = replay.apply(back.ops, bound, group, self.index)
@@ -540,7 +278,7 @@ class LayerReplay:
             return self._verify(group, i, original, args, kwargs)
         rec = group.recording
         if i >= 2 and rec is not None and \
-                _signature(group.blocks[i], self._own_hook, args, kwargs) == rec.signature:
+                signature(group.blocks[i], self._own_hook, args, kwargs) == rec.signature:
             return self._replay(group, i, rec, args, kwargs)
         return original(*args, **kwargs)
 
@@ -555,19 +293,19 @@ class LayerReplay:
     def _trace(self, group: Group, i: int, original, args, kwargs):
         """Block i traced in full, its ledger operations recorded: (output, Traced or None,
         why not)."""
-        signature = _signature(group.blocks[i], self._own_hook, args, kwargs)
-        if isinstance(signature, str):
-            return original(*args, **kwargs), None, signature, ()
+        sig = signature(group.blocks[i], self._own_hook, args, kwargs)
+        if isinstance(sig, str):
+            return original(*args, **kwargs), None, sig, ()
         ledger = self.ledger
         block = group.blocks[i]
-        inputs = _tensors((args, kwargs))
-        in_rids = [_rid(ledger, t) for t in inputs]
+        inputs = tensors((args, kwargs))
+        in_rids = [rid_of(ledger, t) for t in inputs]
         params = list(block.parameters())
         slots = Slots(ledger, group.relative(i))
         slots.bind("in", in_rids)
-        slots.bind("param", [_rid(ledger, p) for p in params])
-        slots.bind("pgrad", [_rid(ledger, p.grad) for p in params])
-        before, counts = _own_state(block), self._counts()
+        slots.bind("param", [rid_of(ledger, p) for p in params])
+        slots.bind("pgrad", [rid_of(ledger, p.grad) for p in params])
+        before, counts = own_state(block), self._counts()
         sdpa_before = dict(self.tracer.sdpa.calls)
         tape: list[tuple] = []
         packed: set[int] = set()
@@ -582,7 +320,7 @@ class LayerReplay:
             sdpa = tuple(sorted((k, n - sdpa_before.get(k, 0))
                                 for k, n in self.tracer.sdpa.calls.items()
                                 if n != sdpa_before.get(k, 0)))
-            if _own_state(block) != before:
+            if own_state(block) != before:
                 raise Unsupported("state it keeps on itself")
             ops, new, known = slots.normalize(tape)
             leaves, spec = pytree.tree_flatten(out)
@@ -590,12 +328,12 @@ class LayerReplay:
             described, out_rids = [], []
             for leaf in leaves:
                 if isinstance(leaf, torch.Tensor):
-                    k = where.get(_rid(ledger, leaf))
-                    if k is None or type(leaf) not in _PLAIN or _has_values(leaf):
+                    k = where.get(rid_of(ledger, leaf))
+                    if k is None or type(leaf) not in PLAIN or has_values(leaf):
                         raise Unsupported("an output that is not a new tensor without values")
-                    described.append(("tensor", k, _meta(leaf)))
+                    described.append(("tensor", k, tensor_meta(leaf)))
                     out_rids.append(new[k])
-                elif isinstance(leaf, _CONSTANTS):
+                elif isinstance(leaf, CONSTANTS):
                     described.append(("constant", leaf))
                 else:
                     raise Unsupported("an output that is not a tensor or a constant")
@@ -608,7 +346,7 @@ class LayerReplay:
             # Autocast keeps its casts of weights until the outermost autocast exits (its
             # cache): some saved for backward as well, some (a bias) only there.
             casts = tuple(k for k in alive if ledger.ops[ledger.records[new[k]].op] == "_to_copy"
-                          and _autocast_on(ledger.records[new[k]].device))
+                          and autocast_on(ledger.records[new[k]].device))
             kept = [new[k] for k in alive if new[k] not in packed and k not in casts]
             if kept and ledger.ops[ledger.records[kept[0]].op] == "get_rng_state":
                 raise Unsupported("RNG states that activation checkpointing keeps")
@@ -619,7 +357,7 @@ class LayerReplay:
         except Unsupported as e:
             return out, None, str(e), ()
         cached = tuple(k for k in casts if new[k] not in packed)
-        return out, Traced(signature, ops, new, known, (spec, described), held_inputs,
+        return out, Traced(sig, ops, new, known, (spec, described), held_inputs,
                            held_outputs, alive, in_rids, sdpa, (casts, cached)), None, inputs
 
     def on_autocast_cleared(self) -> None:
@@ -638,10 +376,10 @@ class LayerReplay:
     def on_pack(self, t: torch.Tensor) -> None:
         """The classifier's pack hook saw `t` saved for backward (while a block is recorded)."""
         if self._packed is not None:
-            self._packed.add(_rid(self.ledger, t))
+            self._packed.add(rid_of(self.ledger, t))
 
     def _record(self, group: Group, i: int, original, args, kwargs):
-        group.differing = _differing_attributes(group.blocks)  # set since the scan too
+        group.differing = differing_attributes(group.blocks)  # set since the scan too
         self._watch_reads(group, i)
         try:
             out, traced, problem, inputs = self._trace(group, i, original, args, kwargs)
@@ -674,7 +412,7 @@ class LayerReplay:
         return out
 
     def _replay(self, group: Group, i: int, rec: Traced, args, kwargs):
-        inputs = _tensors((args, kwargs))
+        inputs = tensors((args, kwargs))
         run = ReplayRun(self, group, i, rec, inputs)
         group.unverified += 1
         self.replayed += 1
@@ -718,10 +456,10 @@ class LayerReplay:
                 return None
             slots = Slots(ledger, rel)
             slots.bind("in", in_rids)
-            slots.bind("param", [_rid(ledger, p) for p in params])
-            slots.bind("pgrad", [_rid(ledger, p.grad) for p in params])
+            slots.bind("param", [rid_of(ledger, p) for p in params])
+            slots.bind("pgrad", [rid_of(ledger, p.grad) for p in params])
             slots.bind("fwd", new)
-            slots.bind("gout", [_rid(ledger, grad)])
+            slots.bind("gout", [rid_of(ledger, grad)])
             state["slots"] = slots
             state["before"] = tuple(p.grad is not None for p in params)
             state["tape"] = ledger.tap = []
@@ -750,7 +488,7 @@ class LayerReplay:
 
     def _backward_of(self, slots: Slots, tape, grad, params, before) -> Backward:
         ops, new, known = slots.normalize(tape)
-        grad_input = known.get(_rid(self.ledger, grad))
+        grad_input = known.get(rid_of(self.ledger, grad))
         if grad_input is None or grad_input[0] not in ("new", "gout"):
             raise Unsupported("a gradient from outside the block")
         param_grads: list = []
@@ -758,14 +496,14 @@ class LayerReplay:
             if p.grad is None:
                 param_grads.append(None)
                 continue
-            slot = known.get(_rid(self.ledger, p.grad))
+            slot = known.get(rid_of(self.ledger, p.grad))
             if slot is not None and slot[0] == "pgrad":
                 param_grads.append("kept")
             elif slot is not None and slot[0] == "new":
-                param_grads.append((slot, _meta(p.grad)))
+                param_grads.append((slot, tensor_meta(p.grad)))
             else:
                 raise Unsupported("a parameter gradient from outside the block")
-        return Backward(ops, grad_input, _meta(grad), param_grads, before)
+        return Backward(ops, grad_input, tensor_meta(grad), param_grads, before)
 
     def _compare_backward(self, group: Group, back: Backward | None) -> None:
         recorded = group.backward

@@ -67,10 +67,12 @@ def trace_target(target, device: DeviceSpec, iterations: int, progress_mode: str
                     else:
                         stopped = run_script(target, tracer)
             except Exception as e:
+                # A script that fails where blocks were replayed (or could have been) is traced
+                # again in full: if it fails there too, that is the error the user sees.
                 replay = tracer.layer_replay
-                if replay is not None and (replay.replayed or replay.abandoned):
+                if replay is not None and (replay.groups or replay.abandoned):
                     raise LayerReplayAbandoned(
-                        replay.abandoned or f"the script failed after blocks were replayed "
+                        replay.abandoned or f"the script failed where blocks were replayed "
                         f"({type(e).__name__})") from e
                 if not isinstance(e, DataDependentError):
                     raise

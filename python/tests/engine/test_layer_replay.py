@@ -163,7 +163,7 @@ ABANDONED = [
     # torch.autograd.grad of the parameters: a replayed block's parameters are not inputs of
     # its node, so autograd finds them unused and the script fails.
     ("grad-of-params", ("--grad-of-params",),
-     "the script failed after blocks were replayed (ScriptError)"),
+     "the script failed where blocks were replayed (ScriptError)"),
 ]
 
 

@@ -1,0 +1,166 @@
+"""A block's ledger operations, relative to the block (engine/layer_replay.py): what they
+refer to by place instead of record id, what a call must share with the recorded one, and what
+one traced forward or backward did."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.utils import _pytree as pytree
+
+from .layer_groups import structure
+from .shadow_values import SHADOW
+
+CONSTANTS = (type(None), bool, int, float, str, torch.dtype, torch.device)
+PLAIN = (torch.Tensor, torch._subclasses.FakeTensor, nn.Parameter)
+
+
+class Unsupported(Exception):
+    """What a block does that a recording relative to the block cannot express."""
+
+
+def rid_of(ledger, t) -> int | None:
+    if not isinstance(t, torch.Tensor):
+        return None
+    try:
+        return ledger.storage_rid(t.untyped_storage())
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
+def tensor_meta(t: torch.Tensor) -> tuple:
+    return (tuple(t.shape), t.stride(), t.storage_offset(), t.dtype, t.device,
+            t.requires_grad, t.untyped_storage().nbytes())
+
+
+def tensors(tree) -> list[torch.Tensor]:
+    return [t for t in pytree.tree_leaves(tree) if isinstance(t, torch.Tensor)]
+
+
+# -- a block's operations, relative to the block -----------------------------------------
+
+class Slots:
+    """What a block's operations refer to, by place instead of record id: its inputs' storages
+    ("in", j), its parameters' and their gradients' ("param", j), ("pgrad", j), the gradient of
+    its output ("gout", 0), its forward's allocations ("fwd", k), and the allocations of the
+    operations themselves ("new", k)."""
+
+    def __init__(self, ledger, modules: dict[int, int]):
+        self.ledger = ledger
+        self.modules = modules  # module index -> position among the block's modules
+        self.known: dict[int, tuple] = {}
+
+    def bind(self, kind: str, rids) -> None:
+        for j, rid in enumerate(rids):
+            if rid is not None:
+                self.known.setdefault(rid, (kind, j))
+
+    def normalize(self, raw: list[tuple]) -> tuple[list[tuple], list[int], dict[int, tuple]]:
+        """(the operations with slots and relative modules, the new rids, rid -> slot)."""
+        new: list[int] = []
+        out: list[tuple] = []
+        known = dict(self.known)
+        records = self.ledger.records
+        for op in raw:
+            if op[0] == "alloc":
+                rec = records[op[1]]
+                known[op[1]] = ("new", len(new))
+                new.append(op[1])
+                out.append(("alloc", rec.nbytes, rec.device, rec.dtype, rec.shape, op[2],
+                            self._module(op[3]), rec.op, rec.stack, rec.stream, rec.backward,
+                            op[4]))
+            elif op[0] == "free":
+                out.append(("free", self._slot(known, op[1])))
+            elif op[0] == "cat":
+                out.append(("cat", self._slot(known, op[1]), op[2], self._module(op[3]), op[4]))
+            else:
+                raise Unsupported(f"the ledger's {op[0]}")
+        return out, new, known
+
+    @staticmethod
+    def _slot(known, rid):
+        slot = known.get(rid)
+        if slot is None:
+            raise Unsupported("memory from outside the block")
+        return slot
+
+    def _module(self, module):
+        if module is None or module < 0:
+            return module
+        rel = self.modules.get(module)
+        return ("m", rel) if rel is not None else module
+
+
+def autocast_on(device: str) -> bool:
+    """Autocast is on for the device type of a record's device ("cuda:0", "cpu")."""
+    return torch.is_autocast_enabled(device.partition(":")[0])
+
+
+def has_values(t: torch.Tensor) -> bool:
+    return hasattr(t, SHADOW) or getattr(t, "constant", None) is not None
+
+
+def signature(block, own_hook, args, kwargs) -> tuple | str:
+    """What a call must share with the recorded one: the block's structure now (parameters
+    frozen or cast since, hooks added, train or eval), the inputs' structure, constants and
+    tensor metadata, and the autograd and autocast state. A string: why a call is never
+    replayed."""
+    shape = structure(block, own_hook)
+    if shape is None:
+        return "it has hooks of its own now"
+    leaves, spec = pytree.tree_flatten((args, kwargs))
+    parts = []
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor):
+            if type(leaf) not in PLAIN or leaf.layout != torch.strided:
+                return "its inputs include a tensor subclass"
+            # Values known to the trace (positions made from host data, shadow_values.py)
+            # may decide sizes: the same tensor, not only the same shape.
+            valued = id(leaf) if has_values(leaf) else None
+            parts.append((type(leaf), tensor_meta(leaf), valued))
+        elif isinstance(leaf, CONSTANTS):
+            parts.append((type(leaf), leaf))
+        else:  # an object the block may change: not provably the same program
+            return f"its inputs include a {type(leaf).__name__}, which it may change"
+    return (torch.is_grad_enabled(), shape, str(spec), tuple(parts),
+            torch.is_inference_mode_enabled(),
+            torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"),
+            torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"))
+
+
+class Traced:
+    """What one fully traced call of a block did, relative to it."""
+
+    def __init__(self, signature, ops, new, known, outputs, held_inputs, held_outputs, alive,
+                 in_rids, sdpa, casts):
+        self.signature = signature
+        self.ops = ops
+        self.new = new  # rids of its allocations, in order
+        self.known = known
+        self.outputs = outputs  # (treespec, [("tensor", k, meta) | ("constant", value)])
+        self.held_inputs = held_inputs  # inputs autograd keeps (saved for backward)
+        self.held_outputs = held_outputs  # output leaves autograd keeps
+        self.alive = alive  # "new" slots alive after forward, outputs aside
+        self.in_rids = in_rids
+        self.sdpa = sdpa  # attention calls it made, per kernel (the snapshot counts them)
+        # "new" slots of the weight casts autocast caches, and of those only its cache keeps
+        self.casts, self.cached = casts
+
+    def shape(self) -> tuple:
+        return (self.signature, self.ops, str(self.outputs[0]), self.outputs[1],
+                self.held_inputs, self.held_outputs, self.alive, self.sdpa, self.casts,
+                self.cached)
+
+
+class Backward:
+    """A traced block's backward, relative to it."""
+
+    def __init__(self, ops, grad_input, grad_input_meta, param_grads, grads_before):
+        self.ops = ops
+        self.grad_input = grad_input  # slot of the gradient it hands the block before it
+        self.grad_input_meta = grad_input_meta
+        self.param_grads = param_grads  # per parameter: None, "kept" or (slot, meta)
+        self.grads_before = grads_before  # which parameters held a gradient before
+
+    def shape(self) -> tuple:
+        return (self.ops, self.grad_input, self.param_grads, self.grads_before)
