@@ -42,7 +42,8 @@ class Group:
 
 
 def find_groups(root: nn.Module, tracker, own_hook) -> list[Group]:
-    """`own_hook`: the classifier's gradient hook, the one hook a parameter may have."""
+    """Runs of at least MIN_BLOCKS modules of one class in a ModuleList or Sequential, alike in
+    structure. `own_hook`: the classifier's gradient hook, the one hook a parameter may have."""
     groups = []
     for container in root.modules():
         if not isinstance(container, (nn.ModuleList, nn.Sequential)):
@@ -62,7 +63,10 @@ def find_groups(root: nn.Module, tracker, own_hook) -> list[Group]:
                                              for b in run[1:]):
                     groups.append(Group(run, tracker))
             start = end
-    return groups
+    # Groups inside the blocks of another (a block of repeated sub-blocks): the outer group's
+    # replay stands for them.
+    inner = {id(m) for g in groups for b in g.blocks for m in b.modules() if m is not b}
+    return [g for g in groups if id(g.blocks[0]) not in inner]
 
 
 def _compiled(block: nn.Module) -> bool:

@@ -296,6 +296,8 @@ class LayerReplay:
         sig = signature(group.blocks[i], self._own_hook, args, kwargs)
         if isinstance(sig, str):
             return original(*args, **kwargs), None, sig, ()
+        if self.ledger.tap is not None:  # inside another recording (a backward's)
+            return original(*args, **kwargs), None, None, ()
         ledger = self.ledger
         block = group.blocks[i]
         inputs = tensors((args, kwargs))
