@@ -50,6 +50,7 @@ def trace(args, console, err) -> int:
     # With --json, stdout carries one JSON object: what the script prints goes to stderr.
     quiet = _stdout_to_stderr() if args.json else contextlib.nullcontext()
     torch_log = _torch_log(args, target)
+    abandoned = None
     with quiet, torch_log:
         try:
             snap = trace_target(target, device, iterations, progress_mode=progress_mode,
@@ -60,13 +61,15 @@ def trace(args, console, err) -> int:
                                     recipe.sdpa_backend if recipe else None),
                                 device_count=gpus, layer_replay=_layer_replay(args))
         except LayerReplayAbandoned as e:
-            _trace_again_in_full(str(e))
+            abandoned = str(e)  # traced again once stdout is itself again (--json)
         except DataDependentError as e:
             # What was traced until the script needed a value: the report, then the error.
             from ..reports.terminal import print_report
 
             print_report(e.partial_snapshot, console, None)
             raise
+    if abandoned is not None:
+        _trace_again_in_full(abandoned)
     path = None
     unwritten = None  # the snapshot could not be written: the report still comes first
     if not args.no_snapshot:

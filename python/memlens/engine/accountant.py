@@ -409,6 +409,10 @@ class Accountant(TorchDispatchMode):
             self.ledger.free(self._persistent_rids.pop(key))
             self.tracer.workspaces.forget(key)
 
+    def persistent_rids(self) -> set[int]:
+        """The records of libraries' memory taken on first use and kept (cuBLAS workspaces)."""
+        return set(self._persistent_rids.values())
+
     def _persistent(self, item) -> None:
         """A library's memory taken on first use and kept (a cuBLAS workspace): it belongs to
         no module and is freed only when the library lets it go (clear_cublas_workspaces)."""

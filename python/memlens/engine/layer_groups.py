@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 
-MIN_BLOCKS = 5  # blocks 0, 1 and N-1 are traced: at least two to replay
+MIN_BLOCKS = 5  # blocks 0, 1, N-2 and N-1 are traced: at least one to replay
 _HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 MODULE_STATE = {"_parameters", "_buffers", "_modules", "training", "_non_persistent_buffers_set",
                 "_state_dict_hooks", "_state_dict_pre_hooks", "_load_state_dict_pre_hooks",
@@ -33,7 +33,7 @@ class Group:
         self.declined: str | None = None  # why the last pass's recording was not used
         self.next = 0  # the block expected next in this pass
         self.recording: Traced | None = None  # block 1's forward in this pass
-        self.backward: Backward | None = None  # block N-1's backward in this pass
+        self.backward: Backward | None = None  # block N-2's backward in this pass
         self.unverified = 0  # forward replays of this pass not yet compared
         self.unverified_backward = 0  # backward replays not yet compared
 

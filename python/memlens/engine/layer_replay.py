@@ -10,11 +10,13 @@ backward, the operations recorded from a fully traced block's backward.
 Per pass over a group of N blocks (N >= MIN_BLOCKS), in forward:
   block 0      traced (what happens once: a library's first-use memory)
   block 1      traced and recorded
-  2 .. N-2     replayed
-  block N-1    traced, and compared with the recording
+  2 .. N-3     replayed
+  block N-2    traced, and compared with the recording
+  block N-1    traced (the last block: its output's gradient may be unlike the others')
 and in backward, which runs from the last block to the first:
-  block N-1    traced and recorded (its forward was traced, so its backward is real)
-  N-2 .. 2     replayed
+  block N-1    traced (the first backward: first-use memory, the loss's gradient)
+  block N-2    traced and recorded (its forward was traced, so its backward is real)
+  N-3 .. 2     replayed
   block 1      traced, and compared with the recording
   block 0      traced.
 A replay that a later comparison contradicts, or a script that fails after a replay, abandons
@@ -274,10 +276,10 @@ class LayerReplay:
             return original(*args, **kwargs)
         if i == 1:
             return self._record(group, i, original, args, kwargs)
-        if i == group.n - 1:
+        if i == group.n - 2:
             return self._verify(group, i, original, args, kwargs)
         rec = group.recording
-        if i >= 2 and rec is not None and \
+        if 2 <= i < group.n - 2 and rec is not None and \
                 signature(group.blocks[i], self._own_hook, args, kwargs) == rec.signature:
             return self._replay(group, i, rec, args, kwargs)
         return original(*args, **kwargs)
@@ -324,7 +326,7 @@ class LayerReplay:
                                 if n != sdpa_before.get(k, 0)))
             if own_state(block) != before:
                 raise Unsupported("state it keeps on itself")
-            ops, new, known = slots.normalize(tape)
+            ops, new, known = slots.normalize(tape, self.tracer.accountant.persistent_rids())
             leaves, spec = pytree.tree_flatten(out)
             where = {rid: k for k, rid in enumerate(new)}
             described, out_rids = [], []
@@ -432,7 +434,7 @@ class LayerReplay:
     def _watch_backward(self, group: Group, i: int, traced: Traced, out, inputs,
                         compare: bool) -> bool:
         """Record the backward of traced block i, from the gradient of its output to that of
-        its input: block N-1's, for the replays, or block 1's, to compare (`compare`). False:
+        its input: block N-2's, for the replays, or block 1's, to compare (`compare`). False:
         a backward this cannot record (the group is traced in full from now on)."""
         if not traced.signature[0]:
             return True  # no autograd: no backward
@@ -489,7 +491,7 @@ class LayerReplay:
         return True
 
     def _backward_of(self, slots: Slots, tape, grad, params, before) -> Backward:
-        ops, new, known = slots.normalize(tape)
+        ops, new, known = slots.normalize(tape, self.tracer.accountant.persistent_rids())
         grad_input = known.get(rid_of(self.ledger, grad))
         if grad_input is None or grad_input[0] not in ("new", "gout"):
             raise Unsupported("a gradient from outside the block")

@@ -55,13 +55,18 @@ class Slots:
             if rid is not None:
                 self.known.setdefault(rid, (kind, j))
 
-    def normalize(self, raw: list[tuple]) -> tuple[list[tuple], list[int], dict[int, tuple]]:
-        """(the operations with slots and relative modules, the new rids, rid -> slot)."""
+    def normalize(self, raw: list[tuple], first_use: set[int] = frozenset()
+                  ) -> tuple[list[tuple], list[int], dict[int, tuple]]:
+        """(the operations with slots and relative modules, the new rids, rid -> slot).
+        `first_use`: records a library takes once and keeps (a cuBLAS workspace, the first
+        backward matmul's on autograd's thread): not the block's, left out."""
         new: list[int] = []
         out: list[tuple] = []
         known = dict(self.known)
         records = self.ledger.records
         for op in raw:
+            if op[1] in first_use:
+                continue
             if op[0] == "alloc":
                 rec = records[op[1]]
                 known[op[1]] = ("new", len(new))
