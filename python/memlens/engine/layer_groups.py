@@ -74,13 +74,15 @@ def _compiled(block: nn.Module) -> bool:
         getattr(block, "_compiled_call_impl", None) is not None
 
 
-def structure(block: nn.Module, own_hook):
+def structure(block: nn.Module, own_hook, calling: bool = False):
     """A block's submodules, parameters and buffers as metadata; None where it or a parameter
     has hooks of its own (an optimizer run in backward) or a forward set on the instance (a
-    library's wrapper)."""
+    library's wrapper). `calling`: inside the block's call, whose `forward` layer replay has
+    set for the call."""
     parts = []
     for name, m in block.named_modules():
-        if any(getattr(m, d, None) for d in _HOOK_DICTS) or "forward" in m.__dict__:
+        if any(getattr(m, d, None) for d in _HOOK_DICTS) or (
+                "forward" in m.__dict__ and not (calling and m is block)):
             return None
         params = []
         for pname, p in m._parameters.items():
@@ -107,7 +109,7 @@ def differing_attributes(blocks) -> set[tuple[type, str]]:
         first = mods[0].__dict__
         for m in mods[1:]:
             for name in set(first) | set(m.__dict__):
-                if name in MODULE_STATE:
+                if name in MODULE_STATE or name == "forward":  # ours, for the call
                     continue
                 a, b = first.get(name, _MISSING), m.__dict__.get(name, _MISSING)
                 if a is b:

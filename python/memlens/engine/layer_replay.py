@@ -195,35 +195,41 @@ class LayerReplay:
                 self._wrap(type(block))
 
     def _wrap(self, cls: type) -> None:
-        """The blocks' class calls `_call` for the blocks of a group, and its own forward for
-        any other instance (a copy, DataParallel's replicas, which copy an instance's
-        attributes): a wrapper on the class, undone by `finish`."""
+        """A call of one of the groups' blocks reaches `_call` instead of its forward, for that
+        call only: the blocks' class gets a `_call_impl` (what `Module.__call__` runs, hooks
+        and all) that sets the block's `forward` for the call and takes it away after. The
+        class's own `forward` stays as it is (Hugging Face's checkpointing wrapper checks that
+        `type(layer).forward` is itself), and nothing stays on an instance for a copy
+        (DataParallel's replicas, `copy.deepcopy`) to take along. Undone by `finish`."""
         if cls in self._wrapped:
             return
-        own = cls.__dict__.get("forward", _MISSING)
-        forward = cls.forward
+        own = cls.__dict__.get("_call_impl", _MISSING)
+        call_impl = cls._call_impl
         members = self._members
 
-        @functools.wraps(forward)
-        def replaying_forward(module, *args, **kwargs):
-            if torch.compiler.is_compiling():  # Dynamo tracing a compiled block: its forward
-                return forward(module, *args, **kwargs)
+        @functools.wraps(call_impl)
+        def replaying_call_impl(module, *args, **kwargs):
             entry = members.get(id(module))
-            if entry is None or entry[0]() is not module:
-                return forward(module, *args, **kwargs)
-            return self._call(entry[1], entry[2], functools.partial(forward, module), *args,
-                              **kwargs)
+            if entry is None or entry[0]() is not module or "forward" in module.__dict__ \
+                    or torch.compiler.is_compiling():
+                return call_impl(module, *args, **kwargs)
+            module.__dict__["forward"] = functools.partial(self._call, entry[1], entry[2],
+                                                           module.forward)
+            try:
+                return call_impl(module, *args, **kwargs)
+            finally:
+                module.__dict__.pop("forward", None)
 
         self._wrapped[cls] = own
-        cls.forward = replaying_forward
+        cls._call_impl = replaying_call_impl
 
     def finish(self) -> None:
         """The trace ended: undo the classes' wrappers; replays never compared abandon it."""
         for cls, own in self._wrapped.items():
             if own is _MISSING:
-                del cls.forward
+                del cls._call_impl
             else:
-                cls.forward = own
+                cls._call_impl = own
         self._wrapped, self._members = {}, {}
         self._unwatch()
         self.cast_runs = []
@@ -391,8 +397,8 @@ class LayerReplay:
             read = self._unwatch()
         if read:
             group.disabled = f"its forward reads {read}, which differs between the blocks"
-        elif traced is None and problem and problem.startswith("its inputs"):
-            group.declined = problem  # this call's: another pass may be replayed
+        elif traced is None and problem and problem.startswith("it"):
+            group.declined = problem  # this call's (signature()): another may be replayed
         elif problem:
             group.disabled = f"its forward makes {problem}"
         elif traced is not None and self._watch_backward(group, i, traced, out, inputs,

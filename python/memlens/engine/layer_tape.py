@@ -110,7 +110,7 @@ def signature(block, own_hook, args, kwargs) -> tuple | str:
     frozen or cast since, hooks added, train or eval), the inputs' structure, constants and
     tensor metadata, and the autograd and autocast state. A string: why a call is never
     replayed."""
-    shape = structure(block, own_hook)
+    shape = structure(block, own_hook, calling=True)
     if shape is None:
         return "it has hooks of its own now"
     leaves, spec = pytree.tree_flatten((args, kwargs))
