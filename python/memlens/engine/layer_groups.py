@@ -4,8 +4,6 @@ between them (a layer index), watched while a block's forward is recorded."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 from torch import nn
 
@@ -17,10 +15,7 @@ MODULE_STATE = {"_parameters", "_buffers", "_modules", "training", "_non_persist
                 "_load_state_dict_post_hooks", "_forward_hooks_always_called",
                 "_forward_hooks_with_kwargs", "_forward_pre_hooks_with_kwargs", *_HOOK_DICTS}
 _MISSING = object()
-_PLAIN = (torch.Tensor, torch._subclasses.FakeTensor, nn.Parameter)
-
-if TYPE_CHECKING:
-    from .layer_tape import Backward, Traced
+PLAIN = (torch.Tensor, torch._subclasses.FakeTensor, nn.Parameter)  # no subclass (DTensor)
 
 
 class Group:
@@ -32,8 +27,10 @@ class Group:
         self.disabled: str | None = None
         self.declined: str | None = None  # why the last pass's recording was not used
         self.next = 0  # the block expected next in this pass
-        self.recording: Traced | None = None  # block 1's forward in this pass
-        self.backward: Backward | None = None  # block N-2's backward in this pass
+        # layer_tape's Traced and Backward (which import this module): block 1's forward and
+        # block N-2's backward in this pass
+        self.recording = None
+        self.backward = None
         self.unverified = 0  # forward replays of this pass not yet compared
         self.unverified_backward = 0  # backward replays not yet compared
 
@@ -89,7 +86,7 @@ def structure(block: nn.Module, own_hook, calling: bool = False):
             if p is None:
                 params.append((pname, None))
                 continue
-            if type(p) not in _PLAIN or p._backward_hooks or any(
+            if type(p) not in PLAIN or p._backward_hooks or any(
                     h != own_hook for h in (p._post_accumulate_grad_hooks or {}).values()):
                 return None
             params.append((pname, tuple(p.shape), p.stride(), p.dtype, p.device,

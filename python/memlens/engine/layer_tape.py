@@ -5,14 +5,12 @@ one traced forward or backward did."""
 from __future__ import annotations
 
 import torch
-from torch import nn
 from torch.utils import _pytree as pytree
 
-from .layer_groups import structure
+from .layer_groups import PLAIN, structure
 from .shadow_values import SHADOW
 
 CONSTANTS = (type(None), bool, int, float, str, torch.dtype, torch.device)
-PLAIN = (torch.Tensor, torch._subclasses.FakeTensor, nn.Parameter)
 
 
 class Unsupported(Exception):
