@@ -98,7 +98,10 @@ def trace(args, console, err) -> int:
 
 
 def _layer_replay(args) -> bool:
-    return not getattr(args, "no_layer_replay", False) and not os.environ.get(LayerReplayAbandoned.ENV)
+    """Replay repeated layers, unless asked not to or a replay was abandoned (this process
+    traces again in full)."""
+    return not getattr(args, "no_layer_replay", False) and \
+        not os.environ.get(LayerReplayAbandoned.ENV)
 
 
 def _trace_again_in_full(why: str) -> None:

@@ -163,16 +163,15 @@ class Accountant(TorchDispatchMode):
             # A DTensor's value (`.item()` of a clipped grad norm) is its local tensor's: let
             # DTensor dispatch, and read the local tensor when it comes back here.
             return self._read_value(args[0]) if _plain(types) else NotImplemented
-        if func is _WAIT_TENSOR or func is _RECORD_STREAM or func is _PIN_MEMORY or \
-                func.namespace in COLLECTIVE_NAMESPACES:
-            self.unreplayable_ops += 1
         if func is _WAIT_TENSOR:
             # Eager wait_tensor hands back its input; the fake kernel makes a new tensor that
             # would be booked as a second copy of every functional collective's output.
+            self.unreplayable_ops += 1
             if self.tracer.collectives is not None:
                 self.tracer.collectives.wait_tensor(args[0])
             return args[0]
         if func is _RECORD_STREAM:
+            self.unreplayable_ops += 1
             return self._record_stream(*args)
         if func is _IS_PINNED:
             return self.pinned.is_pinned(args[0])
@@ -200,8 +199,10 @@ class Accountant(TorchDispatchMode):
             note_healthy_value(func, args, out)
         booked = self._book_outputs(func, args, kwargs, out)
         if pinned:
+            self.unreplayable_ops += 1
             self.pinned.mark(out)
         if func.namespace in COLLECTIVE_NAMESPACES and self.tracer.collectives is not None:
+            self.unreplayable_ops += 1
             # Which NCCL stream it runs on and what its work keeps alive (nccl_work.py).
             self.tracer.collectives.issued(func, args, kwargs, out)
         return booked
