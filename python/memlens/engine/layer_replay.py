@@ -332,7 +332,7 @@ class LayerReplay:
                                 if n != sdpa_before.get(k, 0)))
             if own_state(block) != before:
                 raise Unsupported("state it keeps on itself")
-            ops, new, known = slots.normalize(tape, self.tracer.accountant.persistent_rids())
+            ops, new, _ = slots.normalize(tape, self.tracer.accountant.persistent_rids())
             leaves, spec = pytree.tree_flatten(out)
             where = {rid: k for k, rid in enumerate(new)}
             described, out_rids = [], []
@@ -367,7 +367,7 @@ class LayerReplay:
         except Unsupported as e:
             return out, None, str(e), ()
         cached = tuple(k for k in casts if new[k] not in packed)
-        return out, Traced(sig, ops, new, known, (spec, described), held_inputs,
+        return out, Traced(sig, ops, new, (spec, described), held_inputs,
                            held_outputs, alive, in_rids, sdpa, (casts, cached)), None, inputs
 
     def on_autocast_cleared(self) -> None:

@@ -134,12 +134,11 @@ def signature(block, own_hook, args, kwargs) -> tuple | str:
 class Traced:
     """What one fully traced call of a block did, relative to it."""
 
-    def __init__(self, signature, ops, new, known, outputs, held_inputs, held_outputs, alive,
+    def __init__(self, signature, ops, new, outputs, held_inputs, held_outputs, alive,
                  in_rids, sdpa, casts):
         self.signature = signature
         self.ops = ops
         self.new = new  # rids of its allocations, in order
-        self.known = known
         self.outputs = outputs  # (treespec, [("tensor", k, meta) | ("constant", value)])
         self.held_inputs = held_inputs  # inputs autograd keeps (saved for backward)
         self.held_outputs = held_outputs  # output leaves autograd keeps
