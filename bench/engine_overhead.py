@@ -4,8 +4,8 @@ Each measurement runs in a fresh process: build the model and run one training i
 (forward, backward, AdamW step) under (a) bare FakeTensorMode, (b) PyTorch's MemTracker inside
 FakeTensorMode, (c) the memlens tracer with every block traced, (d) the memlens tracer with
 layer replay (engine/layer_replay.py; the peak must be (c)'s). Reports wall time, the ratio to
-bare, and peak RSS. The models are built with `use_cache=False`, as training scripts do: a
-cache makes each layer write its own entry, which layer replay rightly refuses.
+bare, and peak RSS. The models are built with `use_cache=False`, as many training scripts do
+(layer replay replays the default cache's per-layer entries too: engine/layer_cache.py).
 
     python bench/engine_overhead.py [--shape gpt2-124m|llama-7b|all] [--repeat N] [--device D]
 """
@@ -65,6 +65,9 @@ def child(shape: str, mode: str, device: str) -> dict:
         ensure_fake_cuda_support()
     import torch
     import transformers  # noqa: F401  (imported before timing: the same cost in every mode)
+    # transformers imports a model's module on first use of its name (about 1.7 s with
+    # torchao's quantizers): that too before the clock
+    transformers.GPT2LMHeadModel, transformers.LlamaForCausalLM  # noqa: B018
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.mem_tracker import MemTracker
 

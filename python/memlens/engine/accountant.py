@@ -14,6 +14,7 @@ import threading
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor as _FakeTensor, unset_fake_temporarily
+from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import categories as C
@@ -67,6 +68,13 @@ def _numel(shape: tuple) -> int:
     for d in shape:
         n *= d
     return n
+
+
+def _all_empty(tree) -> bool:
+    """`tree` holds tensors and none has an element (an op on no tensor makes values of its
+    own)."""
+    found = [t for t in pytree.tree_leaves(tree) if isinstance(t, torch.Tensor)]
+    return bool(found) and all(t.numel() == 0 for t in found)
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -225,7 +233,10 @@ class Accountant(TorchDispatchMode):
         phases = self.tracer.phases
         if phases.stop_pending and not phases.in_step:
             raise self.tracer.stop()
-        self.unreplayable_ops += 1
+        # Host values a replayed block would not have; an empty tensor (a cache's start) has none.
+        empty_in = _all_empty((args, kwargs))
+        if not empty_in:
+            self.unreplayable_ops += 1
         if func is _RECORD_STREAM:
             return None  # a host tensor: no CUDA allocator holds it
         if (func is _IS_PINNED or func is _PIN_MEMORY) and not pinning_available():
@@ -235,6 +246,8 @@ class Accountant(TorchDispatchMode):
             func, args, kwargs = aten.clone.default, (args[0],), {}
         with unset_fake_temporarily():
             out = func(*args, **kwargs)
+        if empty_in and not _all_empty(out):
+            self.unreplayable_ops += 1
         if func in _PASSTHROUGH or func is _local_scalar_dense or func._schema.is_mutable:
             return out
         return self._book_outputs(func, args, kwargs, out)

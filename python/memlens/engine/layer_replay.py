@@ -24,11 +24,12 @@ the replay: the caller runs the trace again in full (targets/session.py, cli/tra
 
 "Provably the same program": same class and submodule structure; parameters and buffers of the
 same shapes, dtypes and strides; no hooks of their own (a library's hooks differ per block) and
-no forward of their own; attributes equal, except those the forward never reads (a layer index
-read only when a cache is passed: read during the recorded forward, it ends replay for the
-group); the same input metadata and constants, no object arguments (a cache the block
-updates); no host values, streams or collectives; the block's own state unchanged by its
-forward; and what autograd keeps, the same.
+no forward of their own; attributes equal, except those the forward never reads (read during
+the recorded forward, it ends replay for the group) or a layer index it only hands to the
+cache it is given; the same input metadata and constants, no object arguments but a cache a
+library declared, of which each block writes its own entry (Hugging Face's KV cache:
+layer_cache.py); no host values, streams or collectives; the block's own state unchanged by
+its forward; and what autograd keeps, the same.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
+from .layer_cache import (DeclaredCaches, LayerIndex, entry_before, entry_refs, entry_state,
+                          unchanged)
 from .layer_groups import Group, differing_attributes, find_groups, own_state, _MISSING
 from .layer_tape import (CONSTANTS, PLAIN, Backward, Slots, Traced, Unsupported, autocast_on,
                          has_values, rid_of, signature, tensor_meta, tensors)
@@ -75,8 +78,9 @@ class ReplayRun:
     """One replayed call of a block: the recording applied to its storages, and its backward."""
 
     def __init__(self, replay: "LayerReplay", group: Group, index: int, rec: Traced,
-                 inputs: list[torch.Tensor]):
+                 inputs: list[torch.Tensor], entry=None):
         self.replay = replay
+        self.entry = entry  # the block's own entry of the cache it writes (layer_cache.py)
         self.group = group
         self.index = index
         self.rec = rec
@@ -113,8 +117,28 @@ class ReplayRun:
         if self.rec.casts:
             replay.cast_runs.append(self)
         bases: dict[int, torch.Tensor] = {}
+        if self.entry is not None:
+            self._write_entry(bases)
         return [replay.make_tensor(leaf[2], self.fwd_rids[leaf[1]], bases)
                 for leaf in self.rec.outputs[1] if leaf[0] == "tensor"]
+
+    def _write_entry(self, bases: dict) -> None:
+        """The block's cache entry, as the recorded block left its own: its new tensors on
+        the replayed storages (held until the backward where autograd saved them too)."""
+        entry, (_, before, after) = self.entry, self.rec.cache
+        self.entry = None  # the cache keeps it, for as long as the cache lives
+        kept = {part[0] for part in after[1]}
+        for part in before[1]:
+            if part[0] not in kept:
+                delattr(entry, part[0])
+        for part in after[1]:
+            if part[1] == "new":
+                t = self.replay.make_tensor(part[3], self.fwd_rids[part[2]], bases)
+                setattr(entry, part[0], t)
+                if part[2] in self.rec.cache_saved:
+                    self.held.append(t)
+            elif part[1] == "value":
+                setattr(entry, part[0], part[2])
 
     def backward(self, grads):
         replay, group = self.replay, self.group
@@ -175,6 +199,8 @@ class LayerReplay:
         self._packed: set[int] | None = None
         self.off: str | None = None  # why no blocks were looked for
         self.cast_runs: list[ReplayRun] = []  # replayed blocks with casts in autocast's cache
+        self.caches = DeclaredCaches()  # caches a block may write its own entry of
+        self._noted: list[tuple] | None = None  # (where, index) handed to a cache's update
 
     # -- lifecycle -----------------------------------------------------------------------
     def scan(self, root: nn.Module) -> None:
@@ -286,9 +312,53 @@ class LayerReplay:
             return self._verify(group, i, original, args, kwargs)
         rec = group.recording
         if 2 <= i < group.n - 2 and rec is not None and \
-                signature(group.blocks[i], self._own_hook, args, kwargs) == rec.signature:
-            return self._replay(group, i, rec, args, kwargs)
+                signature(group.blocks[i], self._own_hook, args, kwargs,
+                          self.caches.layers_of) == rec.signature:
+            entry = None if rec.cache is None else self._entry_for(group, i, rec, args, kwargs)
+            if rec.cache is None or entry is not None:
+                return self._replay(group, i, rec, args, kwargs, entry)
         return original(*args, **kwargs)
+
+    def declare_cache(self, cls: type, accepts, layers) -> None:
+        """A library's cache class, whose instances a block may be handed and write its own
+        entry of, `layers(cache)[layer_index]`, through an `update` that passes the layer index
+        to `cache_index` (layer_cache.py). `accepts(cache)`: an instance whose update is that
+        (not a subclass's own, not offloading)."""
+        self.caches.declare(cls, accepts, layers)
+
+    def cache_index(self, index):
+        """A declared cache's `update` was handed `index`: the int, with the recorded block's
+        own entry noted."""
+        if not isinstance(index, LayerIndex):
+            return index
+        if self._noted is None:
+            return index.used()
+        self._noted.append((index.where, index.value))
+        return index.value
+
+    def _cache_arg(self, args, kwargs):
+        """The declared cache among a call's arguments and its entries, or (None, None)."""
+        found = [(leaf, layers) for leaf in pytree.tree_leaves((args, kwargs))
+                 if not isinstance(leaf, (torch.Tensor, *CONSTANTS))
+                 and (layers := self.caches.layers_of(leaf)) is not None]
+        if len(found) > 1:
+            raise Unsupported("its inputs include several caches")
+        return found[0] if found else (None, None)
+
+    def _entry_for(self, group: Group, i: int, rec: Traced, args, kwargs):
+        """The entry block i would write, if it starts as the recorded block's did; else
+        None (the call is traced)."""
+        where, before, _ = rec.cache
+        module = list(group.blocks[i].modules())[where[0]]
+        index = module.__dict__.get(where[1])
+        try:
+            _, layers = self._cache_arg(args, kwargs)
+        except Unsupported:
+            return None
+        if layers is None or type(index) is not int or not 0 <= index < len(layers):
+            return None
+        entry = layers[index]
+        return entry if entry_state(type(entry), vars(entry), self.ledger) == before else None
 
     @property
     def _own_hook(self):
@@ -298,14 +368,20 @@ class LayerReplay:
         hooks = self.tracer.classifier.saved_hooks
         return (hooks.pack_hook, hooks.unpack_hook)
 
-    def _trace(self, group: Group, i: int, original, args, kwargs):
+    def _trace(self, group: Group, i: int, original, args, kwargs, where=None):
         """Block i traced in full, its ledger operations recorded: (output, Traced or None,
-        why not)."""
-        sig = signature(group.blocks[i], self._own_hook, args, kwargs)
+        why not). `where`: the recorded block's layer index (module position, attribute), for
+        the cache entry this block writes; None while block 1 is recorded (its reads say)."""
+        sig = signature(group.blocks[i], self._own_hook, args, kwargs, self.caches.layers_of)
         if isinstance(sig, str):
             return original(*args, **kwargs), None, sig, ()
         if self.ledger.tap is not None:  # inside another recording (a backward's)
             return original(*args, **kwargs), None, None, ()
+        try:
+            _, layers = self._cache_arg(args, kwargs)
+        except Unsupported as e:
+            return original(*args, **kwargs), None, str(e), ()
+        entries = [entry_refs(e) for e in layers] if layers is not None else None
         ledger = self.ledger
         block = group.blocks[i]
         inputs = tensors((args, kwargs))
@@ -334,11 +410,13 @@ class LayerReplay:
                 raise Unsupported("state it keeps on itself")
             ops, new, _ = slots.normalize(tape, self.tracer.accountant.persistent_rids())
             leaves, spec = pytree.tree_flatten(out)
-            where = {rid: k for k, rid in enumerate(new)}
+            slot_of = {rid: k for k, rid in enumerate(new)}
+            cache = None if entries is None else self._written_entry(group, i, layers, entries,
+                                                                     where, slot_of)
             described, out_rids = [], []
             for leaf in leaves:
                 if isinstance(leaf, torch.Tensor):
-                    k = where.get(rid_of(ledger, leaf))
+                    k = slot_of.get(rid_of(ledger, leaf))
                     if k is None or type(leaf) not in PLAIN or has_values(leaf):
                         raise Unsupported("an output that is not a new tensor without values")
                     described.append(("tensor", k, tensor_meta(leaf)))
@@ -357,7 +435,9 @@ class LayerReplay:
             # cache): some saved for backward as well, some (a bias) only there.
             casts = tuple(k for k in alive if ledger.ops[ledger.records[new[k]].op] == "_to_copy"
                           and autocast_on(ledger.records[new[k]].device))
-            kept = [new[k] for k in alive if new[k] not in packed and k not in casts]
+            in_entry = () if cache is None else tuple(p[2] for p in cache[2][1] if p[1] == "new")
+            kept = [new[k] for k in alive if new[k] not in packed and k not in casts
+                    and k not in in_entry]
             if kept and ledger.ops[ledger.records[kept[0]].op] == "get_rng_state":
                 raise Unsupported("RNG states that activation checkpointing keeps")
             if kept:
@@ -367,8 +447,33 @@ class LayerReplay:
         except Unsupported as e:
             return out, None, str(e), ()
         cached = tuple(k for k in casts if new[k] not in packed)
-        return out, Traced(sig, ops, new, (spec, described), held_inputs,
-                           held_outputs, alive, in_rids, sdpa, (casts, cached)), None, inputs
+        traced = Traced(sig, ops, new, (spec, described), held_inputs, held_outputs, alive,
+                        in_rids, sdpa, (casts, cached))
+        traced.cache = cache
+        traced.cache_saved = tuple(k for k in in_entry if new[k] in packed)
+        return out, traced, None, inputs
+
+    def _written_entry(self, group: Group, i: int, layers: list, before: list[dict], where,
+                       slot_of: dict[int, int]):
+        """The cache entry block i wrote: (where its layer index is, the entry's state before,
+        after), or None where it wrote none. `where`: as recorded, else the index it handed
+        the cache's update (noted while block 1 is recorded)."""
+        if len(layers) != len(before):
+            raise Unsupported("entries it adds to a cache")
+        changed = [k for k, (e, was) in enumerate(zip(layers, before)) if not unchanged(e, was)]
+        if not changed:
+            return None
+        if where is None:
+            noted = self._noted or []
+            if len(noted) != 1:
+                raise Unsupported("a cache entry it did not find by its layer index")
+            where = noted[0][0]
+        index = list(group.blocks[i].modules())[where[0]].__dict__.get(where[1])
+        if changed != [index]:
+            raise Unsupported("a cache entry other than its own")
+        cls, was = type(layers[index]), entry_before(before[index])
+        return (where, entry_state(cls, was, self.ledger),
+                entry_state(cls, vars(layers[index]), self.ledger, slot_of, was))
 
     def on_autocast_cleared(self) -> None:
         """The outermost autocast exited and its cache let go of the weight casts: a replayed
@@ -392,9 +497,15 @@ class LayerReplay:
         group.differing = differing_attributes(group.blocks)  # set since the scan too
         self._watch_reads(group, i)
         try:
+            # A layer index read may be handed to the cache the block is given (layer_cache.py)
+            self._noted = [] if self._cache_arg(args, kwargs)[1] is not None else None
+        except Unsupported:
+            self._noted = None
+        try:
             out, traced, problem, inputs = self._trace(group, i, original, args, kwargs)
         finally:
             read = self._unwatch()
+            self._noted = None
         if read:
             group.disabled = f"its forward reads {read}, which differs between the blocks"
         elif traced is None and problem and problem.startswith("it"):
@@ -408,7 +519,8 @@ class LayerReplay:
 
     def _verify(self, group: Group, i: int, original, args, kwargs):
         rec = group.recording
-        out, traced, problem, inputs = self._trace(group, i, original, args, kwargs)
+        out, traced, problem, inputs = self._trace(group, i, original, args, kwargs,
+                                                   rec.cache[0] if rec and rec.cache else None)
         if rec is None:
             return out
         if traced is None or traced.shape() != rec.shape():
@@ -421,9 +533,9 @@ class LayerReplay:
             self._watch_backward(group, i, traced, out, inputs, compare=False)
         return out
 
-    def _replay(self, group: Group, i: int, rec: Traced, args, kwargs):
+    def _replay(self, group: Group, i: int, rec: Traced, args, kwargs, entry):
         inputs = tensors((args, kwargs))
-        run = ReplayRun(self, group, i, rec, inputs)
+        run = ReplayRun(self, group, i, rec, inputs, entry)
         group.unverified += 1
         self.replayed += 1
         diff_in = [t for t in inputs if t.requires_grad]
@@ -587,7 +699,7 @@ class LayerReplay:
     def _watch_reads(self, group: Group, i: int) -> None:
         """While block i runs, a read of an attribute that differs between the blocks is
         noted (a class-level property in front of the instances' values)."""
-        watched = {id(m) for m in group.blocks[i].modules()}
+        watched = {id(m): k for k, m in enumerate(group.blocks[i].modules())}
         self._read = None
         for cls, name in group.differing:
             if (cls, name) in self._watched:
@@ -599,6 +711,10 @@ class LayerReplay:
 
             def get(obj, name=name, cls=cls):
                 if id(obj) in watched and self._read is None:
+                    value = obj.__dict__.get(name, _MISSING)
+                    if self._noted is not None and type(value) is int:
+                        return LayerIndex(value, (watched[id(obj)], name),
+                                          functools.partial(self._used, cls.__name__))
                     self._read = f"`{cls.__name__}.{name}`"
                 try:
                     return obj.__dict__[name]
@@ -613,6 +729,11 @@ class LayerReplay:
 
             self._watched[(cls, name)] = own
             setattr(cls, name, property(get, put))
+
+    def _used(self, owner: str, where: tuple) -> None:
+        """A layer index was used for its value (layer_cache.LayerIndex)."""
+        if self._watched and self._read is None:
+            self._read = f"`{owner}.{where[1]}`"
 
     def _unwatch(self) -> str | None:
         for (cls, name), own in self._watched.items():

@@ -103,11 +103,12 @@ def has_values(t: torch.Tensor) -> bool:
     return hasattr(t, SHADOW) or getattr(t, "constant", None) is not None
 
 
-def signature(block, own_hook, args, kwargs) -> tuple | str:
+def signature(block, own_hook, args, kwargs, cache_layers=lambda obj: None) -> tuple | str:
     """What a call must share with the recorded one: the block's structure now (parameters
     frozen or cast since, hooks added, train or eval), the inputs' structure, constants and
     tensor metadata, and the autograd and autocast state. A string: why a call is never
-    replayed."""
+    replayed. `cache_layers`: the entries of a cache a library declared (layer_cache.py), the
+    one object a block may be handed; None for any other object."""
     shape = structure(block, own_hook, calling=True)
     if shape is None:
         return "it has hooks of its own now"
@@ -123,6 +124,8 @@ def signature(block, own_hook, args, kwargs) -> tuple | str:
             parts.append((type(leaf), tensor_meta(leaf), valued))
         elif isinstance(leaf, CONSTANTS):
             parts.append((type(leaf), leaf))
+        elif cache_layers(leaf) is not None:
+            parts.append((type(leaf), "cache"))
         else:  # an object the block may change: not provably the same program
             return f"its inputs include a {type(leaf).__name__}, which it may change"
     return (torch.is_grad_enabled(), shape, str(spec), tuple(parts),
@@ -133,6 +136,11 @@ def signature(block, own_hook, args, kwargs) -> tuple | str:
 
 class Traced:
     """What one fully traced call of a block did, relative to it."""
+
+    # the cache entry it wrote (where its layer index is, the entry's state before and after;
+    # layer_cache.py), and the entry's "new" slots autograd saved too
+    cache: tuple | None = None
+    cache_saved: tuple = ()
 
     def __init__(self, signature, ops, new, outputs, held_inputs, held_outputs, alive,
                  in_rids, sdpa, casts):
@@ -151,7 +159,7 @@ class Traced:
     def shape(self) -> tuple:
         return (self.signature, self.ops, str(self.outputs[0]), self.outputs[1],
                 self.held_inputs, self.held_outputs, self.alive, self.sdpa, self.casts,
-                self.cached)
+                self.cached, self.cache, self.cache_saved)
 
 
 class Backward:

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from ..distributed.env import RankSpec
     from ..distributed.layout import Layout
     from ..engine.classifier import Classifier
+    from ..engine.layer_replay import LayerReplay
     from ..engine.ledger import Ledger
     from ..engine.modules import ModuleTracker
     from ..engine.phases import PhaseTracker
@@ -31,6 +32,7 @@ class PluginContext(Protocol):
     accountant: Accountant  # made_fake: a tensor a library makes outside dispatch, booked
     workspaces: WorkspaceModel  # what kernels allocate for themselves
     notes: list[str]  # what plugins changed about the run (the snapshot's meta.notes)
+    layer_replay: LayerReplay | None  # repeated blocks replayed: a library declares its caches
 
     def add_note(self, text: str) -> None:
         """Say once, in the report and the snapshot, what was changed about the run."""

@@ -131,10 +131,24 @@ def test_blocks_that_are_not_provably_one_program_are_traced_in_full(tmp_path, n
         "replayed_forward": 0, "replayed_backward": 0}
 
 
-def test_a_llama_that_writes_its_cache_per_layer_is_traced_in_full(tmp_path):
+@pytest.mark.parametrize("args", [(), ("--keep-output",)], ids=["cache-dropped", "cache-kept"])
+def test_a_llama_that_writes_its_cache_per_layer_replays_each_entry(tmp_path, args):
     """With the config's default `use_cache=True` the forward makes a cache, and each layer
-    writes its own entry of it, found by its `layer_idx`."""
-    replayed, full = pair(tmp_path, "llama-cache", LLAMA, "--use-cache")
+    writes its own entry of it (a copy of its keys and values), found by its `layer_idx`
+    handed to the cache's `update`. A replayed layer writes its entry as the recorded one did:
+    freed with the cache where autograd no longer holds them (the output kept until the next
+    forward, `cache-kept`), in the backward where the cache went first (`cache-dropped`)."""
+    replayed, full = pair(tmp_path, "llama-cache", LLAMA, "--use-cache", *args)
+    assert differences(replayed, full) == []
+    assert replayed["meta"]["layer_replay"] == {
+        "enabled": True, "groups": [{"module": "model.layers", "blocks": 6}],
+        "replayed_forward": 4, "replayed_backward": 4}
+
+
+def test_a_layer_index_used_for_more_than_the_cache_traces_the_layers_in_full(tmp_path):
+    """Each layer also scales its output by its depth, read from its `layer_idx`: not provably
+    its siblings' program."""
+    replayed, full = pair(tmp_path, "llama-depth", LLAMA, "--use-cache", "--scale-by-depth")
     assert differences(replayed, full) == []
     assert replayed["meta"]["layer_replay"]["groups"] == [{
         "module": "model.layers", "blocks": 6,

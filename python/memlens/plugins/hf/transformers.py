@@ -27,6 +27,11 @@ right after its body has run, undone when the trace ends.
   the Hub (`kernels-community/...`, with the `kernels` package) unless USE_HUB_KERNELS=NO. A
   trace runs no compiled kernel and reads nothing from the Hub (offline it stopped with "could
   not verify publisher trust status"): the layers keep their PyTorch code, with a note.
+- The KV cache: with the config's default `use_cache=True` a model's forward makes a
+  `DynamicCache` in training too, and each decoder layer writes its own entry of it by its
+  `layer_idx`. `Cache` is declared to layer replay (engine/layer_cache.py), and its `update`
+  hands the layer index it is given to the replay, so that the repeated decoder layers are
+  replayed as without a cache, each writing its own entry.
 """
 
 from __future__ import annotations
@@ -44,7 +49,8 @@ from ..library_plugin import LibraryPlugin
 
 class Plugin(LibraryPlugin):
     watches = {"transformers.trainer": "trainer", "transformers.modeling_utils": "modeling",
-               "transformers.generation.stopping_criteria": "stopping"}
+               "transformers.generation.stopping_criteria": "stopping",
+               "transformers.cache_utils": "cache_utils"}
     scratch: str | None = None  # where the Trainer's saves go during the trace
 
     def deactivate(self) -> None:
@@ -69,6 +75,29 @@ class Plugin(LibraryPlugin):
             self.tracer.add_note("transformers' hub kernels (kernels-community, downloaded by "
                                  "from_pretrained) are not used in a trace: layers run their "
                                  "PyTorch code, as with USE_HUB_KERNELS=NO")
+
+    def cache_utils(self, mod: ModuleType) -> None:
+        replay = self.tracer.layer_replay
+        if replay is None or not hasattr(mod.Cache, "update"):
+            return
+        import transformers
+
+        check_tested("hf_transformers", transformers.__version__)
+        original = mod.Cache.update
+
+        @functools.wraps(original)
+        def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+            return original(self, key_states, value_states, replay.cache_index(layer_idx),
+                            *args, **kwargs)
+
+        def accepts(cache) -> bool:
+            # The base class's update, on the GPU (offloading moves entries to the host and
+            # back on streams of its own)
+            return type(cache).update is update and not getattr(cache, "offloading", True) \
+                and isinstance(getattr(cache, "layers", None), list)
+
+        self.patcher.setattr(mod.Cache, "update", update)
+        replay.declare_cache(mod.Cache, accepts, lambda cache: cache.layers)
 
     def stopping(self, mod: ModuleType) -> None:
         import torch

@@ -1,0 +1,155 @@
+"""Key/value caches a block writes its own entry of (engine/layer_replay.py).
+
+Hugging Face's models make a cache in training too (the config's default `use_cache=True`):
+every decoder layer is handed the same `Cache` and writes its own entry, found by its layer
+index, with `cache.update(key, value, self.layer_idx)`. The entry keeps a copy of the layer's
+keys and values until the cache is let go. A layer index differs between blocks, so a block
+that reads it is not provably its siblings' program; but one that only hands it to a declared
+cache's `update` is, writing its own entry.
+
+While a block is recorded, a read of such an index gives a LayerIndex: any use of its value (a
+comparison, arithmetic, a list index, formatting) is noted, and ends the group's replay, as any
+read did before; handed to the cache's `update` it is the block's own entry. A library declares
+its cache class (plugins/hf/transformers.py), whose `update` hands the index to
+`LayerReplay.cache_index`. What the entry held before the call and holds after it is described
+(`entry_state`), so that a replayed block can write its entry as the recorded one did.
+"""
+
+from __future__ import annotations
+
+import operator
+import weakref
+from typing import Any, Callable
+
+import torch
+
+from .layer_tape import CONSTANTS, Unsupported, has_values, rid_of, tensor_meta
+
+
+class LayerIndex:
+    """A block's layer index while it is recorded: its value, and who hears of a use of it."""
+
+    __slots__ = ("value", "where", "_on_use")
+
+    def __init__(self, value: int, where: tuple, on_use: Callable[[tuple], None]):
+        self.value = value
+        self.where = where  # (position of the module in the block, attribute name)
+        self._on_use = on_use
+
+    def used(self) -> int:
+        self._on_use(self.where)
+        return self.value
+
+
+def _using(name: str):
+    def method(self, *args):
+        return getattr(self.used(), name)(*[a.used() if isinstance(a, LayerIndex) else a
+                                            for a in args])
+    method.__name__ = name
+    return method
+
+
+# Every way Python reads an int's value, each noting the use (then behaving as the int).
+for _name in ("__index__", "__int__", "__float__", "__bool__", "__hash__", "__eq__", "__ne__",
+              "__lt__", "__le__", "__gt__", "__ge__", "__add__", "__radd__", "__sub__",
+              "__rsub__", "__mul__", "__rmul__", "__floordiv__", "__rfloordiv__", "__truediv__",
+              "__rtruediv__", "__mod__", "__rmod__", "__divmod__", "__rdivmod__", "__pow__",
+              "__rpow__", "__neg__", "__pos__", "__abs__", "__invert__", "__and__", "__rand__",
+              "__or__", "__ror__", "__xor__", "__rxor__", "__lshift__", "__rlshift__",
+              "__rshift__", "__rrshift__", "__round__", "__trunc__", "__floor__", "__ceil__",
+              "__str__", "__repr__", "__format__"):
+    setattr(LayerIndex, _name, _using(_name))
+LayerIndex.__getattr__ = lambda self, name: getattr(self.used(), name)
+LayerIndex.__reduce__ = lambda self: (operator.index, (self.used(),))
+
+
+class DeclaredCaches:
+    """The cache classes libraries declared: `layers(cache)` is its list of entries."""
+
+    def __init__(self):
+        self._kinds: list[tuple[type, Callable[[Any], bool], Callable[[Any], list]]] = []
+
+    def declare(self, cls: type, accepts: Callable[[Any], bool],
+                layers: Callable[[Any], list]) -> None:
+        self._kinds.append((cls, accepts, layers))
+
+    def layers_of(self, obj) -> list | None:
+        for cls, accepts, layers in self._kinds:
+            if isinstance(obj, cls) and accepts(obj):
+                return layers(obj)
+        return None
+
+
+class _Other:
+    """An attribute that is neither a tensor nor a constant, by identity (not kept alive)."""
+
+    def __init__(self, value):
+        self.id, self.type = id(value), type(value).__name__
+
+
+def entry_refs(entry) -> dict[str, Any]:
+    """An entry's attributes before a call, without keeping them alive (a tensor kept here
+    would be freed later than in the script): tensors by weak reference, constants by value,
+    anything else by identity."""
+    return {name: weakref.ref(v) if isinstance(v, torch.Tensor)
+            else v if isinstance(v, CONSTANTS) else _Other(v)
+            for name, v in vars(entry).items()}
+
+
+def unchanged(entry, refs: dict[str, Any]) -> bool:
+    now = vars(entry)
+    return now.keys() == refs.keys() and all(_same(now[name], ref) for name, ref in refs.items())
+
+
+def _same(value, ref) -> bool:
+    if isinstance(ref, weakref.ref):
+        return ref() is value
+    if isinstance(ref, _Other):
+        return id(value) == ref.id
+    return value is ref
+
+
+def entry_before(refs: dict[str, Any]) -> dict[str, Any]:
+    """The attributes `entry_refs` saw, where the call kept them alive."""
+    values = {}
+    for name, ref in refs.items():
+        if isinstance(ref, _Other):
+            raise Unsupported(f"it keeps a {ref.type} in its cache entry")
+        value = ref() if isinstance(ref, weakref.ref) else ref
+        if isinstance(ref, weakref.ref) and value is None:
+            raise Unsupported("it lets go of a tensor its cache entry held")
+        values[name] = value
+    return values
+
+
+def entry_state(cls: type, attributes: dict[str, Any], ledger, new: dict[int, int] | None = None,
+                before: dict[str, Any] | None = None) -> tuple:
+    """An entry's class and attributes as metadata: a tensor by its metadata, and, after the
+    call (`new`: rid -> slot of the block's allocations; `before`: the attributes before it),
+    by the slot it was allocated in, or as the one it held before; anything else by value.
+    A tensor the entry held and lets go (a sliding window's length, moved to the GPU) is freed
+    inside the call, where a replay does not know; a new one with values known to the trace
+    would be one without: neither is replayed. The messages start with "it": they are about this
+call (a cache filled by an earlier forward), and a later pass may be replayed."""
+    if new is not None and before is not None:
+        kept = {id(v) for v in attributes.values()}
+        if any(isinstance(v, torch.Tensor) and id(v) not in kept for v in before.values()):
+            raise Unsupported("it lets go of a tensor its cache entry held")
+    parts = []
+    for name, value in sorted(attributes.items()):
+        if isinstance(value, torch.Tensor):
+            if new is None:
+                parts.append((name, "tensor", tensor_meta(value)))
+            elif before is not None and before.get(name) is value:
+                parts.append((name, "same"))
+            else:
+                k = new.get(rid_of(ledger, value))
+                if k is None or has_values(value):
+                    raise Unsupported("it keeps memory from outside the block, or values, in "
+                                      "its cache entry")
+                parts.append((name, "new", k, tensor_meta(value)))
+        elif isinstance(value, CONSTANTS):
+            parts.append((name, "value", value))
+        else:
+            raise Unsupported(f"it keeps a {type(value).__name__} in its cache entry")
+    return (cls, tuple(parts))
