@@ -4,11 +4,15 @@
 // - loading the bundle: `require('dist/extension.js')` in plain Node with `vscode` stubbed;
 // - in code-server (the e2e harness): activation (the extension's own log), and the time from
 //   opening the example model to the server being ready (its CodeLens shows);
-// - "Trace Memory" to painted annotations on the example (device cpu), RUNS times, split into
-//   server (command -> worker spawned), worker start (-> first progress: Python and torch
-//   imports), trace (-> annotations arrive) and paint (-> decorations set), as the extension
-//   logs them ("timing {...}" lines of the Torch Memory Lens log).
-// Prints a table and writes bench/results/extension.json.
+// - "Trace Memory" to painted annotations on the example (the default device, h100-80gb), RUNS
+//   times, split into server (command -> worker spawned), worker start (-> first progress:
+//   Python and torch imports), trace (-> annotations arrive) and paint (-> decorations set), as
+//   the extension
+//   logs them ("timing {...}" lines of the Torch Memory Lens log). Twice in one run: first in a
+//   code-server started with MEMLENS_WARM_WORKER=0 (every trace a fresh `python -m memlens`:
+//   cold), then in one with the default warm worker (each trace forked from a process that
+//   imported torch and memlens once: worker/warm.py), each after the same settle time.
+// Prints the tables and writes bench/results/extension.json.
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
@@ -19,6 +23,9 @@ import { resolveVsix, Session } from '../test/e2e/session';
 import { timeouts } from '../test/e2e/timeouts';
 
 const RUNS = Number(process.env.MEMLENS_BENCH_RUNS ?? '3');
+// How long an editor is left open before the first trace (the warm worker starts with the
+// server and imports torch in the background), as a user opens a file and reads it.
+const SETTLE_MS = Number(process.env.MEMLENS_BENCH_SETTLE_MS ?? '15000');
 
 function size(file: string): { bytes: number; gzip: number } {
   const data = readFileSync(file);
@@ -77,21 +84,33 @@ function timings(text: string): Timing[] {
   return [...text.matchAll(/timing (\{.*\})$/gm)].map((m) => JSON.parse(m[1]!) as Timing);
 }
 
-async function main(): Promise<void> {
-  const vsix = resolveVsix();
-  const sizes = {
-    'dist/extension.js': size(path.join(repoRoot, 'dist/extension.js')),
-    'dist/webview.js': size(path.join(repoRoot, 'dist/webview.js')),
-    'dist/webview.css': size(path.join(repoRoot, 'dist/webview.css')),
-    '.vsix': { bytes: statSync(vsix).size, gzip: statSync(vsix).size },
-  };
-  const requireMs = requireTimeMs();
+interface SessionResult {
+  activation: { activateMs: number; serverReadyMs: number };
+  openToReadyMs: number;
+  runs: Timing[];
+  median: Timing;
+}
 
-  const session = await Session.start({
-    name: 'bench',
-    fixture: examplesDir,
-    settings: { 'memlens.python': repoPython(), 'memlens.device': 'cpu', 'memlens.traceTimeout': 600 },
-  });
+/** One code-server session: open the example, let it settle, trace RUNS times. `warm`: the
+ * default warm worker, else MEMLENS_WARM_WORKER=0 in the environment code-server (and so the
+ * extension, its language server and the workers) starts with. */
+async function measure(warm: boolean): Promise<SessionResult> {
+  const saved = process.env.MEMLENS_WARM_WORKER;
+  if (warm) delete process.env.MEMLENS_WARM_WORKER;
+  else process.env.MEMLENS_WARM_WORKER = '0';
+  let session: Session;
+  try {
+    session = await Session.start({
+      name: warm ? 'bench-warm' : 'bench-cold',
+      fixture: examplesDir,
+      // The default device (a simulated H100): a CPU target runs in a cold worker by design
+      // (the warm process has the fake-CUDA shim loaded, which a CPU target must not see).
+      settings: { 'memlens.python': repoPython(), 'memlens.traceTimeout': 600 },
+    });
+  } finally {
+    if (saved === undefined) delete process.env.MEMLENS_WARM_WORKER;
+    else process.env.MEMLENS_WARM_WORKER = saved;
+  }
   const runs: Timing[] = [];
   let readyMs = 0;
   let activation = { activateMs: NaN, serverReadyMs: NaN };
@@ -107,6 +126,7 @@ async function main(): Promise<void> {
       activateMs: Number(/activated in (\d+) ms/.exec(log)?.[1] ?? NaN),
       serverReadyMs: Number(/server ready in (\d+) ms/.exec(log)?.[1] ?? NaN),
     };
+    await new Promise((r) => setTimeout(r, SETTLE_MS));
     for (let i = 0; i < RUNS; i++) {
       await session.step(`trace-${i}`, async (wb) => {
         await wb.runCommand('Memlens: Trace Memory');
@@ -125,15 +145,44 @@ async function main(): Promise<void> {
   }
 
   const med = (k: keyof Timing): number => median(runs.map((r) => r[k]));
+  return {
+    activation,
+    openToReadyMs: Math.round(readyMs),
+    runs,
+    median: { serverMs: med('serverMs'), workerStartMs: med('workerStartMs'), traceMs: med('traceMs'), paintMs: med('paintMs'), totalMs: med('totalMs') },
+  };
+}
+
+function printRuns(title: string, r: SessionResult): void {
+  console.log(`\n  ${title}, ${RUNS} runs (ms):`);
+  console.log('    run   server  worker-start   trace   paint   total');
+  r.runs.forEach((t, i) =>
+    console.log(`    ${String(i + 1).padEnd(5)} ${String(t.serverMs).padStart(6)} ${String(t.workerStartMs).padStart(13)} ${String(t.traceMs).padStart(7)} ${String(t.paintMs).padStart(7)} ${String(t.totalMs).padStart(7)}`),
+  );
+  const m = r.median;
+  console.log(`    med.  ${String(m.serverMs).padStart(6)} ${String(m.workerStartMs).padStart(13)} ${String(m.traceMs).padStart(7)} ${String(m.paintMs).padStart(7)} ${String(m.totalMs).padStart(7)}`);
+}
+
+async function main(): Promise<void> {
+  const vsix = resolveVsix();
+  const sizes = {
+    'dist/extension.js': size(path.join(repoRoot, 'dist/extension.js')),
+    'dist/webview.js': size(path.join(repoRoot, 'dist/webview.js')),
+    'dist/webview.css': size(path.join(repoRoot, 'dist/webview.css')),
+    '.vsix': { bytes: statSync(vsix).size, gzip: statSync(vsix).size },
+  };
+  const requireMs = requireTimeMs();
+  const cold = await measure(false);
+  const warm = await measure(true);
   const result = {
     date: new Date().toISOString().slice(0, 10),
     machine: `${os.cpus().length} vCPU, ${Math.round(os.totalmem() / 2 ** 30)} GiB, load ${os.loadavg()[0]!.toFixed(1)}`,
     sizes,
     requireMs,
-    activation,
-    openToReadyMs: Math.round(readyMs),
-    runs,
-    median: { serverMs: med('serverMs'), workerStartMs: med('workerStartMs'), traceMs: med('traceMs'), paintMs: med('paintMs'), totalMs: med('totalMs') },
+    settleMs: SETTLE_MS,
+    cold,
+    warm,
+    warmOverCold: warm.median.totalMs / cold.median.totalMs,
   };
   const dir = path.join(repoRoot, 'bench/results');
   mkdirSync(dir, { recursive: true });
@@ -143,16 +192,12 @@ async function main(): Promise<void> {
   console.log(`\nTorch Memory Lens extension benchmark (${result.machine})\n`);
   for (const [name, s] of Object.entries(sizes)) console.log(`  ${name.padEnd(18)} ${kib(s.bytes).padStart(10)}  (gzip ${kib(s.gzip)})`);
   console.log(`  require(dist/extension.js)   ${requireMs.toFixed(1)} ms (plain Node, median of 5)`);
-  console.log(`  activate()                   ${activation.activateMs} ms`);
-  console.log(`  server ready after start     ${activation.serverReadyMs} ms (probe + python -m memlens.server + initialize)`);
-  console.log(`  open model.py -> CodeLens    ${result.openToReadyMs} ms`);
-  console.log(`\n  Trace Memory -> painted annotations, ${RUNS} runs (ms):`);
-  console.log('    run   server  worker-start   trace   paint   total');
-  runs.forEach((r, i) =>
-    console.log(`    ${String(i + 1).padEnd(5)} ${String(r.serverMs).padStart(6)} ${String(r.workerStartMs).padStart(13)} ${String(r.traceMs).padStart(7)} ${String(r.paintMs).padStart(7)} ${String(r.totalMs).padStart(7)}`),
-  );
-  const m = result.median;
-  console.log(`    med.  ${String(m.serverMs).padStart(6)} ${String(m.workerStartMs).padStart(13)} ${String(m.traceMs).padStart(7)} ${String(m.paintMs).padStart(7)} ${String(m.totalMs).padStart(7)}`);
+  console.log(`  activate()                   ${warm.activation.activateMs} ms`);
+  console.log(`  server ready after start     ${warm.activation.serverReadyMs} ms (probe + python -m memlens.server + initialize)`);
+  console.log(`  open model.py -> CodeLens    ${warm.openToReadyMs} ms`);
+  printRuns('Trace Memory -> painted annotations, cold workers (MEMLENS_WARM_WORKER=0)', cold);
+  printRuns('Trace Memory -> painted annotations, warm worker (the default)', warm);
+  console.log(`\n  warm / cold (median totals): ${result.warmOverCold.toFixed(2)}`);
   console.log(`\n  written: ${path.relative(repoRoot, path.join(dir, 'extension.json'))}`);
   if (!existsSync(path.join(dir, 'extension.json'))) process.exitCode = 1;
 }
