@@ -111,9 +111,7 @@ class ReplayRun:
     def forward(self) -> list[torch.Tensor]:
         replay = self.replay
         self.fwd_rids = replay.apply(self.rec.ops, self.bindings(), self.group, self.index)
-        calls = replay.tracer.sdpa.calls
-        for kernel, n in self.rec.sdpa:
-            calls[kernel] = calls.get(kernel, 0) + n
+        replay.count_sdpa(self.rec.sdpa)
         if self.rec.casts:
             replay.cast_runs.append(self)
         bases: dict[int, torch.Tensor] = {}
@@ -157,6 +155,7 @@ class ReplayRun:
         if rid is not None:
             bound[("gout", 0)] = rid
         new = replay.apply(back.ops, bound, group, self.index)
+        replay.count_sdpa(back.sdpa)
         kind, k = back.grad_input
         result = grad if kind == "gout" else replay.make_tensor(back.grad_input_meta, new[k])
         for p, outcome in zip(self.params, back.param_grads):
@@ -403,9 +402,7 @@ class LayerReplay:
         try:
             if counts != self._counts():
                 raise Unsupported("host values, notes, streams, collectives or shared buffers")
-            sdpa = tuple(sorted((k, n - sdpa_before.get(k, 0))
-                                for k, n in self.tracer.sdpa.calls.items()
-                                if n != sdpa_before.get(k, 0)))
+            sdpa = self._sdpa_since(sdpa_before)
             if own_state(block) != before:
                 raise Unsupported("state it keeps on itself")
             ops, new, _ = slots.normalize(tape, self.tracer.accountant.persistent_rids())
@@ -438,8 +435,15 @@ class LayerReplay:
             in_entry = () if cache is None else tuple(p[2] for p in cache[2][1] if p[1] == "new")
             kept = [new[k] for k in alive if new[k] not in packed and k not in casts
                     and k not in in_entry]
-            if kept and ledger.ops[ledger.records[kept[0]].op] == "get_rng_state":
-                raise Unsupported("RNG states that activation checkpointing keeps")
+            # Activation checkpointing keeps the RNG states it saved until the block's backward
+            # has recomputed it (held by its graph: the recorded backward must free them).
+            rng = tuple(k for k in alive if new[k] in kept
+                        and ledger.ops[ledger.records[new[k]].op] == "get_rng_state")
+            kept = [rid for rid in kept if slot_of[rid] not in rng]
+            if rng and any(type(t.grad_fn).__name__ == "CheckpointFunctionBackward"
+                           for t in tensors(out)):
+                # The reentrant checkpoint keeps them on its node, until its graph is let go
+                raise Unsupported("RNG states that a reentrant checkpoint keeps")
             if kept:
                 rec = ledger.records[kept[0]]
                 raise Unsupported(f"memory it keeps outside autograd (`{ledger.ops[rec.op]}`, "
@@ -450,6 +454,7 @@ class LayerReplay:
         traced = Traced(sig, ops, new, (spec, described), held_inputs, held_outputs, alive,
                         in_rids, sdpa, (casts, cached))
         traced.cache = cache
+        traced.rng_states = rng
         traced.cache_saved = tuple(k for k in in_entry if new[k] in packed)
         return out, traced, None, inputs
 
@@ -474,6 +479,16 @@ class LayerReplay:
         cls, was = type(layers[index]), entry_before(before[index])
         return (where, entry_state(cls, was, self.ledger),
                 entry_state(cls, vars(layers[index]), self.ledger, slot_of, was))
+
+    def count_sdpa(self, counts: tuple) -> None:
+        calls = self.tracer.sdpa.calls
+        for kernel, n in counts:
+            calls[kernel] = calls.get(kernel, 0) + n
+
+    def _sdpa_since(self, before: dict) -> tuple:
+        """The attention calls made since `before`, per kernel (the snapshot counts them)."""
+        return tuple(sorted((k, n - before.get(k, 0)) for k, n in self.tracer.sdpa.calls.items()
+                            if n != before.get(k, 0)))
 
     def on_autocast_cleared(self) -> None:
         """The outermost autocast exited and its cache let go of the weight casts: a replayed
@@ -584,6 +599,7 @@ class LayerReplay:
             slots.bind("gout", [rid_of(ledger, grad)])
             state["slots"] = slots
             state["before"] = tuple(p.grad is not None for p in params)
+            state["sdpa"] = dict(self.tracer.sdpa.calls)  # a checkpoint's recompute calls it
             state["tape"] = ledger.tap = []
             return None
 
@@ -593,7 +609,9 @@ class LayerReplay:
                 return None
             ledger.tap = None
             try:
-                back = self._backward_of(state["slots"], tape, grad, params, state["before"])
+                back = self._backward_of(state["slots"], tape, grad, params, state["before"],
+                                         traced.rng_states)
+                back.sdpa = self._sdpa_since(state["sdpa"])
             except Unsupported as e:
                 back = None
                 if not compare:
@@ -608,8 +626,12 @@ class LayerReplay:
         x.register_hook(ended)
         return True
 
-    def _backward_of(self, slots: Slots, tape, grad, params, before) -> Backward:
+    def _backward_of(self, slots: Slots, tape, grad, params, before, rng_states) -> Backward:
         ops, new, known = slots.normalize(tape, self.tracer.accountant.persistent_rids())
+        freed = {op[1] for op in ops if op[0] == "free"}
+        if any(("fwd", k) not in freed for k in rng_states):
+            raise Unsupported("RNG states that activation checkpointing keeps beyond the "
+                              "block's backward")
         grad_input = known.get(rid_of(self.ledger, grad))
         if grad_input is None or grad_input[0] not in ("new", "gout"):
             raise Unsupported("a gradient from outside the block")

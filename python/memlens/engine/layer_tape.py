@@ -141,6 +141,7 @@ class Traced:
     # layer_cache.py), and the entry's "new" slots autograd saved too
     cache: tuple | None = None
     cache_saved: tuple = ()
+    rng_states: tuple = ()  # "new" slots of RNG states activation checkpointing keeps
 
     def __init__(self, signature, ops, new, outputs, held_inputs, held_outputs, alive,
                  in_rids, sdpa, casts):
@@ -159,11 +160,13 @@ class Traced:
     def shape(self) -> tuple:
         return (self.signature, self.ops, str(self.outputs[0]), self.outputs[1],
                 self.held_inputs, self.held_outputs, self.alive, self.sdpa, self.casts,
-                self.cached, self.cache, self.cache_saved)
+                self.cached, self.cache, self.cache_saved, self.rng_states)
 
 
 class Backward:
     """A traced block's backward, relative to it."""
+
+    sdpa: tuple = ()  # attention calls it made (a checkpointed block's recompute)
 
     def __init__(self, ops, grad_input, grad_input_meta, param_grads, grads_before):
         self.ops = ops
@@ -173,4 +176,4 @@ class Backward:
         self.grads_before = grads_before  # which parameters held a gradient before
 
     def shape(self) -> tuple:
-        return (self.ops, self.grad_input, self.param_grads, self.grads_before)
+        return (self.ops, self.grad_input, self.param_grads, self.grads_before, self.sdpa)

@@ -156,18 +156,32 @@ def test_a_layer_index_used_for_more_than_the_cache_traces_the_layers_in_full(tm
                           "the blocks"}]
 
 
-def test_the_corpus_llama_with_gradient_checkpointing_is_traced_in_full(tmp_path):
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
+def test_the_corpus_llama_with_gradient_checkpointing_replays_its_layers(tmp_path, reentrant):
     """The corpus' Llama (`gradient_checkpointing_enable()`: each decoder layer checkpoints
-    itself, keeping the RNG states on its own), with 6 layers instead of 2."""
+    itself, keeping the RNG states on its own), with 6 layers instead of 2. Transformers'
+    default, non-reentrant checkpoint lets the RNG states go with the layer's backward, which
+    recomputes the layer (its attention calls counted too): layers 2 and 3 replayed. The
+    reentrant checkpoint keeps them on its node until the graph is let go: traced in full."""
     source = (TESTS / "scripts" / "corpus" / "hf_llama_bf16.py").read_text()
     assert source.count("num_hidden_layers=2") == 1
+    call = "    model.gradient_checkpointing_enable()\n"
+    assert source.count(call) == 1
+    if reentrant:
+        source = source.replace(call, "    model.gradient_checkpointing_enable("
+                                      "gradient_checkpointing_kwargs={'use_reentrant': True})\n")
     script = tmp_path / "hf_llama_6_layers.py"
     script.write_text(source.replace("num_hidden_layers=2", "num_hidden_layers=6"))
     replayed, full = pair(tmp_path, "corpus-llama", script)
     assert differences(replayed, full) == []
-    assert replayed["meta"]["layer_replay"]["groups"] == [{
-        "module": "model.layers", "blocks": 6,
-        "traced_in_full": "its forward makes RNG states that activation checkpointing keeps"}]
+    if reentrant:
+        assert replayed["meta"]["layer_replay"]["groups"] == [{
+            "module": "model.layers", "blocks": 6,
+            "traced_in_full": "its forward makes RNG states that a reentrant checkpoint keeps"}]
+    else:
+        assert replayed["meta"]["layer_replay"] == {
+            "enabled": True, "groups": [{"module": "model.layers", "blocks": 6}],
+            "replayed_forward": 4, "replayed_backward": 4}
 
 
 ABANDONED = [
