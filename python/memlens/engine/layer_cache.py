@@ -12,7 +12,9 @@ comparison, arithmetic, a list index, formatting) is noted, and ends the group's
 read did before; handed to the cache's `update` it is the block's own entry. A library declares
 its cache class (plugins/hf/transformers.py), whose `update` hands the index to
 `LayerReplay.cache_index`. What the entry held before the call and holds after it is described
-(`entry_state`), so that a replayed block can write its entry as the recorded one did.
+(`entry_state`), so that a replayed block can write its entry as the recorded one did; the
+tensors it held that the call frees (a decode step's keys, concatenated onto) are slots of the
+recording, freed by place.
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ class _Other:
     """An attribute that is neither a tensor nor a constant, by identity (not kept alive)."""
 
     def __init__(self, value):
-        self.id, self.type = id(value), type(value).__name__
+        self.id = id(value)
 
 
 def entry_refs(entry) -> dict[str, Any]:
@@ -109,38 +111,47 @@ def _same(value, ref) -> bool:
     return value is ref
 
 
-def entry_before(refs: dict[str, Any]) -> dict[str, Any]:
-    """The attributes `entry_refs` saw, where the call kept them alive."""
-    values = {}
-    for name, ref in refs.items():
-        if isinstance(ref, _Other):
-            raise Unsupported(f"it keeps a {ref.type} in its cache entry")
-        value = ref() if isinstance(ref, weakref.ref) else ref
-        if isinstance(ref, weakref.ref) and value is None:
-            raise Unsupported("it lets go of a tensor its cache entry held")
-        values[name] = value
-    return values
+def entry_tensors(entry, ledger) -> list[tuple[str, int | None]]:
+    """(name, record) of the tensors an entry holds, by name."""
+    return [(name, rid_of(ledger, v)) for name, v in sorted(vars(entry).items())
+            if isinstance(v, torch.Tensor)]
+
+
+class EntryBefore:
+    """An entry as a traced call found it: its attributes (not kept alive), its state as
+    metadata (or why it has none) and its tensors' records."""
+
+    def __init__(self, entry, ledger):
+        self.refs = entry_refs(entry)
+        self.tensors = entry_tensors(entry, ledger)
+        try:
+            self.state = entry_state(type(entry), vars(entry), ledger)
+        except Unsupported as e:
+            self.state = str(e)
 
 
 def entry_state(cls: type, attributes: dict[str, Any], ledger, new: dict[int, int] | None = None,
-                before: dict[str, Any] | None = None) -> tuple:
+                before: dict[str, Any] | None = None, freed: set[str] = frozenset()) -> tuple:
     """An entry's class and attributes as metadata: a tensor by its metadata, and, after the
-    call (`new`: rid -> slot of the block's allocations; `before`: the attributes before it),
-    by the slot it was allocated in, or as the one it held before; anything else by value.
-    A tensor the entry held and lets go (a sliding window's length, moved to the GPU) is freed
-    inside the call, where a replay does not know; a new one with values known to the trace
-    would be one without: neither is replayed. The messages start with "it": they are about this
-call (a cache filled by an earlier forward), and a later pass may be replayed."""
+    call (`new`: rid -> slot of the block's allocations; `before`: entry_refs() before it), by
+    the slot it was allocated in, or as the one it held before; anything else by value.
+    `freed`: the names of the tensors it held that the call freed (the keys a decode step
+    concatenates onto). A tensor it let go of otherwise is kept by something else, which a
+    replay would not know; a new one with values known to the trace would be one without:
+    neither is replayed. The messages start with "it": they are about this call, and a later
+    pass may be replayed."""
     if new is not None and before is not None:
-        kept = {id(v) for v in attributes.values()}
-        if any(isinstance(v, torch.Tensor) and id(v) not in kept for v in before.values()):
-            raise Unsupported("it lets go of a tensor its cache entry held")
+        for name, ref in before.items():
+            if isinstance(ref, weakref.ref) and name not in freed and \
+                    not any(v is ref() for v in attributes.values()):
+                raise Unsupported("it lets go of a tensor its cache entry held")
     parts = []
     for name, value in sorted(attributes.items()):
         if isinstance(value, torch.Tensor):
             if new is None:
                 parts.append((name, "tensor", tensor_meta(value)))
-            elif before is not None and before.get(name) is value:
+            elif before is not None and isinstance(before.get(name), weakref.ref) \
+                    and before[name]() is value:
                 parts.append((name, "same"))
             else:
                 k = new.get(rid_of(ledger, value))

@@ -42,7 +42,7 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
-from .layer_cache import (DeclaredCaches, LayerIndex, entry_before, entry_refs, entry_state,
+from .layer_cache import (DeclaredCaches, EntryBefore, LayerIndex, entry_state, entry_tensors,
                           unchanged)
 from .layer_groups import Group, differing_attributes, find_groups, own_state, _MISSING
 from .layer_tape import (CONSTANTS, PLAIN, Backward, Slots, Traced, Unsupported, autocast_on,
@@ -106,6 +106,9 @@ class ReplayRun:
                     out[(kind, j)] = rid
         for k, rid in enumerate(self.fwd_rids):
             out[("fwd", k)] = rid
+        if self.entry is not None:
+            for j, (_, rid) in enumerate(entry_tensors(self.entry, ledger)):
+                out[("entry", j)] = rid
         return out
 
     def forward(self) -> list[torch.Tensor]:
@@ -379,7 +382,10 @@ class LayerReplay:
         if layers is None or type(index) is not int or not 0 <= index < len(layers):
             return None
         entry = layers[index]
-        return entry if entry_state(type(entry), vars(entry), self.ledger) == before else None
+        try:
+            return entry if entry_state(type(entry), vars(entry), self.ledger) == before else None
+        except Unsupported:
+            return None
 
     @property
     def _own_hook(self):
@@ -402,8 +408,8 @@ class LayerReplay:
             _, layers = self._cache_arg(args, kwargs)
         except Unsupported as e:
             return original(*args, **kwargs), None, str(e), ()
-        entries = [entry_refs(e) for e in layers] if layers is not None else None
         ledger = self.ledger
+        entries = [EntryBefore(e, ledger) for e in layers] if layers is not None else None
         block = group.blocks[i]
         inputs = tensors((args, kwargs))
         in_rids = [rid_of(ledger, t) for t in inputs]
@@ -427,11 +433,15 @@ class LayerReplay:
             sdpa = self._sdpa_since(sdpa_before)
             if own_state(block) != before:
                 raise Unsupported("state it keeps on itself")
+            written = None if entries is None else self._written_entry(group, i, layers,
+                                                                       entries, where)
+            if written is not None:  # the tensors its entry held: freed by the block, by place
+                slots.bind("entry", [rid for _, rid in entries[written[1]].tensors])
             ops, new, _ = slots.normalize(tape, self.tracer.accountant.persistent_rids())
             leaves, spec = pytree.tree_flatten(out)
             slot_of = {rid: k for k, rid in enumerate(new)}
-            cache = None if entries is None else self._written_entry(group, i, layers, entries,
-                                                                     where, slot_of)
+            cache = None if written is None else self._entry_effect(layers, entries, written,
+                                                                    ops, slot_of)
             described, out_rids = [], []
             for leaf in leaves:
                 if isinstance(leaf, torch.Tensor):
@@ -480,14 +490,14 @@ class LayerReplay:
         traced.cache_saved = tuple(k for k in in_entry if new[k] in packed)
         return out, traced, None, inputs
 
-    def _written_entry(self, group: Group, i: int, layers: list, before: list[dict], where,
-                       slot_of: dict[int, int]):
-        """The cache entry block i wrote: (where its layer index is, the entry's state before,
-        after), or None where it wrote none. `where`: as recorded, else the index it handed
-        the cache's update (noted while block 1 is recorded)."""
+    def _written_entry(self, group: Group, i: int, layers: list, before: list, where):
+        """The cache entry block i wrote: (where its layer index is, the entry's index), or None
+        where it wrote none. `where`: as recorded, else the index it handed the cache's update
+        (noted while block 1 is recorded)."""
         if len(layers) != len(before):
             raise Unsupported("entries it adds to a cache")
-        changed = [k for k, (e, was) in enumerate(zip(layers, before)) if not unchanged(e, was)]
+        changed = [k for k, (e, was) in enumerate(zip(layers, before))
+                   if not unchanged(e, was.refs)]
         if not changed:
             return None
         if where is None:
@@ -498,9 +508,19 @@ class LayerReplay:
         index = list(group.blocks[i].modules())[where[0]].__dict__.get(where[1])
         if changed != [index]:
             raise Unsupported("a cache entry other than its own")
-        cls, was = type(layers[index]), entry_before(before[index])
-        return (where, entry_state(cls, was, self.ledger),
-                entry_state(cls, vars(layers[index]), self.ledger, slot_of, was))
+        return where, index
+
+    def _entry_effect(self, layers: list, before: list, written: tuple, ops, slot_of) -> tuple:
+        """(where its layer index is, the entry's state before, after): what a replayed block
+        writes (the tensors it held that the block freed, by place)."""
+        where, index = written
+        was = before[index]
+        if isinstance(was.state, str):
+            raise Unsupported(was.state)
+        freed = {was.tensors[op[1][1]][0] for op in ops
+                 if op[0] == "free" and op[1][0] == "entry"}
+        return (where, was.state, entry_state(type(layers[index]), vars(layers[index]),
+                                              self.ledger, slot_of, was.refs, freed))
 
     def count_sdpa(self, counts: tuple) -> None:
         calls = self.tracer.sdpa.calls

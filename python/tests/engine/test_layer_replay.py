@@ -151,6 +151,18 @@ def test_a_llama_that_writes_its_cache_per_layer_replays_each_entry(tmp_path, ar
         "replayed_forward": 4, "replayed_backward": 4}
 
 
+def test_generate_replays_its_prefill_and_each_decode_step(tmp_path):
+    """`generate` before each training step: a prefill, then decode steps that each
+    concatenate a layer's new keys and values onto its cache entry (the entry's old tensors
+    freed by the layer, by place). 4 forwards of generate and 1 of training per step, 2 layers
+    replayed in each: 20 forward replays, 4 backward."""
+    replayed, full = pair(tmp_path, "llama-generate", LLAMA, "--use-cache", "--generate", "4")
+    assert differences(replayed, full) == []
+    assert replayed["meta"]["layer_replay"] == {
+        "enabled": True, "groups": [{"module": "model.layers", "blocks": 6}],
+        "replayed_forward": 20, "replayed_backward": 4}
+
+
 def test_a_layer_index_used_for_more_than_the_cache_traces_the_layers_in_full(tmp_path):
     """Each layer also scales its output by its depth, read from its `layer_idx`: not provably
     its siblings' program."""

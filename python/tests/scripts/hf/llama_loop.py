@@ -5,8 +5,11 @@ Hugging Face cases (tests/engine/test_layer_replay.py). `--keep-output`: the mod
 its cache, kept until the next step's forward has run (the loss read from it, as notebooks do),
 not let go before the backward. `--scale-by-depth`: each decoder layer scales its output by
 its depth, read from the attention's `layer_idx` (an index used for more than the cache).
+`--generate N`: before each step, `generate` N tokens greedily in eval mode (a prefill, then
+decode steps that grow each layer's cache entry).
 
     python llama_loop.py [--layers 6] [--steps 2] [--use-cache] [--keep-output] [--scale-by-depth]
+                         [--generate N]
 """
 
 import argparse
@@ -21,6 +24,7 @@ parser.add_argument("--steps", type=int, default=2)
 parser.add_argument("--use-cache", action="store_true")
 parser.add_argument("--keep-output", action="store_true")
 parser.add_argument("--scale-by-depth", action="store_true")
+parser.add_argument("--generate", type=int, default=0)
 args = parser.parse_args()
 
 config = LlamaConfig(vocab_size=1000, hidden_size=256, intermediate_size=688,
@@ -44,6 +48,12 @@ model.train()
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
 for step in range(args.steps):
+    if args.generate:
+        model.eval()
+        with torch.no_grad():
+            prompt = torch.randint(0, config.vocab_size, (2, 32), device=device)
+            model.generate(prompt, max_new_tokens=args.generate, do_sample=False)
+        model.train()
     ids = torch.randint(0, config.vocab_size, (2, 256), device=device)
     if args.keep_output:
         output = model(input_ids=ids, labels=ids)
