@@ -55,11 +55,13 @@ def watched_files() -> list[list]:
     return [[p, os.stat(p).st_mtime_ns] for p in paths]
 
 
-def preload() -> None:
-    """What every trace imports before the script's first line."""
+def preload(shim: bool = True) -> None:
+    """What every trace imports before the script's first line; `shim`: the fake-CUDA shim
+    too (GPU targets; a CPU target's process must not have it)."""
     from memlens.cuda.build import ensure_fake_cuda_support
 
-    ensure_fake_cuda_support(1)  # the child installs its own device count
+    if shim:
+        ensure_fake_cuda_support(1)  # the child installs its own device count
     import torch  # noqa: F401
     import torch._dynamo  # noqa: F401 - FakeTensorMode imports it
     import memlens.cli.main  # noqa: F401
@@ -75,7 +77,7 @@ def main() -> int:
     warnings.simplefilter("ignore")  # the warm process's own warnings go nowhere anyway
     sock = socket.socket(fileno=int(sys.argv[1]))
     try:
-        preload()
+        preload(shim="--no-shim" not in sys.argv[2:])
     except BaseException as e:  # noqa: BLE001 - the parent then runs cold workers
         send(sock, {"ready": False, "error": f"{type(e).__name__}: {e}"})
         return 1

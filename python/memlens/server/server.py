@@ -128,13 +128,15 @@ class MemlensServer(LanguageServer):
             self.publish_annotations(state)
         self.update_budget_diagnostics()
         self.client.refresh_views()
-        if old.python != self.settings.python:
+        if old.python != self.settings.python or \
+                (old.device == "cpu") != (self.settings.device == "cpu"):
             self.warm_up()
 
     def warm_up(self) -> None:
-        """Start the warm worker of the configured interpreter (worker/warm.py) from the event
-        loop's thread, so that the first trace is forked, not started cold."""
-        warm.prestart(python_executable(self.settings.python), worker_env())
+        """Start the warm worker of the configured interpreter and device kind (worker/warm.py)
+        from the event loop's thread, so that the first trace is forked, not started cold."""
+        warm.prestart(python_executable(self.settings.python), worker_env(),
+                      shim=self.settings.device != "cpu")
 
     async def pull_settings(self) -> None:
         if not self.client.can("workspace", "configuration"):

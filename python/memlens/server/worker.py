@@ -47,7 +47,7 @@ class Worker:
         self._loop = asyncio.get_running_loop()
         if self.process is None:
             if self.argv[1:3] == ["-m", "memlens"]:  # from this thread: see warm.prestart
-                warm.prestart(self.argv[0], self.env)
+                warm.prestart(self.argv[0], self.env, warm.needs_shim(self.argv))
             self.process = await _in_thread(warm.worker_process, self.argv, self.cwd,
                                             self.env, self.memory_limit, self._stderr_line)
             if self._stop_reason is not None:

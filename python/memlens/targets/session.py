@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from ..devices import DeviceSpec
@@ -16,13 +17,14 @@ def prepare_process(device: DeviceSpec | str, device_count: int = 1) -> None:
 
         device = get_device(device)
     from ..cuda.build import FakeCudaError, ensure_fake_cuda_support, loaded_shim
+    from ..worker.fork_child import run_cold_instead
 
     if device.type != "cuda":
         if loaded_shim() is not None:  # a warm worker's child: its shim says "a GPU is here"
-            from ..worker.fork_child import run_cold_instead
-
             run_cold_instead(f"a {device.name} target needs a process without the CUDA shim")
         return
+    if loaded_shim() is None and "torch" in sys.modules:  # a CPU target's warm worker's child
+        run_cold_instead(f"a {device.name} target needs the CUDA shim, loaded before torch")
     from ..errors import MemlensError
 
     try:

@@ -10,6 +10,11 @@ torch's files unchanged since it started), else a cold process as before. Either
 its time limit, memory limit, cancel and the ending of every process it starts are the same.
 A warm process whose files changed is replaced; one that cannot start (no compiler for the
 shim, say) leaves its parent on cold workers. `MEMLENS_WARM_WORKER=0` turns it off.
+
+The fake-CUDA shim is loaded before torch and stays for the process's life: a warm process
+either has it (for GPU targets, the default) or not (for `--device cpu`, whose trace must not
+see a CUDA device), one of each per interpreter at most. A child whose target needs the other
+kind re-executes itself as a cold worker (worker/fork_child.py).
 """
 
 from __future__ import annotations
@@ -60,8 +65,8 @@ class ForkedChild:
 class ForkServer:
     """One warm process: started at once, ready once its imports are done."""
 
-    def __init__(self, python: str, env: dict[str, str]):
-        self.python, self.env = python, dict(env)
+    def __init__(self, python: str, env: dict[str, str], shim: bool = True):
+        self.python, self.env, self.shim = python, dict(env), shim
         self.error: str | None = None
         self._ready = threading.Event()
         self._watch: list[list] = []
@@ -72,7 +77,8 @@ class ForkServer:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self._proc = subprocess.Popen(
-                [python, "-m", "memlens.cli.fork_server", str(child.fileno())],
+                [python, "-m", "memlens.cli.fork_server", str(child.fileno()),
+                 *([] if shim else ["--no-shim"])],
                 pass_fds=[child.fileno()], cwd="/", env=self.env, stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                 preexec_fn=_die_with_parent)
@@ -196,8 +202,8 @@ class ForkedWorkerProcess(WorkerProcess):
         return child
 
 
-# -- one warm process per interpreter, for this process's lifetime -------------------------
-_servers: dict[str, ForkServer] = {}
+# -- one warm process per interpreter and kind, for this process's lifetime ----------------
+_servers: dict[tuple[str, bool], ForkServer] = {}
 _servers_lock = threading.Lock()
 
 
@@ -205,20 +211,32 @@ def enabled() -> bool:
     return os.environ.get(ENABLE_ENV, "1") != "0"
 
 
-def prestart(python: str, env: dict[str, str]) -> ForkServer | None:
-    """Start the warm process for `python` now, unless one that serves `env` is up to date;
-    without waiting. Call it from a thread that lives as long as the warm process should: the
-    warm process dies with the thread that started it (PR_SET_PDEATHSIG)."""
+def needs_shim(argv: list[str]) -> bool:
+    """Whether a `memlens ...` command line's target is a GPU (the default) rather than the
+    host CPU (`--device cpu`)."""
+    for k, arg in enumerate(argv):
+        if arg == "--":
+            break
+        if arg == "--device=cpu" or (arg == "--device" and argv[k + 1:k + 2] == ["cpu"]):
+            return False
+    return True
+
+
+def prestart(python: str, env: dict[str, str], shim: bool = True) -> ForkServer | None:
+    """Start the warm process for `python` (with the fake-CUDA shim, or without it for CPU
+    targets) now, unless one that serves `env` is up to date; without waiting. Call it from a
+    thread that lives as long as the warm process should: the warm process dies with the thread
+    that started it (PR_SET_PDEATHSIG)."""
     if not enabled():
         return None
     with _servers_lock:
-        server = _servers.get(python)
+        server = _servers.get((python, shim))
         if server is not None and server.serves(python, env) and \
                 not (server._ready.is_set() and (not server.alive() or server.stale())):
             return server
         if server is not None:
             server.stop()
-        server = _servers[python] = ForkServer(python, env)
+        server = _servers[(python, shim)] = ForkServer(python, env, shim)
         return server
 
 
@@ -226,9 +244,11 @@ def worker_process(argv: list[str], cwd: str | None, env: dict[str, str],
                    memory_limit: int | None = None,
                    on_stderr_line: Callable[[str], None] = lambda line: None) -> WorkerProcess:
     """The worker for `argv`: forked from the warm process `prestart` started for its
-    interpreter where that one can stand for it (waiting for its imports to finish: a cold
-    worker would import the same), else a cold one."""
-    server = _servers.get(argv[0]) if enabled() and argv[1:3] == ["-m", "memlens"] else None
+    interpreter and the kind of its target (needs_shim) where that one can stand for it
+    (waiting for its imports to finish: a cold worker would import the same), else a cold
+    one."""
+    server = _servers.get((argv[0], needs_shim(argv))) \
+        if enabled() and argv[1:3] == ["-m", "memlens"] else None
     if server is not None and server.serves(argv[0], env) and server.ready() \
             and not server.stale():
         return ForkedWorkerProcess(server, argv, cwd, env, memory_limit, on_stderr_line)

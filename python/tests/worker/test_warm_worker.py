@@ -173,18 +173,44 @@ def test_a_hang_ends_at_the_time_limit_with_every_process_it_started(server, tmp
     assert server.alive()  # the warm process outlives what it forked
 
 
-def test_a_cpu_target_runs_cold_without_the_cuda_shim(server, tmp_path):
+def _seen(tmp_path):
+    """A script that writes what it sees of CUDA and why it was not forked, if it was not."""
     out = tmp_path / "seen.json"
     script = _script(tmp_path, f"""
         import json, os, torch
         json.dump({{"cuda": torch.cuda.is_available(),
                    "why": os.environ.get("MEMLENS_WARM_FALLBACK")}}, open({str(out)!r}, "w"))
     """)
+    return script, out
+
+
+def test_a_cpu_target_is_forked_from_a_warm_process_without_the_cuda_shim(server, tmp_path):
+    cpu = warm.prestart(PY, env(), shim=False)
+    assert cpu is not None and cpu is not server and cpu.ready(), cpu and cpu.error
+    script, out = _seen(tmp_path)
     worker, result = _trace(script, tmp_path, "--device", "cpu")
     assert result.status == "ok", result.log[-20:]
-    assert worker.process.forked  # forked, then replaced by a cold interpreter
-    assert json.loads(out.read_text()) == {
-        "cuda": False, "why": "a cpu target needs a process without the CUDA shim"}
+    assert worker.process.forked and worker.process.server is cpu
+    assert json.loads(out.read_text()) == {"cuda": False, "why": None}
+
+
+def test_a_target_in_the_other_kind_of_warm_process_runs_cold(server, tmp_path):
+    """A GPU target in a child of the CPU warm process (torch imported without the shim), and
+    a CPU target in a child of the GPU one: each re-executes itself as a cold worker."""
+    script, out = _seen(tmp_path)
+    argv = [PY, "-m", "memlens", "run", "--json", "--no-snapshot", "--", str(script)]
+    for device, kind, cuda, why in (
+            ("h100-80gb", False, True,
+             "a h100-80gb target needs the CUDA shim, loaded before torch"),
+            ("cpu", True, False, "a cpu target needs a process without the CUDA shim")):
+        process = warm.ForkedWorkerProcess(warm.prestart(PY, env(), shim=kind),
+                                           argv[:4] + ["--device", device] + argv[4:],
+                                           str(tmp_path), ENV)
+        process.start()
+        ended = process.wait(LIMIT)
+        assert ended.returncode == 0, ended.stdout[-2000:]
+        assert process.forked
+        assert json.loads(out.read_text()) == {"cuda": cuda, "why": why}
 
 
 def test_what_the_warm_process_cannot_stand_for_runs_cold(server, tmp_path):
