@@ -202,7 +202,6 @@ class LayerReplay:
         self.off: str | None = None  # why no blocks were looked for
         self.cast_runs: list[ReplayRun] = []  # replayed blocks with casts in autocast's cache
         self.caches = DeclaredCaches()  # caches a block may write its own entry of
-        self._checkpointing: nn.Module | None = None  # a block whose checkpoint is its call
         self._noted: list[tuple] | None = None  # (where, index) handed to a cache's update
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -240,7 +239,7 @@ class LayerReplay:
         def replaying_call_impl(module, *args, **kwargs):
             entry = members.get(id(module))
             if entry is None or entry[0]() is not module or "forward" in module.__dict__ \
-                    or torch.compiler.is_compiling() or self._checkpointing is module:
+                    or torch.compiler.is_compiling():
                 return call_impl(module, *args, **kwargs)
             module.__dict__["forward"] = functools.partial(self._call, entry[1], entry[2],
                                                            module.forward)
@@ -321,27 +320,6 @@ class LayerReplay:
             if rec.cache is None or entry is not None:
                 return self._replay(group, i, rec, args, kwargs, entry)
         return original(*args, **kwargs)
-
-    def checkpointed_call(self, function, run, args, kwargs):
-        """`torch.utils.checkpoint.checkpoint(function, *args, **kwargs)` (patches/
-        checkpoint_calls.py; `run()` is that call): where `function` is one of the blocks (or
-        its bound forward), the checkpoint is the block's call, recorded or replayed whole;
-        the block's own call inside it is not looked at again."""
-        block = function if isinstance(function, nn.Module) else \
-            getattr(function, "__self__", None)
-        entry = self._members.get(id(block)) if isinstance(block, nn.Module) else None
-        if entry is None or entry[0]() is not block or self._checkpointing is not None \
-                or torch.compiler.is_compiling():
-            return run()
-
-        def checkpointed(*_args, **_kwargs):
-            self._checkpointing = block
-            try:
-                return run()
-            finally:
-                self._checkpointing = None
-
-        return self._call(entry[1], entry[2], checkpointed, *args, **kwargs)
 
     def declare_cache(self, cls: type, accepts, layers) -> None:
         """A library's cache class, whose instances a block may be handed and write its own

@@ -135,11 +135,10 @@ class Tracer:
             self.classifier.install()
             undo.callback(self.classifier.uninstall)
             if self.layer_replay is not None:
-                from ..patches import autocast_cache, checkpoint_calls
+                from ..patches import autocast_cache
 
                 self.classifier.on_pack = self.layer_replay.on_pack
                 autocast_cache.apply(self._patcher, self.layer_replay.on_autocast_cleared)
-                checkpoint_calls.apply(self._patcher, self.layer_replay.checkpointed_call)
                 undo.callback(self.layer_replay.finish)
             self.plugins.install()
             undo.callback(self.plugins.uninstall)

@@ -66,9 +66,6 @@ REPLAYED = [
     # the evaluation forward under no_grad after step 1 replays 4 more and has no backward
     # (the one after step 2 is not reached: the trace stops at the end of step 2).
     ("accumulate-evaluate", ("--accumulate", "2", "--evaluate"), 20, 16),
-    # Each block called through torch.utils.checkpoint from the model's loop: the checkpoint is
-    # the block's call, recorded and replayed whole (recomputation in backward included).
-    ("checkpoint", ("--checkpoint",), 8, 8),
 ]
 
 
@@ -119,12 +116,9 @@ TRACED_IN_FULL = [
     # Every third block scales its input: the forward reads the attribute that numbers them.
     ("branch", ("--branch-every", "3"), "its forward reads `Block.index`, which differs between "
      "the blocks"),
-    # Offloading's saved-tensor hooks keep host copies of what the block saves, not autograd.
-    ("offload", ("--offload",), "it runs under another library's saved-tensor hooks "
+    # Checkpointing's saved-tensor hooks keep the block's inputs, not autograd's.
+    ("checkpoint", ("--checkpoint",), "it runs under another library's saved-tensor hooks "
      "(activation checkpointing, offloading)"),
-    # The reentrant checkpoint keeps its RNG states on its node until the graph is let go.
-    ("checkpoint-reentrant", ("--checkpoint", "--reentrant"),
-     "its forward makes RNG states that a reentrant checkpoint keeps"),
 ]
 
 

@@ -2,9 +2,6 @@
 variations a layer replay must get right or refuse (tests/engine/test_layer_replay.py):
 
     --checkpoint          each block under torch.utils.checkpoint (non-reentrant)
-    --reentrant           with --checkpoint: the reentrant checkpoint
-    --offload             the forward under torch.autograd.graph.save_on_cpu (saved tensors
-                          kept on the host)
     --accumulate K        K micro-batches per step (the second finds gradients to add to)
     --evaluate            a forward under torch.no_grad() after each step
     --branch-every K      every K-th block also scales its input: blocks differ by their index
@@ -30,8 +27,6 @@ parser.add_argument("--batch", type=int, default=4)
 parser.add_argument("--vocab", type=int, default=1000)
 parser.add_argument("--steps", type=int, default=2)
 parser.add_argument("--checkpoint", action="store_true")
-parser.add_argument("--reentrant", action="store_true")
-parser.add_argument("--offload", action="store_true")
 parser.add_argument("--accumulate", type=int, default=1)
 parser.add_argument("--evaluate", action="store_true")
 parser.add_argument("--branch-every", type=int, default=0)
@@ -75,7 +70,7 @@ class GPT(nn.Module):
         x = self.wte(idx)
         for block in self.h:
             if args.checkpoint and torch.is_grad_enabled():
-                x = checkpoint(block, x, use_reentrant=args.reentrant)
+                x = checkpoint(block, x, use_reentrant=False)
             else:
                 x = block(x)
         logits = self.lm_head(self.ln_f(x))
@@ -88,8 +83,6 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
 
 
 def autocast():
-    if args.offload:
-        return torch.autograd.graph.save_on_cpu()
     if not args.autocast:
         return contextlib.nullcontext()
     return torch.autocast(device_type=device, dtype=torch.bfloat16)
