@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/fit_search.py                      # 4 points of examples/gpt
     .venv/bin/python bench/fit_search.py --jobs 2 --batches 1,2,4,8
+    .venv/bin/python bench/fit_search.py --shipped --batches $(seq -s, 1 16)   # 16 points
 
 The baseline: `memlens run` of each point's command, one after another (what a user would do
 by hand), summed. The search: `memlens fit --no-prune --jobs N` over the same points (no
@@ -23,7 +24,7 @@ from pathlib import Path
 from timed_memlens import REPO, memlens
 
 SCRIPT = REPO / "examples" / "gpt" / "train.py"
-SCRIPT_ARGS = ["--n-layer", "2", "--block-size", "512", "--steps", "2"]
+SMALL = ["--n-layer", "2", "--block-size", "512", "--steps", "2"]
 
 
 def main() -> None:
@@ -31,21 +32,24 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--batches", default="1,2,4,8")
     p.add_argument("--device", default="h100-80gb")
+    p.add_argument("--shipped", action="store_true",
+                   help="the example as shipped (12 layers, 1,024 tokens), not 2 layers of 512")
     a = p.parse_args()
     batches = a.batches.split(",")
+    script_args = [] if a.shipped else SMALL
     with tempfile.TemporaryDirectory() as tmp:
         cwd = Path(tmp)
         singles, peaks = 0.0, {}
         for b in batches:
             wall, out = memlens("run", "--device", a.device, "--json", "--no-snapshot",
-                                "--progress", "none", "--", str(SCRIPT), *SCRIPT_ARGS,
+                                "--progress", "none", "--", str(SCRIPT), *script_args,
                                 "--batch-size", b, cwd=cwd)
             singles += wall
             peaks[b] = json.loads(out.stdout)["peak_bytes"]
         wall, out = memlens("fit", "--device", a.device, "--arg", f"--batch-size={a.batches}",
                             "--no-prune", "--jobs", str(a.jobs), "--json", "--progress", "none",
                             "--no-snapshots", "--run-dir", str(cwd / "run"), "--",
-                            str(SCRIPT), *SCRIPT_ARGS, cwd=cwd)
+                            str(SCRIPT), *script_args, cwd=cwd)
         doc = json.loads(out.stdout)
     found = {r["point"]["--batch-size"]: r["peak_bytes"] for r in doc["rows"]}
     assert found == peaks, (found, peaks)
@@ -60,6 +64,7 @@ def main() -> None:
     (results / "fit_search.json").write_text(json.dumps({
         "date": dt.date.today().isoformat(), "machine": platform.platform(),
         "cores": os.cpu_count(), "load_average": load, "points": len(batches),
+        "script_args": script_args,
         "jobs": a.jobs, "single_traces_s": round(singles, 2), "fit_s": round(wall, 2),
         "ratio": round(ratio, 3)}, indent=1) + "\n")
 

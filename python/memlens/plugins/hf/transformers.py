@@ -47,6 +47,18 @@ from ...patches.patcher import check_tested
 from ..library_plugin import LibraryPlugin
 
 
+class _ActiveReplay:
+    """What the cache's `update` hands its layer index to while a trace replays layers."""
+
+    @staticmethod
+    def cache_index(index):
+        return index
+
+
+def _cache_index(index):
+    return _ActiveReplay.cache_index(index)
+
+
 class Plugin(LibraryPlugin):
     watches = {"transformers.trainer": "trainer", "transformers.modeling_utils": "modeling",
                "transformers.generation.stopping_criteria": "stopping",
@@ -80,6 +92,7 @@ class Plugin(LibraryPlugin):
         replay = self.tracer.layer_replay
         if replay is None or not hasattr(mod.Cache, "update"):
             return
+        import torch
         import transformers
 
         check_tested("hf_transformers", transformers.__version__)
@@ -87,8 +100,10 @@ class Plugin(LibraryPlugin):
 
         @functools.wraps(original)
         def update(self, key_states, value_states, layer_idx, *args, **kwargs):
-            return original(self, key_states, value_states, replay.cache_index(layer_idx),
-                            *args, **kwargs)
+            # Dynamo inlines this: nothing of the replay in its closure, and none of it run
+            if not torch.compiler.is_compiling():
+                layer_idx = _cache_index(layer_idx)
+            return original(self, key_states, value_states, layer_idx, *args, **kwargs)
 
         def accepts(cache) -> bool:
             # The base class's update, on the GPU (offloading moves entries to the host and
@@ -97,6 +112,7 @@ class Plugin(LibraryPlugin):
                 and isinstance(getattr(cache, "layers", None), list)
 
         self.patcher.setattr(mod.Cache, "update", update)
+        self.patcher.setattr(_ActiveReplay, "cache_index", replay.cache_index)
         replay.declare_cache(mod.Cache, accepts, lambda cache: cache.layers)
 
     def stopping(self, mod: ModuleType) -> None:
