@@ -66,7 +66,7 @@ class ForkServer:
     """One warm process: started at once, ready once its imports are done."""
 
     def __init__(self, python: str, env: dict[str, str], shim: bool = True):
-        self.python, self.env, self.shim = python, dict(env), shim
+        self.python, self.env = python, dict(env)
         self.error: str | None = None
         self._ready = threading.Event()
         self._watch: list[list] = []
