@@ -11,7 +11,7 @@ While a block is recorded, a read of such an index gives a LayerIndex: any use o
 comparison, arithmetic, a list index, formatting) is noted, and ends the group's replay, as any
 read did before; handed to the cache's `update` it is the block's own entry. A library declares
 its cache class (plugins/hf/transformers.py), whose `update` hands the index to
-`LayerReplay.cache_index`. What the entry held before the call and holds after it is described
+`BlockCaches.index`. What the entry held before the call and holds after it is described
 (`entry_state`), so that a replayed block can write its entry as the recorded one did; the
 tensors it held that the call frees (a decode step's keys, concatenated onto) are slots of the
 recording, freed by place.
@@ -24,6 +24,7 @@ import weakref
 from typing import Any, Callable
 
 import torch
+from torch.utils import _pytree as pytree
 
 from .layer_tape import CONSTANTS, Unsupported, has_values, rid_of, tensor_meta
 
@@ -65,14 +66,22 @@ LayerIndex.__getattr__ = lambda self, name: getattr(self.used(), name)
 LayerIndex.__reduce__ = lambda self: (operator.index, (self.used(),))
 
 
-class DeclaredCaches:
-    """The cache classes libraries declared: `layers(cache)` is its list of entries."""
+class BlockCaches:
+    """The cache classes libraries declared, and a block's own entry of one: found among a
+    call's arguments, the entry a recorded block wrote and how, and whether another block's
+    entry starts as that one did."""
 
-    def __init__(self):
+    def __init__(self, ledger):
+        self.ledger = ledger
         self._kinds: list[tuple[type, Callable[[Any], bool], Callable[[Any], list]]] = []
+        self.noted: list[tuple] | None = None  # (where, index) handed to update while recording
 
     def declare(self, cls: type, accepts: Callable[[Any], bool],
                 layers: Callable[[Any], list]) -> None:
+        """A library's cache class, whose instances a block may be handed and write its own
+        entry of, `layers(cache)[layer_index]`, through an `update` that passes the layer index
+        to `index`. `accepts(cache)`: an instance whose update is that (not a subclass's own,
+        not offloading)."""
         self._kinds.append((cls, accepts, layers))
 
     def layers_of(self, obj) -> list | None:
@@ -80,6 +89,93 @@ class DeclaredCaches:
             if isinstance(obj, cls) and accepts(obj):
                 return layers(obj)
         return None
+
+    def index(self, index):
+        """A declared cache's `update` was handed `index`: the int, with the recorded block's
+        own entry noted."""
+        if not isinstance(index, LayerIndex):
+            return index
+        if self.noted is None:
+            return index.used()
+        self.noted.append((index.where, index.value))
+        return index.value
+
+    def find(self, args, kwargs):
+        """The declared cache among a call's arguments and its entries, or (None, None)."""
+        found = [(leaf, layers) for leaf in pytree.tree_leaves((args, kwargs))
+                 if not isinstance(leaf, (torch.Tensor, *CONSTANTS))
+                 and (layers := self.layers_of(leaf)) is not None]
+        if len(found) > 1:
+            raise Unsupported("its inputs include several caches")
+        return found[0] if found else (None, None)
+
+    def entry_for(self, modules: list, recorded: tuple, args, kwargs):
+        """The entry the block of `modules` would write, if it starts as the recorded block's
+        (`recorded`: Traced.cache) did; else None (the call is traced)."""
+        where, before, _ = recorded
+        index = modules[where[0]].__dict__.get(where[1])
+        try:
+            _, layers = self.find(args, kwargs)
+        except Unsupported:
+            return None
+        if layers is None or type(index) is not int or not 0 <= index < len(layers):
+            return None
+        entry = layers[index]
+        try:
+            return entry if entry_state(type(entry), vars(entry), self.ledger) == before else None
+        except Unsupported:
+            return None
+
+    def written(self, modules: list, layers: list, before: list, where):
+        """The entry the traced block of `modules` wrote: (where its layer index is, the
+        entry's index), or None where it wrote none. `before`: EntryBefore of each entry;
+        `where`: as recorded, else the index it handed the cache's update (noted)."""
+        if len(layers) != len(before):
+            raise Unsupported("entries it adds to a cache")
+        changed = [k for k, (e, was) in enumerate(zip(layers, before))
+                   if not unchanged(e, was.refs)]
+        if not changed:
+            return None
+        if where is None:
+            noted = self.noted or []
+            if len(noted) != 1:
+                raise Unsupported("a cache entry it did not find by its layer index")
+            where = noted[0][0]
+        index = modules[where[0]].__dict__.get(where[1])
+        if changed != [index]:
+            raise Unsupported("a cache entry other than its own")
+        return where, index
+
+    def effect(self, layers: list, before: list, written: tuple, ops, slot_of) -> tuple:
+        """(where its layer index is, the entry's state before, after): what a replayed block
+        writes (the tensors it held that the block freed, by place)."""
+        where, index = written
+        was = before[index]
+        if isinstance(was.state, str):
+            raise Unsupported(was.state)
+        freed = {was.tensors[op[1][1]][0] for op in ops
+                 if op[0] == "free" and op[1][0] == "entry"}
+        return (where, was.state, entry_state(type(layers[index]), vars(layers[index]),
+                                              self.ledger, slot_of, was.refs, freed))
+
+
+def write_entry(entry, rec, fwd_rids: list[int], make_tensor, bases: dict, held: list) -> None:
+    """A replayed block's cache entry, as the recorded block (`rec`: Traced) left its own: its
+    new tensors on the replayed storages (`held` until the backward where autograd saved them
+    too)."""
+    _, before, after = rec.cache
+    kept = {part[0] for part in after[1]}
+    for part in before[1]:
+        if part[0] not in kept:
+            delattr(entry, part[0])
+    for part in after[1]:
+        if part[1] == "new":
+            t = make_tensor(part[3], fwd_rids[part[2]], bases)
+            setattr(entry, part[0], t)
+            if part[2] in rec.cache_saved:
+                held.append(t)
+        elif part[1] == "value":
+            setattr(entry, part[0], part[2])
 
 
 class _Other:

@@ -42,8 +42,7 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
-from .layer_cache import (DeclaredCaches, EntryBefore, LayerIndex, entry_state, entry_tensors,
-                          unchanged)
+from .layer_cache import BlockCaches, EntryBefore, LayerIndex, entry_tensors, write_entry
 from .layer_groups import Group, differing_attributes, find_groups, own_state, _MISSING
 from .layer_tape import (CONSTANTS, PLAIN, Backward, Slots, Traced, Unsupported, autocast_on,
                          has_values, rid_of, signature, tensor_meta, tensors)
@@ -118,28 +117,11 @@ class ReplayRun:
         if self.rec.casts:
             replay.cast_runs.append(self)
         bases: dict[int, torch.Tensor] = {}
-        if self.entry is not None:
-            self._write_entry(bases)
+        if self.entry is not None:  # the cache keeps it, for as long as the cache lives
+            entry, self.entry = self.entry, None
+            write_entry(entry, self.rec, self.fwd_rids, self.replay.make_tensor, bases, self.held)
         return [replay.make_tensor(leaf[2], self.fwd_rids[leaf[1]], bases)
                 for leaf in self.rec.outputs[1] if leaf[0] == "tensor"]
-
-    def _write_entry(self, bases: dict) -> None:
-        """The block's cache entry, as the recorded block left its own: its new tensors on
-        the replayed storages (held until the backward where autograd saved them too)."""
-        entry, (_, before, after) = self.entry, self.rec.cache
-        self.entry = None  # the cache keeps it, for as long as the cache lives
-        kept = {part[0] for part in after[1]}
-        for part in before[1]:
-            if part[0] not in kept:
-                delattr(entry, part[0])
-        for part in after[1]:
-            if part[1] == "new":
-                t = self.replay.make_tensor(part[3], self.fwd_rids[part[2]], bases)
-                setattr(entry, part[0], t)
-                if part[2] in self.rec.cache_saved:
-                    self.held.append(t)
-            elif part[1] == "value":
-                setattr(entry, part[0], part[2])
 
     def backward(self, grads):
         replay, group = self.replay, self.group
@@ -201,8 +183,7 @@ class LayerReplay:
         self._packed: set[int] | None = None
         self.off: str | None = None  # why no blocks were looked for
         self.cast_runs: list[ReplayRun] = []  # replayed blocks with casts in autocast's cache
-        self.caches = DeclaredCaches()  # caches a block may write its own entry of
-        self._noted: list[tuple] | None = None  # (where, index) handed to a cache's update
+        self.caches = BlockCaches(self.ledger)  # caches a block may write its own entry of
 
     # -- lifecycle -----------------------------------------------------------------------
     def scan(self, root: nn.Module) -> None:
@@ -316,54 +297,11 @@ class LayerReplay:
         if 2 <= i < group.n - 2 and rec is not None and \
                 signature(group.blocks[i], self._own_hook, args, kwargs,
                           self.caches.layers_of) == rec.signature:
-            entry = None if rec.cache is None else self._entry_for(group, i, rec, args, kwargs)
+            entry = None if rec.cache is None else \
+                self.caches.entry_for(list(group.blocks[i].modules()), rec.cache, args, kwargs)
             if rec.cache is None or entry is not None:
                 return self._replay(group, i, rec, args, kwargs, entry)
         return original(*args, **kwargs)
-
-    def declare_cache(self, cls: type, accepts, layers) -> None:
-        """A library's cache class, whose instances a block may be handed and write its own
-        entry of, `layers(cache)[layer_index]`, through an `update` that passes the layer index
-        to `cache_index` (layer_cache.py). `accepts(cache)`: an instance whose update is that
-        (not a subclass's own, not offloading)."""
-        self.caches.declare(cls, accepts, layers)
-
-    def cache_index(self, index):
-        """A declared cache's `update` was handed `index`: the int, with the recorded block's
-        own entry noted."""
-        if not isinstance(index, LayerIndex):
-            return index
-        if self._noted is None:
-            return index.used()
-        self._noted.append((index.where, index.value))
-        return index.value
-
-    def _cache_arg(self, args, kwargs):
-        """The declared cache among a call's arguments and its entries, or (None, None)."""
-        found = [(leaf, layers) for leaf in pytree.tree_leaves((args, kwargs))
-                 if not isinstance(leaf, (torch.Tensor, *CONSTANTS))
-                 and (layers := self.caches.layers_of(leaf)) is not None]
-        if len(found) > 1:
-            raise Unsupported("its inputs include several caches")
-        return found[0] if found else (None, None)
-
-    def _entry_for(self, group: Group, i: int, rec: Traced, args, kwargs):
-        """The entry block i would write, if it starts as the recorded block's did; else
-        None (the call is traced)."""
-        where, before, _ = rec.cache
-        module = list(group.blocks[i].modules())[where[0]]
-        index = module.__dict__.get(where[1])
-        try:
-            _, layers = self._cache_arg(args, kwargs)
-        except Unsupported:
-            return None
-        if layers is None or type(index) is not int or not 0 <= index < len(layers):
-            return None
-        entry = layers[index]
-        try:
-            return entry if entry_state(type(entry), vars(entry), self.ledger) == before else None
-        except Unsupported:
-            return None
 
     @property
     def _own_hook(self):
@@ -383,7 +321,7 @@ class LayerReplay:
         if self.ledger.tap is not None:  # inside another recording (a backward's)
             return original(*args, **kwargs), None, None, ()
         try:
-            _, layers = self._cache_arg(args, kwargs)
+            _, layers = self.caches.find(args, kwargs)
         except Unsupported as e:
             return original(*args, **kwargs), None, str(e), ()
         ledger = self.ledger
@@ -411,14 +349,14 @@ class LayerReplay:
             sdpa = self._sdpa_since(sdpa_before)
             if own_state(block) != before:
                 raise Unsupported("state it keeps on itself")
-            written = None if entries is None else self._written_entry(group, i, layers,
-                                                                       entries, where)
+            written = None if entries is None else self.caches.written(
+                list(block.modules()), layers, entries, where)
             if written is not None:  # the tensors its entry held: freed by the block, by place
                 slots.bind("entry", [rid for _, rid in entries[written[1]].tensors])
             ops, new, _ = slots.normalize(tape, self.tracer.accountant.persistent_rids())
             leaves, spec = pytree.tree_flatten(out)
             slot_of = {rid: k for k, rid in enumerate(new)}
-            cache = None if written is None else self._entry_effect(layers, entries, written,
+            cache = None if written is None else self.caches.effect(layers, entries, written,
                                                                     ops, slot_of)
             described, out_rids = [], []
             for leaf in leaves:
@@ -468,38 +406,6 @@ class LayerReplay:
         traced.cache_saved = tuple(k for k in in_entry if new[k] in packed)
         return out, traced, None, inputs
 
-    def _written_entry(self, group: Group, i: int, layers: list, before: list, where):
-        """The cache entry block i wrote: (where its layer index is, the entry's index), or None
-        where it wrote none. `where`: as recorded, else the index it handed the cache's update
-        (noted while block 1 is recorded)."""
-        if len(layers) != len(before):
-            raise Unsupported("entries it adds to a cache")
-        changed = [k for k, (e, was) in enumerate(zip(layers, before))
-                   if not unchanged(e, was.refs)]
-        if not changed:
-            return None
-        if where is None:
-            noted = self._noted or []
-            if len(noted) != 1:
-                raise Unsupported("a cache entry it did not find by its layer index")
-            where = noted[0][0]
-        index = list(group.blocks[i].modules())[where[0]].__dict__.get(where[1])
-        if changed != [index]:
-            raise Unsupported("a cache entry other than its own")
-        return where, index
-
-    def _entry_effect(self, layers: list, before: list, written: tuple, ops, slot_of) -> tuple:
-        """(where its layer index is, the entry's state before, after): what a replayed block
-        writes (the tensors it held that the block freed, by place)."""
-        where, index = written
-        was = before[index]
-        if isinstance(was.state, str):
-            raise Unsupported(was.state)
-        freed = {was.tensors[op[1][1]][0] for op in ops
-                 if op[0] == "free" and op[1][0] == "entry"}
-        return (where, was.state, entry_state(type(layers[index]), vars(layers[index]),
-                                              self.ledger, slot_of, was.refs, freed))
-
     def count_sdpa(self, counts: tuple) -> None:
         calls = self.tracer.sdpa.calls
         for kernel, n in counts:
@@ -533,14 +439,14 @@ class LayerReplay:
         self._watch_reads(group, i)
         try:
             # A layer index read may be handed to the cache the block is given (layer_cache.py)
-            self._noted = [] if self._cache_arg(args, kwargs)[1] is not None else None
+            self.caches.noted = [] if self.caches.find(args, kwargs)[1] is not None else None
         except Unsupported:
-            self._noted = None
+            self.caches.noted = None
         try:
             out, traced, problem, inputs = self._trace(group, i, original, args, kwargs)
         finally:
             read = self._unwatch()
-            self._noted = None
+            self.caches.noted = None
         if read:
             group.disabled = f"its forward reads {read}, which differs between the blocks"
         elif traced is None and problem and problem.startswith("it"):
@@ -754,7 +660,7 @@ class LayerReplay:
             def get(obj, name=name, cls=cls):
                 if id(obj) in watched and self._read is None:
                     value = obj.__dict__.get(name, _MISSING)
-                    if self._noted is not None and type(value) is int:
+                    if self.caches.noted is not None and type(value) is int:
                         return LayerIndex(value, (watched[id(obj)], name),
                                           functools.partial(self._used, cls.__name__))
                     self._read = f"`{cls.__name__}.{name}`"

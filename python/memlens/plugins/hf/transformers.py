@@ -112,8 +112,8 @@ class Plugin(LibraryPlugin):
                 and isinstance(getattr(cache, "layers", None), list)
 
         self.patcher.setattr(mod.Cache, "update", update)
-        self.patcher.setattr(_ActiveReplay, "cache_index", replay.cache_index)
-        replay.declare_cache(mod.Cache, accepts, lambda cache: cache.layers)
+        self.patcher.setattr(_ActiveReplay, "cache_index", replay.caches.index)
+        replay.caches.declare(mod.Cache, accepts, lambda cache: cache.layers)
 
     def stopping(self, mod: ModuleType) -> None:
         import torch
