@@ -8,6 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+from support import warm_cli
 from support.paths import REPO, TESTS
 
 
@@ -19,10 +20,19 @@ def _env(extra: dict | None) -> dict:
 
 
 def run_memlens(*args: str, cwd: str | os.PathLike | None = None, env: dict | None = None,
-                timeout: int = 600) -> subprocess.CompletedProcess:
-    """Run the memlens CLI in a fresh process, as a user would."""
-    return subprocess.run([sys.executable, "-m", "memlens", *args], cwd=cwd, env=_env(env),
-                          capture_output=True, text=True, timeout=timeout)
+                timeout: int = 600, cold: bool = False) -> subprocess.CompletedProcess:
+    """Run the memlens CLI in a process of its own, as a user would: `python -m memlens ARGS`
+    forked from a warm worker (support/warm_cli.py: what the language server, `memlens fit` and
+    `--ranks all` start their workers with), or started cold where `cold` is set, or with
+    MEMLENS_WARM_WORKER=0."""
+    argv = [sys.executable, "-m", "memlens", *args]
+    full_env = _env(env)
+    if not cold:
+        out = warm_cli.run(argv, cwd, full_env, timeout)
+        if out is not None:
+            return out
+    return subprocess.run(argv, cwd=cwd, env=full_env, capture_output=True, text=True,
+                          timeout=timeout)
 
 
 def run_python(code: str, env: dict | None = None, timeout: int = 600) -> object:
