@@ -27,6 +27,10 @@ import torch
 from torch.utils import _pytree as pytree
 
 from .layer_tape import CONSTANTS, Unsupported, has_values, rid_of, tensor_meta
+from .shadow_values import give_values, small_values
+
+# Values an entry's new tensor may carry, replayed as they were (elements; more: traced in full)
+ENTRY_VALUES = 16
 
 
 class LayerIndex:
@@ -171,6 +175,8 @@ def write_entry(entry, rec, fwd_rids: list[int], make_tensor, bases: dict, held:
     for part in after[1]:
         if part[1] == "new":
             t = make_tensor(part[3], fwd_rids[part[2]], bases)
+            if part[4] is not None:
+                give_values(t, part[4])
             setattr(entry, part[0], t)
             if part[2] in rec.cache_saved:
                 held.append(t)
@@ -233,8 +239,8 @@ def entry_state(cls: type, attributes: dict[str, Any], ledger, new: dict[int, in
     the slot it was allocated in, or as the one it held before; anything else by value.
     `freed`: the names of the tensors it held that the call freed (the keys a decode step
     concatenates onto). A tensor it let go of otherwise is kept by something else, which a
-    replay would not know; a new one with values known to the trace would be one without:
-    neither is replayed. The messages start with "it": they are about this call, and a later
+    replay would not know: not replayed. A new one with values known to the trace (a window
+    size) carries them, up to ENTRY_VALUES elements; a replay writes them too. The messages start with "it": they are about this call, and a later
     pass may be replayed."""
     if new is not None and before is not None:
         for name, ref in before.items():
@@ -251,10 +257,14 @@ def entry_state(cls: type, attributes: dict[str, Any], ledger, new: dict[int, in
                 parts.append((name, "same"))
             else:
                 k = new.get(rid_of(ledger, value))
-                if k is None or has_values(value):
-                    raise Unsupported("it keeps memory from outside the block, or values, in "
-                                      "its cache entry")
-                parts.append((name, "new", k, tensor_meta(value)))
+                if k is None:
+                    raise Unsupported("it keeps memory from outside the block in its cache "
+                                      "entry")
+                values = small_values(value, ENTRY_VALUES) if has_values(value) else None
+                if values is None and has_values(value):
+                    raise Unsupported("it keeps more values in its cache entry than a replay "
+                                      "writes")
+                parts.append((name, "new", k, tensor_meta(value), values))
         elif isinstance(value, CONSTANTS):
             parts.append((name, "value", value))
         else:

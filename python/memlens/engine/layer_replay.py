@@ -376,11 +376,12 @@ class LayerReplay:
             held_outputs = tuple(j for j, rid in enumerate(out_rids) if rid in packed)
             alive = tuple(k for k, rid in enumerate(new) if ledger.records[rid].free_seq < 0
                           and rid not in out_rids)
-            # Autocast keeps its casts of weights until the outermost autocast exits (its
-            # cache): some saved for backward as well, some (a bias) only there.
-            casts = tuple(k for k in alive if ledger.ops[ledger.records[new[k]].op] == "_to_copy"
-                          and autocast_on(ledger.records[new[k]].device))
             in_entry = () if cache is None else tuple(p[2] for p in cache[2][1] if p[1] == "new")
+            # Autocast keeps its casts of weights until the outermost autocast exits (its
+            # cache): some saved for backward as well, some (a bias) only there. A copy the
+            # cache entry keeps (a window size moved to the device) is the entry's.
+            casts = tuple(k for k in alive if ledger.ops[ledger.records[new[k]].op] == "_to_copy"
+                          and autocast_on(ledger.records[new[k]].device) and k not in in_entry)
             kept = [new[k] for k in alive if new[k] not in packed and k not in casts
                     and k not in in_entry]
             # Activation checkpointing keeps the RNG states it saved until the block's backward

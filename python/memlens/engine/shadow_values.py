@@ -168,3 +168,19 @@ def sized_result(func, args, kwargs):
         return out
 
     return tuple(map(fake, real)) if isinstance(real, (list, tuple)) else fake(real)
+
+
+def small_values(t, limit: int) -> tuple | None:
+    """The values known of a tensor of at most `limit` elements, flat, as Python numbers (a
+    cache's window size kept as a tensor); None where none are known or it is larger."""
+    real = shadow_of(t)
+    if not isinstance(real, torch.Tensor) or real.numel() > limit:
+        return None
+    with unset_fake_temporarily(), torch._C._DisableTorchDispatch():
+        return tuple(real.reshape(-1).tolist())
+
+
+def give_values(t, values: tuple) -> None:
+    """`t` (a fake tensor a replay made) carries `values`, as the traced one did."""
+    with unset_fake_temporarily(), torch._C._DisableTorchDispatch():
+        setattr(t, SHADOW, torch.tensor(values, dtype=t.dtype).reshape(t.shape))

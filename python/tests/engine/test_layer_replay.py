@@ -196,6 +196,23 @@ def test_the_corpus_llama_with_gradient_checkpointing_replays_its_layers(tmp_pat
             "replayed_forward": 4, "replayed_backward": 4}
 
 
+def test_the_corpus_mistral_replays_its_sliding_window_layers(tmp_path):
+    """The corpus' Mistral (a sliding window, bf16 autocast, 2 micro-batches a step), with 6
+    layers instead of 2. Each layer's cache entry keeps its window size as a one-element tensor
+    moved to the device on first use, with its value: the replayed entry holds the same, until
+    the cache goes (not with autocast's cached weight casts). The trace's 2 steps of 2
+    micro-batches: layers 2 and 3 replayed in each of the 4 forwards and backwards."""
+    source = (TESTS / "scripts" / "corpus" / "hf_mistral_accum.py").read_text()
+    assert source.count("num_hidden_layers=2") == 1
+    script = tmp_path / "hf_mistral_6_layers.py"
+    script.write_text(source.replace("num_hidden_layers=2", "num_hidden_layers=6"))
+    replayed, full = pair(tmp_path, "corpus-mistral", script)
+    assert differences(replayed, full) == []
+    assert replayed["meta"]["layer_replay"] == {
+        "enabled": True, "groups": [{"module": "model.layers", "blocks": 6}],
+        "replayed_forward": 8, "replayed_backward": 8}
+
+
 ABANDONED = [
     # A forward whose graph is let go without a backward: autograd frees what the blocks saved
     # in its own order, which a replay cannot know.
