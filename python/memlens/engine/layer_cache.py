@@ -240,8 +240,8 @@ def entry_state(cls: type, attributes: dict[str, Any], ledger, new: dict[int, in
     `freed`: the names of the tensors it held that the call freed (the keys a decode step
     concatenates onto). A tensor it let go of otherwise is kept by something else, which a
     replay would not know: not replayed. A new one with values known to the trace (a window
-    size) carries them, up to ENTRY_VALUES elements; a replay writes them too. The messages start with "it": they are about this call, and a later
-    pass may be replayed."""
+    size) carries them, up to ENTRY_VALUES elements; a replay writes them too. The messages
+    start with "it": they are about this call, and a later pass may be replayed."""
     if new is not None and before is not None:
         for name, ref in before.items():
             if isinstance(ref, weakref.ref) and name not in freed and \

@@ -20,17 +20,15 @@ def _env(extra: dict | None) -> dict:
 
 
 def run_memlens(*args: str, cwd: str | os.PathLike | None = None, env: dict | None = None,
-                timeout: int = 600, cold: bool = False) -> subprocess.CompletedProcess:
+                timeout: int = 600) -> subprocess.CompletedProcess:
     """Run the memlens CLI in a process of its own, as a user would: `python -m memlens ARGS`
     forked from a warm worker (support/warm_cli.py: what the language server, `memlens fit` and
-    `--ranks all` start their workers with), or started cold where `cold` is set, or with
-    MEMLENS_WARM_WORKER=0."""
+    `--ranks all` start their workers with), or started cold with MEMLENS_WARM_WORKER=0."""
     argv = [sys.executable, "-m", "memlens", *args]
     full_env = _env(env)
-    if not cold:
-        out = warm_cli.run(argv, cwd, full_env, timeout)
-        if out is not None:
-            return out
+    out = warm_cli.run(argv, cwd, full_env, timeout)
+    if out is not None:
+        return out
     return subprocess.run(argv, cwd=cwd, env=full_env, capture_output=True, text=True,
                           timeout=timeout)
 

@@ -47,8 +47,7 @@ def _server(argv: list[str], env: dict[str, str]) -> warm.ForkServer | None:
     key = (shim, tuple(sorted(warm.import_time_env(env).items())))
     with _lock:
         server = _servers.pop(key, None)
-        if server is not None and server._ready.is_set() and (
-                not server.alive() or server.stale()):
+        if server is not None and (not server.alive() or server.stale()):
             server.stop()
             server = None
         if server is None:
