@@ -10,6 +10,10 @@ s = 64: 34 x 64 x 2 x 256 + 4 x 8 x 64 x 2 = 1,118,208 B (CP 1: 2,236,416 B).
 With a Megatron-LM checkout at core_v0.16.1 (MEMLENS_MEGATRON_LM, as in test_megatron_lm.py),
 Megatron's CI configuration gpt3_mcore_te_tp2_pp2_cp2 (TP 2, PP 2, CP 2, TE spec) is traced for
 the rank that logs memory, the last one, against the H100 golden values of that tag.
+
+CP 4 as a hierarchy (`cp_comm_type` a2a+p2p: an all-to-all within pairs, then a ring of two)
+keeps the same bytes per layer, and exchanges what TE's all-to-all exchanges; CP 4 as one
+all-to-all (`a2a`) keeps its kernel's output too.
 """
 
 from __future__ import annotations
@@ -87,6 +91,79 @@ def test_te_layers_take_te_gemm_workspace(traces):
             "te_cublas_workspace": [(32 * 2**20 + 1024, False)],
             "cublas_workspace": [(32 * 2**20, False), (32 * 2**20, True)]}, \
             snap["meta"]["notes"]
+
+
+# -- all-to-all context parallelism: a2a+p2p and a2a ------------------------------------------
+A2A_P2P = ("--cp", "4", "--cp-comm-type", "a2a+p2p", "--hierarchical-cp", "2", "2")
+CORE_ATTENTION = LAYER + ".self_attention.core_attention"
+
+
+@pytest.fixture(scope="module")
+def a2a_p2p(tmp_path_factory):
+    """CP 4 as a 2 x 2 hierarchy (4 ranks: CP 4), rank 0."""
+    return M.trace(tmp_path_factory.mktemp("a2a"), 4, 0, *TE, *A2A_P2P)
+
+
+def test_a2a_p2p_layer_holds_the_formula_at_s_over_cp(a2a_p2p):
+    """The all-to-all trades heads for tokens (2 x s/4 tokens of half the heads, the same
+    bytes), so a layer keeps what the p2p ring at CP 4 keeps: Korthikanti's bytes at s/4, with
+    the same few bytes of constant size."""
+    expected = M.Gpt(seq=GPT.seq // 4).activation_bytes(1, False, "none", flash=True)
+    assert expected == 559_104
+    held = M.layer_activation_bytes(a2a_p2p, LAYER)
+    assert held == pytest.approx(expected, rel=0.01) and held >= expected
+    notes = a2a_p2p["meta"]["notes"]
+    assert any(n.startswith("context parallelism 4 (a2a+p2p, 2 x 2)") for n in notes), notes
+
+
+def test_a2a_p2p_exchanges_q_k_v_and_the_output(a2a_p2p):
+    """Each forward of core attention receives q, k, v and the output through the all-to-all
+    (TE's `empty_like` receive buffers, each of b x s/CP x h x d x 2 = 32 KiB) beside the
+    merged ring output of that size; backward receives the output and its gradient, then dq,
+    dk and dv. Nothing of the exchange outlives the call that made it but what autograd
+    saves (checked above)."""
+    q_bytes = GPT.micro_batch * (GPT.seq // 4) * GPT.hidden * 2
+    assert q_bytes == 32 * 1024
+    calls = 2  # two steps of one micro-batch (no pipeline)
+    assert _receive_buffers(a2a_p2p, q_bytes) == (calls * (4 + 1), calls * (2 + 1 + 3))
+
+
+def _receive_buffers(snap: dict, nbytes: int) -> tuple[int, int]:
+    """`empty_like` allocations of `nbytes` by layer 0's core attention: (forward,
+    backward)."""
+    a = snap["allocations"]
+    device = a["devices"].index(snap["meta"]["device_key"])
+    module = [m["fqn"] for m in snap["modules"]].index(CORE_ATTENTION)
+    forwards = backwards = 0
+    for i, op in enumerate(a["op"]):
+        if a["device"][i] == device and a["module"][i] == module and \
+                snap["ops"][op] == "empty_like" and a["requested_bytes"][i] == nbytes:
+            if a["backward"][i]:
+                backwards += 1
+            else:
+                forwards += 1
+    return forwards, backwards
+
+
+@pytest.fixture(scope="module")
+def a2a(tmp_path_factory):
+    """CP 4 as one all-to-all (`cp_comm_type` a2a, 4 ranks), rank 0."""
+    return M.trace(tmp_path_factory.mktemp("ulysses"), 4, 0, *TE, "--cp", "4",
+                   "--cp-comm-type", "a2a")
+
+
+def test_a2a_layer_also_keeps_the_output_before_its_exchange(a2a, a2a_p2p):
+    """TE's all-to-all attention saves q, k, v of the whole sequence of a quarter of the heads
+    (the same bytes as the ring's) and its kernel's output before the exchange back, which
+    the ring does not keep: b x s/CP x h x 2 = 32 KiB more per layer. Each forward receives
+    q, k, v and the output (no ring buffers); each backward the output's gradient, then dq,
+    dk and dv, beside dq, dk and dv themselves."""
+    q_bytes = GPT.micro_batch * (GPT.seq // 4) * GPT.hidden * 2
+    assert M.layer_activation_bytes(a2a, LAYER) - M.layer_activation_bytes(a2a_p2p, LAYER) \
+        == q_bytes
+    assert _receive_buffers(a2a, q_bytes) == (2 * 4, 2 * (1 + 3 + 3))
+    notes = a2a["meta"]["notes"]
+    assert any(n.startswith("context parallelism 4 (a2a): ") for n in notes), notes
 
 
 # -- Megatron-LM's CI configuration, against its GPU measurement -------------------------------

@@ -19,7 +19,9 @@ output they came from is freed), the output, and the fp32 softmax log-sum-exp pe
 query.
 
 With context parallelism (CP > 1) it attends as TE's p2p ring does (ring_attention.py):
-each rank its s/CP tokens, K/V exchanged round the ring.
+each rank its s/CP tokens, K/V exchanged round the ring; with `cp_comm_type` "a2a+p2p" after
+an all-to-all within the inner group of the hierarchy (context_parallel_a2a.py), and with
+"a2a" as TE's all-to-all attention (ulysses_attention.py).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import functools
 
 from ...patches import Patcher
 from .ring_attention import ring_attention_function
+from .ulysses_attention import ulysses_attention_function
 
 
 class _BuffersOfTheCall:
@@ -131,19 +134,33 @@ def flash_attention_class():
                     "not multi-latent attention's: a limitation of memlens, not of the "
                     "configuration")
             comm = cp_comm_type or "p2p"
-            if comm != "p2p":
+            if comm not in ("p2p", "a2a+p2p", "a2a"):
                 raise NotImplementedError(
                     f"memlens' stand-in for Transformer Engine attention (TE is not installed "
-                    f"here) runs context parallelism as TE's p2p ring only, not cp_comm_type "
-                    f"{comm!r}: a limitation of memlens, not of the configuration")
+                    f"here) runs context parallelism as TE's p2p ring, its all-to-all and "
+                    f"their a2a+p2p hierarchy, not cp_comm_type {comm!r}: a limitation of "
+                    f"memlens, not of the configuration")
+            self.cp_comm_type = comm
             # Megatron's local attention refuses CP (TE's does it): build it without, keep it.
             without_cp = copy.copy(config)
             without_cp.context_parallel_size = 1
             super().__init__(without_cp, *args, cp_comm_type=cp_comm_type, **kwargs)
             self.config = config
-            self.notify(f"context parallelism {self.cp_size}: core attention holds what TE's "
-                        "p2p ring attention holds (s/CP tokens per rank, two K/V exchange "
-                        "buffers)")
+            if comm == "a2a+p2p":
+                inner, outer = _hierarchy(self.cp_size)
+                self.notify(f"context parallelism {self.cp_size} (a2a+p2p, {inner} x {outer}): "
+                            "core attention holds what TE's hierarchical attention holds (q, "
+                            f"k, v exchanged all-to-all within groups of {inner}, then a p2p "
+                            f"ring of {outer} over {inner} x s/CP tokens of 1/{inner} of the "
+                            "heads)")
+            elif comm == "a2a":
+                self.notify(f"context parallelism {self.cp_size} (a2a): core attention holds "
+                            "what TE's all-to-all attention holds (q, k, v exchanged all-to-all "
+                            f"for the whole sequence of 1/{self.cp_size} of the heads)")
+            else:
+                self.notify(f"context parallelism {self.cp_size}: core attention holds what "
+                            "TE's p2p ring attention holds (s/CP tokens per rank, two K/V "
+                            "exchange buffers)")
 
         def forward(self, query, key, value, attention_mask, attn_mask_type=None,
                     attention_bias=None, packed_seq_params=None):
@@ -161,11 +178,7 @@ def flash_attention_class():
             q, k, v = (t.transpose(0, 1).contiguous().transpose(1, 2)
                        for t in (query, key, value))
             if self.cp_size > 1:
-                from megatron.core import parallel_state
-
-                out = ring_attention_function().apply(
-                    q, k, v, self.cp_size, parallel_state.get_context_parallel_rank(), causal,
-                    dropout, self.softmax_scale)
+                out = self._context_parallel(q, k, v, causal, dropout)
             elif v.shape[-1] != q.shape[-1]:
                 # Multi-latent attention: values narrower than queries and keys, which TE's
                 # fused (cuDNN) backend takes and PyTorch's flash kernel does not; its
@@ -178,7 +191,39 @@ def flash_attention_class():
             # The kernel writes its output in the query's layout: back to [s, b, hp], a view.
             return out.permute(2, 0, 1, 3).reshape(s, b, self.hidden_size_per_partition)
 
+        def _context_parallel(self, q, k, v, causal, dropout):
+            """Attention as TE's context parallelism of `cp_comm_type` runs it."""
+            import torch.distributed as dist
+            from megatron.core import parallel_state
+
+            if self.cp_comm_type == "a2a":
+                return ulysses_attention_function().apply(
+                    q, k, v, parallel_state.get_context_parallel_group(), self.cp_size, causal,
+                    dropout, self.softmax_scale)
+            a2a, size, rank = None, self.cp_size, parallel_state.get_context_parallel_rank()
+            if self.cp_comm_type == "a2a+p2p":  # the ring over the outer group
+                inner, ring = parallel_state.get_hierarchical_context_parallel_groups()
+                a2a = (inner, dist.get_world_size(inner))
+                size, rank = dist.get_world_size(ring), dist.get_rank(ring)
+            return ring_attention_function().apply(q, k, v, size, rank, causal, dropout,
+                                                   self.softmax_scale, a2a)
+
     return FlashDotProductAttention
+
+
+def _hierarchy(cp_size: int) -> tuple[int, int]:
+    """The sizes of a2a+p2p's inner (all-to-all) and outer (ring) groups: TE takes the first
+    two of Megatron's hierarchical context-parallel groups."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    groups = parallel_state.get_hierarchical_context_parallel_groups(check_initialized=False)
+    if not groups or len(groups) != 2:
+        raise NotImplementedError(
+            f"cp_comm_type a2a+p2p with context parallelism {cp_size} needs two hierarchical "
+            "context-parallel groups (--hierarchical-context-parallel-sizes A P, A x P = CP); "
+            f"Megatron made {len(groups or [])}")
+    return dist.get_world_size(groups[0]), dist.get_world_size(groups[1])
 
 
 def use_flash(spec) -> bool:

@@ -19,6 +19,13 @@ saves the last one received (the same bytes as the first, which the stand-in sav
 allocates `empty_like(q)` for dq and two `(2, *kv.shape)` buffers. Not modelled: the fp32
 products of the per-step output corrections (temporaries inside TE's jit-fused kernels), the
 few bytes of each step's RNG state and cu_seqlens.
+
+Hierarchical context parallelism (`cp_comm_type` "a2a+p2p", CP = A x P): q, k and v first go
+through an all-to-all over the inner A ranks (context_parallel_a2a.py), the ring runs over the
+outer P ranks on A x s/CP tokens of h/A heads, and the output goes back through the
+all-to-all. TE saves q and the last K/V buffer after the all-to-all (the same bytes) and the
+returned output; its backward sends the output and its gradient through the all-to-all again,
+and dq, dk, dv back.
 """
 
 from __future__ import annotations
@@ -30,13 +37,24 @@ import functools
 def ring_attention_function():
     import torch
 
+    from .context_parallel_a2a import a2a_after_attention, a2a_before_attention
+
     flash = torch.ops.aten._scaled_dot_product_flash_attention.default
 
+    def bshd(x):  # the kernel's [b, heads, s, dim] view of a [b, s, heads, dim] tensor
+        return x.transpose(1, 2)
+
     class RingAttention(torch.autograd.Function):
-        """q, k, v: [b, heads, s/CP, dim] (TE's bshd copies); returns the output, like q."""
+        """q, k, v: [b, heads, s/CP, dim] (TE's bshd copies); returns the output, like q.
+        `a2a`: (the inner group, its size A) of hierarchical CP, or None; `cp_size` and
+        `cp_rank` are then the ring's (outer) ones."""
 
         @staticmethod
-        def forward(ctx, q, k, v, cp_size, cp_rank, causal, dropout, scale):
+        def forward(ctx, q, k, v, cp_size, cp_rank, causal, dropout, scale, a2a=None):
+            ctx.a2a = a2a
+            if a2a is not None:
+                q, k, v = (bshd(x) for x in a2a_before_attention(
+                    [bshd(q), bshd(k), bshd(v)], *a2a))
             kv = torch.stack((k, v))  # TE's first ring buffer: a copy, kept for backward
             half = q.shape[2] // 2
             outs, current = [], kv
@@ -53,16 +71,24 @@ def ring_attention_function():
             out = torch.empty_like(q)  # the per-step outputs merged by their log-sum-exps
             lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
             del outs
+            if a2a is not None:
+                out = bshd(a2a_after_attention([bshd(out)], *a2a)[0])
             ctx.save_for_backward(q, kv, out, lse)
             return out
 
         @staticmethod
         def backward(ctx, grad_out):
             q, kv, out, lse = ctx.saved_tensors
+            if ctx.a2a is not None:  # the output and its gradient, as attention held them
+                out, grad_out = a2a_before_attention([bshd(out), bshd(grad_out)], *ctx.a2a)
             ring = [torch.empty_like(kv) for _ in range(2)]  # K/V round the ring again
             dkv_ring = [torch.empty_like(kv) for _ in range(2)]  # their gradients sent back
             dq, dkv = torch.empty_like(q), torch.empty_like(kv)
             del ring, dkv_ring
-            return dq, dkv[0], dkv[1], None, None, None, None, None
+            dk, dv = dkv[0], dkv[1]
+            if ctx.a2a is not None:
+                dq, dk, dv = (bshd(x) for x in a2a_after_attention(
+                    [bshd(dq), bshd(dk), bshd(dv)], *ctx.a2a))
+            return dq, dk, dv, None, None, None, None, None, None
 
     return RingAttention

@@ -3,6 +3,7 @@
     torchrun --nproc_per_node 8 gpt_core_train.py --tp 2 --pp 2 [--sp] [--recompute selective]
         [--distributed-optimizer] [--moe-experts 4 --ep 2] [--spec te] [--query-groups 2]
         [--attention-backend unfused] [--rope] [--cp 2] [--mla]
+        [--cp 4 --cp-comm-type a2a+p2p --hierarchical-cp 2 2]
         [--grad-accum-fusion] [--overlap-grad-reduce] [--overlap-param-gather]
         [--moe-router-load-balancing-type sinkhorn] [--moe-dispatcher allgather]
         [--fp8-format hybrid --fp8-recipe delayed --fp8-amax-history-len 1024 --fp8-param]
@@ -35,6 +36,9 @@ p.add_argument("--tp", type=int, default=1)
 p.add_argument("--pp", type=int, default=1)
 p.add_argument("--ep", type=int, default=1)
 p.add_argument("--cp", type=int, default=1, help="context parallelism")
+p.add_argument("--cp-comm-type", default=None, choices=("p2p", "a2a", "a2a+p2p"))
+p.add_argument("--hierarchical-cp", type=int, nargs=2, default=None, metavar=("A2A", "P2P"),
+               help="the inner (all-to-all) and outer (ring) sizes of a2a+p2p")
 p.add_argument("--sp", action="store_true", help="sequence parallelism")
 p.add_argument("--layernorm-1p", action="store_true", help="zero-centered gamma, as Megatron-LM's "
                "--apply-layernorm-1p")
@@ -85,7 +89,8 @@ torch.cuda.set_device(local_rank)
 torch.distributed.init_process_group(backend="nccl")
 parallel_state.initialize_model_parallel(
     tensor_model_parallel_size=args.tp, pipeline_model_parallel_size=args.pp,
-    expert_model_parallel_size=args.ep, context_parallel_size=args.cp)
+    expert_model_parallel_size=args.ep, context_parallel_size=args.cp,
+    hierarchical_context_parallel_sizes=args.hierarchical_cp)
 model_parallel_cuda_manual_seed(1234)
 
 moe = {}
@@ -106,6 +111,7 @@ config = (MLATransformerConfig if args.mla else TransformerConfig)(
     pipeline_dtype=torch.bfloat16, tensor_model_parallel_size=args.tp,
     pipeline_model_parallel_size=args.pp, expert_model_parallel_size=args.ep,
     context_parallel_size=args.cp, sequence_parallel=args.sp, num_query_groups=args.query_groups,
+    cp_comm_type=args.cp_comm_type,
     attention_backend=AttnBackend[args.attention_backend],
     # Korthikanti et al.'s layer: GeLU MLP of 4h with biases, eager softmax in 16 bits,
     # dropout after the attention probabilities and after both projections.
