@@ -86,7 +86,8 @@ def main() -> int:
     os.set_blocking(wake_write, False)
     signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    send(sock, {"ready": True, "pid": os.getpid(), "watch": watched_files()})
+    server = os.getpid()
+    send(sock, {"ready": True, "pid": server, "watch": watched_files()})
     import select
 
     while True:
@@ -104,7 +105,7 @@ def main() -> int:
                 send(sock, {"id": request["id"], "error": str(e)})
                 pid = -1
             if pid == 0:
-                _child(request, fds, [sock.fileno(), wake_read, wake_write])
+                _child(request, fds, [sock.fileno(), wake_read, wake_write], server)
             for fd in fds:
                 os.close(fd)
             if pid > 0:
@@ -123,11 +124,12 @@ def _reap(sock: socket.socket) -> None:
         send(sock, {"exited": pid, "returncode": code})
 
 
-def _child(request: dict, fds: list[int], inherited: list[int]) -> None:
-    """In the forked child: become the worker, run memlens, never return."""
+def _child(request: dict, fds: list[int], inherited: list[int], server: int) -> None:
+    """In the forked child of the warm process `server` (its pid): become the worker, run
+    memlens, never return."""
     code = 1
     try:
-        _become_worker(request, fds, inherited)
+        _become_worker(request, fds, inherited, server)
         from memlens.cli.main import main as memlens_main
 
         code = memlens_main(request["args"])
@@ -148,7 +150,7 @@ def _child(request: dict, fds: list[int], inherited: list[int]) -> None:
             os._exit(code)
 
 
-def _become_worker(request: dict, fds: list[int], inherited: list[int]) -> None:
+def _become_worker(request: dict, fds: list[int], inherited: list[int], server: int) -> None:
     import io
     import random
 
@@ -156,7 +158,7 @@ def _become_worker(request: dict, fds: list[int], inherited: list[int]) -> None:
     from memlens.worker.process_tree import _preexec
 
     os.setsid()
-    apply_limits = _preexec(request.get("memory_limit"))
+    apply_limits = _preexec(request.get("memory_limit"), parent=server)
     if apply_limits is not None:
         apply_limits()
     signal.set_wakeup_fd(-1)

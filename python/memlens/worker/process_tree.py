@@ -181,10 +181,15 @@ def end_children() -> None:
 
 
 # -- one worker process --------------------------------------------------------------------
-def _preexec(memory_limit: int | None) -> Callable[[], None] | None:
+def _preexec(memory_limit: int | None, parent: int | None = None
+             ) -> Callable[[], None] | None:
     """What the child does between fork and exec: die with the thread that started it (so a
     parent killed outright leaves no worker behind), adopt its orphans, take the memory limit.
-    No imports, no locks here."""
+    `parent`: the pid that forked the child (by default the caller, which forks next): a
+    parent killed before the child asked for its death signal sends none, so the child checks
+    it still has that parent once it has asked. No imports, no locks here."""
+    parent = os.getpid() if parent is None else parent
+    getppid, kill, me = os.getppid, os.kill, os.getpid
     setrlimit = soft = hard = which = None
     if memory_limit is not None and resource is not None:
         _, hard = resource.getrlimit(resource.RLIMIT_AS)
@@ -197,6 +202,8 @@ def _preexec(memory_limit: int | None) -> Callable[[], None] | None:
     def apply() -> None:
         if prctl is not None:
             prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+            if getppid() != parent:  # it died first: what its death signal would have done
+                kill(me(), signal.SIGKILL)
             prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         if setrlimit is not None:
             try:

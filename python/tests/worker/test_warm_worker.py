@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
+import subprocess
 import sys
 import textwrap
 import time
@@ -14,7 +16,7 @@ import time
 import pytest
 
 from memlens.server.worker import Worker
-from memlens.worker import warm
+from memlens.worker import process_tree, warm
 from memlens.worker.process_tree import WorkerProcess
 from memlens.worker.protocol import worker_env
 
@@ -247,3 +249,20 @@ def test_without_the_warm_process_its_children_end_and_workers_run_cold(tmp_path
     assert child.wait(30) == -9  # told by the warm process's socket closing
     assert _gone(child.pid)
     assert not own.ready(0)
+
+
+def test_a_child_whose_parent_died_before_it_asked_for_its_death_signal_ends(tmp_path):
+    """A parent killed between fork and the child's PR_SET_PDEATHSIG sends no signal: the
+    child, seeing another parent once it has asked (here: told to expect pid 1), ends as the
+    signal would have ended it, instead of running the script on its own."""
+    if process_tree._PRCTL is None:
+        pytest.skip("no prctl (not Linux)")
+    marker = tmp_path / "ran"
+    child = subprocess.run([sys.executable, "-c", f"open({str(marker)!r}, 'w')"],
+                           preexec_fn=process_tree._preexec(None, parent=1), timeout=60)
+    assert child.returncode == -signal.SIGKILL
+    assert not marker.exists()
+    # Its true parent: it runs.
+    child = subprocess.run([sys.executable, "-c", f"open({str(marker)!r}, 'w')"],
+                           preexec_fn=process_tree._preexec(None), timeout=60)
+    assert child.returncode == 0 and marker.exists()
