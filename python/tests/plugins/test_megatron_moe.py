@@ -91,6 +91,26 @@ def test_balanced_routing_by_default_and_noted(ranks):
         assert f"ep {snap['meta']['rank']}/2" in snap["meta"]["parallel"]["role"]
 
 
+def test_the_router_gemms_take_te_workspace_as_with_te_installed(ranks):
+    """The layer spec is Megatron's local one, but where Transformer Engine is installed (a
+    GPU machine with Megatron's container) the router's GEMMs run through TE's general_gemm:
+    TE's cuBLAS workspace is taken once, at the first router GEMM (32 MiB + 1 KiB on the
+    default H100), beside PyTorch's two (the layers' GEMMs: forward, then autograd's thread).
+    Megatron's CI shows it: its local-spec MoE configurations hold 32 MiB + 1 KiB more on
+    H100s than the 4 MiB of A100s."""
+    for snap in ranks:
+        a = snap["allocations"]
+        device = a["devices"].index(snap["meta"]["device_key"])
+        taken = sorted((snap["ops"][op], a["bytes"][i], bool(a["backward"][i]))
+                       for i, op in enumerate(a["op"])
+                       if a["device"][i] == device and snap["ops"][op].endswith("workspace"))
+        assert taken == [("cublas_workspace", 32 * 2**20, False),
+                         ("cublas_workspace", 32 * 2**20, True),
+                         ("te_cublas_workspace", 32 * 2**20 + 1024, False)]
+        assert any(n.startswith("Transformer Engine is not installed here: the MoE router's")
+                   for n in snap["meta"]["notes"])
+
+
 def test_worst_case_routing_sends_every_token_to_this_ranks_experts(ranks, tmp_path):
     """Both local experts (k = 2 of them) process all 512 tokens of the EP group: twice the
     balanced activations (1,572,864 B each); the model states do not change."""

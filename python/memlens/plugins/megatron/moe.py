@@ -11,22 +11,30 @@ from __future__ import annotations
 
 import functools
 import inspect
+from importlib.util import find_spec
 from types import ModuleType
 
 from . import routing
 
 
 def moe_utils(plugin, mod: ModuleType) -> None:
-    """- megatron-core 0.16 imports `te_general_gemm` only with Transformer Engine but its
-    router tests `te_general_gemm is not None` either way: a NameError without TE. Define the
-    name as the code means it (absent).
+    """- The router's GEMMs (RouterGatingLinearFunction) run through `te_general_gemm` where
+    Transformer Engine is installed, on TE's workspace: where it is absent here (megatron-core
+    0.16 does not even define the name, 0.19 sets it None), they run as TE's call
+    (te_gemm.general_gemm), as on a GPU machine with Megatron's container.
     - `permute` selects each expert's tokens with masked_select, whose size is the number of
     tokens routed: the dispatchers hand it that number (`num_out_tokens`), which the
     policy's counts make a host value: its outputs have that size. That is up to 0.18;
     0.19's permute cuts an argsort at that number itself (and returns five values), and runs
     as it is."""
-    if not getattr(mod, "HAVE_TE", True) and not hasattr(mod, "te_general_gemm"):
-        plugin.patcher.setattr(mod, "te_general_gemm", None)
+    if getattr(mod, "te_general_gemm", None) is None and find_spec("transformer_engine") is None \
+            and hasattr(mod, "RouterGatingLinearFunction"):
+        from .te_gemm import general_gemm
+
+        plugin.patcher.setattr(mod, "te_general_gemm", general_gemm(plugin))
+        plugin.note("Transformer Engine is not installed here: the MoE router's GEMMs run as "
+                    "Megatron runs them where it is (Megatron's containers), through TE's "
+                    "general_gemm on TE's cuBLAS workspace (plugins/megatron/te_gemm.py)")
     original = mod.permute
     if "align_size" in inspect.signature(original).parameters:
         # 0.19 selects with an argsort cut at num_out_tokens (a fixed shape, sized by the
