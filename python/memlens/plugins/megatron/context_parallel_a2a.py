@@ -21,6 +21,12 @@ the same; the caching allocator's per-stream pools are not modelled for it).
 from __future__ import annotations
 
 
+def bshd(x):
+    """The attention kernel's [b, heads, s, dim] view of a [b, s, heads, dim] tensor, and back:
+    the exchange works on TE's bshd layout."""
+    return x.transpose(1, 2)
+
+
 def a2a_before_attention(tensors: list, group, size: int) -> list:
     """[b, s, h, d] tensors -> [b, size * s, h / size, d] ones (TE's before_attn=True)."""
     import torch

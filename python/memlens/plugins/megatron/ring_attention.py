@@ -37,12 +37,9 @@ import functools
 def ring_attention_function():
     import torch
 
-    from .context_parallel_a2a import a2a_after_attention, a2a_before_attention
+    from .context_parallel_a2a import a2a_after_attention, a2a_before_attention, bshd
 
     flash = torch.ops.aten._scaled_dot_product_flash_attention.default
-
-    def bshd(x):  # the kernel's [b, heads, s, dim] view of a [b, s, heads, dim] tensor
-        return x.transpose(1, 2)
 
     class RingAttention(torch.autograd.Function):
         """q, k, v: [b, heads, s/CP, dim] (TE's bshd copies); returns the output, like q.
