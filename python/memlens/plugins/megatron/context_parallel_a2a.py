@@ -1,12 +1,12 @@
 """The all-to-all of Transformer Engine's hierarchical context parallelism (`cp_comm_type`
-"a2a+p2p", Megatron's `--hierarchical-context-parallel-sizes A P`), for the ring attention
-stand-in (ring_attention.py).
+"a2a+p2p", Megatron's `--hierarchical-context-parallel-sizes A P`, and "a2a" alone), for the
+ring attention stand-in (ring_attention.py) and the all-to-all one (ulysses_attention.py).
 
 Before attention, each of q, k, v (and in backward the output and its gradient) goes through
 an all-to-all over the inner group of A ranks: a rank gives up A-1 of every A heads and gets
 the other ranks' sequence chunks of its own heads, so it holds A x s/CP tokens of h/A heads,
-the same bytes. The p2p ring then runs over the outer group of P ranks. After attention, the
-output (and in backward dq, dk, dv) goes back the other way.
+the same bytes. The p2p ring then runs over the outer group of P ranks (with "a2a", A = CP and
+no ring). After attention, the output (and in backward dq, dk, dv) goes back the other way.
 
 As TE 2.10's `flash_attn_a2a_communicate` allocates (`transformer_engine/pytorch/attention/
 dot_product_attention/context_parallel.py`), bshd layout, per tensor in turn: a contiguous

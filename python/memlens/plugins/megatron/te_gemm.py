@@ -109,14 +109,18 @@ def use_te_gemms(spec) -> bool:
                         left=MLA_CHECKED)
 
 
-def take_workspace(plugin, device) -> None:
-    """TE's GEMM workspace, taken (once per device) as its first GEMM does."""
+def workspace(plugin, device):
+    """TE's GEMM workspace on `device` (a Persistent: booked once, at its first GEMM)."""
     from ...kernels.cuda import device_key
     from ...kernels.plan import Persistent
 
-    plugin.tracer.accountant.take_persistent(Persistent(
-        ("te_cublas", device_key(device)), TE_WORKSPACE_OP,
-        workspace_bytes(plugin.tracer.device.major), device))
+    return Persistent(("te_cublas", device_key(device)), TE_WORKSPACE_OP,
+                      workspace_bytes(plugin.tracer.device.major), device)
+
+
+def take_workspace(plugin, device) -> None:
+    """TE's GEMM workspace, taken (once per device) as its first GEMM does."""
+    plugin.tracer.accountant.take_persistent(workspace(plugin, device))
 
 
 def general_gemm(plugin):
@@ -153,10 +157,9 @@ def take_grouped(plugin, device) -> None:
 
 def install(plugin) -> None:
     """The layers' GEMMs (inside a marked module, forward or backward) take TE's one
-    workspace per device instead of PyTorch's per-thread ones."""
-    from ...kernels.cuda import device_key
-    from ...kernels.plan import Persistent
-
+    workspace per device instead of PyTorch's per-thread ones. A stand-in GEMM that makes its
+    output without a matmul op (the FP8 linear's, fp8_linear.py) takes it itself
+    (`plugin.te_gemm`)."""
     tracer = plugin.tracer
     rules = getattr(tracer.workspaces, "cuda", None)
     if rules is None or getattr(rules.gemm_workspace, MARK, False):
@@ -164,21 +167,13 @@ def install(plugin) -> None:
     modules = tracer.modules
     nbytes = workspace_bytes(tracer.device.major)
 
-    def workspace(device) -> Persistent:
-        return Persistent(("te_cublas", device_key(device)), TE_WORKSPACE_OP, nbytes, device)
-
     def gemm_workspace(device):
         idx = modules.current()
         if idx < 0 or not getattr(modules.infos[idx].module, MARK, False):
             return None
-        return workspace(device)
+        return workspace(plugin, device)
 
-    def take(device) -> None:
-        """A stand-in GEMM that makes its output without a matmul op (the FP8 linear's,
-        fp8_linear.py) takes the workspace itself."""
-        tracer.accountant.take_persistent(workspace(device))
-
-    plugin.te_gemm = take
+    plugin.te_gemm = functools.partial(take_workspace, plugin)
     setattr(gemm_workspace, MARK, True)
     plugin.patcher.setattr(rules, "gemm_workspace", gemm_workspace)
     plugin.note("Transformer Engine is not installed here: the layers' GEMMs take TE's own "
