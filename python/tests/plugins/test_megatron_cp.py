@@ -166,6 +166,18 @@ def test_a2a_layer_also_keeps_the_output_before_its_exchange(a2a, a2a_p2p):
     assert any(n.startswith("context parallelism 4 (a2a): ") for n in notes), notes
 
 
+def test_a2a_with_heads_that_do_not_divide_says_so(memlens, tmp_path):
+    """8 heads divide over the all-to-all's 4 ranks, 2 query groups do not: the configuration
+    TE rejects on a GPU stops with the numbers, not a failed view."""
+    out = memlens("run", "--world-size", "4", "--rank", "0", "--json", "--no-snapshot", "--",
+                  str(M.SCRIPT), *TE, "--cp", "4", "--cp-comm-type", "a2a",
+                  "--query-groups", "2", cwd=tmp_path)
+    assert out.returncode != 0
+    message = json.loads(out.stdout.strip().splitlines()[-1])["error"]["message"]
+    assert "cp_comm_type a2a: the all-to-all splits each rank's 8 attention heads and 2 query " \
+           "groups over 4 ranks" in message, message
+
+
 # -- Megatron-LM's CI configuration, against its GPU measurement -------------------------------
 CHECKOUT = os.environ.get("MEMLENS_MEGATRON_LM")
 # tests/functional_tests/test_cases/gpt/gpt3_mcore_te_tp2_pp2_cp2/model_config.yaml at

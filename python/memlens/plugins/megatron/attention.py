@@ -146,6 +146,9 @@ def flash_attention_class():
             without_cp.context_parallel_size = 1
             super().__init__(without_cp, *args, cp_comm_type=cp_comm_type, **kwargs)
             self.config = config
+            if comm != "p2p":  # the ranks the all-to-all splits the heads over
+                exchanged = self.cp_size if comm == "a2a" else _hierarchy(self.cp_size)[0]
+                _heads_divide(self, exchanged, comm)
             if comm == "a2a+p2p":
                 inner, outer = _hierarchy(self.cp_size)
                 self.notify(f"context parallelism {self.cp_size} (a2a+p2p, {inner} x {outer}): "
@@ -224,6 +227,20 @@ def _hierarchy(cp_size: int) -> tuple[int, int]:
             "context-parallel groups (--hierarchical-context-parallel-sizes A P, A x P = CP); "
             f"Megatron made {len(groups or [])}")
     return dist.get_world_size(groups[0]), dist.get_world_size(groups[1])
+
+
+def _heads_divide(attention, size: int, comm: str) -> None:
+    """TE's all-to-all hands each of `size` ranks 1/size of the heads: the attention heads and
+    the query groups (of this tensor-parallel rank) must divide by it. TE asserts it for a2a
+    ("The number of attention heads needs to be divisible by CP size!"), and a2a+p2p's view
+    fails on a GPU too."""
+    heads = attention.num_attention_heads_per_partition
+    groups = attention.num_query_groups_per_partition
+    if heads % size or groups % size:
+        raise ValueError(
+            f"cp_comm_type {comm}: the all-to-all splits each rank's {heads} attention heads and "
+            f"{groups} query groups over {size} ranks, which needs both divisible by {size} "
+            "(Transformer Engine asserts it on a GPU too)")
 
 
 def use_flash(spec) -> bool:
