@@ -146,17 +146,16 @@ def flash_attention_class():
             without_cp.context_parallel_size = 1
             super().__init__(without_cp, *args, cp_comm_type=cp_comm_type, **kwargs)
             self.config = config
-            if comm != "p2p":  # the ranks the all-to-all splits the heads over
-                exchanged = self.cp_size if comm == "a2a" else _hierarchy(self.cp_size)[0]
-                _heads_divide(self, exchanged, comm)
             if comm == "a2a+p2p":
                 inner, outer = _hierarchy(self.cp_size)
+                _heads_divide(self, inner, comm)
                 self.notify(f"context parallelism {self.cp_size} (a2a+p2p, {inner} x {outer}): "
                             "core attention holds what TE's hierarchical attention holds (q, "
                             f"k, v exchanged all-to-all within groups of {inner}, then a p2p "
                             f"ring of {outer} over {inner} x s/CP tokens of 1/{inner} of the "
                             "heads)")
             elif comm == "a2a":
+                _heads_divide(self, self.cp_size, comm)
                 self.notify(f"context parallelism {self.cp_size} (a2a): core attention holds "
                             "what TE's all-to-all attention holds (q, k, v exchanged all-to-all "
                             f"for the whole sequence of 1/{self.cp_size} of the heads)")
