@@ -7,8 +7,9 @@ memory its golden values record.
 Megatron-LM (at a tag such as core_v0.19.0; Python 3.12, torch 2.14, `six` and `triton`
 importable; `emerging-optimizers` for the Muon cases) keeps one folder per CI test case under
 tests/functional_tests/test_cases/<model>/: `model_config.yaml` (ENV_VARS and MODEL_ARGS) and
-`golden_values_dev_dgx_h100.json` (or `_dgx_a100`), whose `mem-allocated-bytes` and `mem-max-allocated-bytes` its last rank measures
-with `torch.cuda.memory_allocated()` after each step and `max_memory_allocated()`. Every
+`golden_values_dev_dgx_h100.json` (or `_dgx_a100`), whose `mem-allocated-bytes` and
+`mem-max-allocated-bytes` its last rank measures with `torch.cuda.memory_allocated()` after each
+step and `max_memory_allocated()`. Every
 pretraining case of the GPT, MoE, hybrid, BERT and T5 folders (not inference, RL or release
 runs) is turned into the command line Megatron's `_run_training.sh` builds (`true` a bare flag,
 `[a b]` two values), with its data, checkpoint and TensorBoard paths under a scratch folder,
