@@ -297,17 +297,23 @@ def test_what_needs_values_or_files_is_off_and_said():
 
 
 @needs_megatron
-def test_recomputing_grouped_experts_activation_without_te_is_refused_by_name():
-    """--recompute-modules moe_act needs grouped GEMM, which needs TE; without it the experts
-    run as SequentialMLP, which Megatron's config then refuses with a message that blames
-    the configuration. memlens says what it is."""
+def test_recomputing_grouped_experts_activation_runs_on_te_grouped_linear_stand_in():
+    """--recompute-modules moe_act recomputes TEGroupedMLP's activation. With TE's layers asked
+    for, the grouped experts stay (Megatron's TEGroupedMLP on the stand-in for TE's
+    GroupedLinear) and it is said; with --transformer-impl local and no grouped_gemm package
+    they would run as SequentialMLP, which Megatron's config then refuses with a message that
+    blames the configuration: memlens says what it is."""
     from memlens.errors import MemlensError
 
-    args = _args(num_experts=8, moe_grouped_gemm=True, recompute_modules=["moe_act"],
-                 moe_expert_capacity_factor=None, moe_pad_expert_input_to_capacity=False)
-    with pytest.raises(MemlensError, match=r"--recompute-modules moe_act .* grouped GEMM needs "
-                                           r"Transformer Engine"):
-        megatron_args.set_up(args, iterations=2)
+    moe = dict(num_experts=8, moe_grouped_gemm=True, recompute_modules=["moe_act"],
+               moe_expert_capacity_factor=None, moe_pad_expert_input_to_capacity=False)
+    args = _args(transformer_impl="transformer_engine", **moe)
+    notes = " ".join(megatron_args.set_up(args, iterations=2))
+    assert args.moe_grouped_gemm is True and args.transformer_impl == "local"
+    assert "stand-in for TE's GroupedLinear" in notes
+    with pytest.raises(MemlensError, match=r"--recompute-modules moe_act .* --transformer-impl "
+                                           r"local needs the grouped_gemm package"):
+        megatron_args.set_up(_args(**moe), iterations=2)
 
 
 @needs_megatron
@@ -418,9 +424,9 @@ TP_ENV = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}  # what Megatron asks of a TP job
 def test_te_grouped_gemm_experts_keep_their_four_workspaces(memlens, tmp_path):
     """--moe-grouped-gemm with TE's layers: TEGroupedMLP's GEMMs take one workspace per
     compute stream (4) of TE's size, 32 MiB + 1 KiB on an H100, at the first MoE layer, kept
-    to the end, beside TE's one for the other GEMMs. The experts run as SequentialMLP here;
-    the workspaces are theirs (Megatron's CI MoE configurations were 134 MB under their H100
-    golden values without them)."""
+    to the end, beside TE's one for the other GEMMs. The experts are Megatron's TEGroupedMLP on
+    the stand-in for TE's GroupedLinear (Megatron's CI MoE configurations were 134 MB under
+    their H100 golden values without the workspaces)."""
     snapshot = tmp_path / "s.json"
     out = memlens("run", "--world-size", "2", "--rank", "0", "--progress", "none",
                   "--snapshot", str(snapshot), "--", str(STUB), "--num-experts", "4",
@@ -437,7 +443,7 @@ def test_te_grouped_gemm_experts_keep_their_four_workspaces(memlens, tmp_path):
             kept.setdefault(name, []).append(r["requested_bytes"])
     assert kept == {"te_grouped_gemm_workspace": [32 * 2**20 + 1024] * 4,
                     "te_cublas_workspace": [32 * 2**20 + 1024]}
-    assert "SequentialMLP" in " ".join(snap["meta"]["notes"])
+    assert "stand-in for TE's GroupedLinear" in " ".join(snap["meta"]["notes"])
 
 
 @needs_megatron

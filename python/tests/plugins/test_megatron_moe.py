@@ -16,6 +16,7 @@ from __future__ import annotations
 import pytest
 
 from memlens.plugins.megatron import routing as megatron_routing
+from memlens.plugins.megatron.grouped_linear import NOTE as GROUPED_NOTE
 from support import megatron as M
 
 pytestmark = [pytest.mark.slow, M.NEEDS]
@@ -109,6 +110,38 @@ def test_the_router_gemms_take_te_workspace_as_with_te_installed(ranks):
                          ("te_cublas_workspace", 32 * 2**20 + 1024, False)]
         assert any(n.startswith("Transformer Engine is not installed here: the MoE router's")
                    for n in snap["meta"]["notes"])
+
+
+GROUPED = ("--spec", "te", "--grouped-gemm")
+
+
+@pytest.mark.parametrize("recompute", [(), ("--recompute", "selective",
+                                            "--recompute-modules", "moe_act")])
+def test_te_grouped_experts_run_on_the_grouped_linear_stand_in(ranks, tmp_path, recompute):
+    """The TE spec with grouped GEMM where TE is absent: Megatron's TEGroupedMLP on the stand-in
+    for TE's GroupedLinear. Its two layers hold both local experts' weights and biases
+    (weight0, weight1, bias0, bias1: the SequentialMLP experts' bytes). Of what the experts
+    allocate in forward, what is still alive when backward starts is the same 3 x FFN bf16
+    values per token as the sequential experts keep (fc1's output, GeLU's output, the product
+    fc2 takes) for its 2 x 256 tokens: 3 tensors of 524,288 B. Recomputing `moe_act` keeps only
+    fc1's output: the checkpoint discards its output once fc2 has it. The four grouped-GEMM
+    workspaces of TE's size are kept from the first layer on."""
+    snap = M.trace(tmp_path, EP, 0, *FLAGS, *GROUPED, *recompute)
+    mods = _modules(snap)
+    tokens = TOKENS * TOPK // EXPERTS * EP * (EXPERTS // EP)  # 512 on this rank's experts
+    for layer in range(LAYERS):
+        experts = f"module.module.decoder.layers.{layer}.mlp.experts"
+        assert mods[experts]["parameter_bytes"] == EXPERTS // EP * expert_bytes()
+        assert [mods[f"{experts}.{n}"]["parameter_bytes"] for n in ("linear_fc1", "linear_fc2")] \
+            == [EXPERTS // EP * 2 * (FFN * GPT.hidden + FFN),
+                EXPERTS // EP * 2 * (GPT.hidden * FFN + GPT.hidden)]
+        assert M.kept_into_backward(snap, experts) == \
+            [FFN * 2 * tokens] * (1 if recompute else 3)
+    a = snap["allocations"]
+    workspaces = [a["bytes"][i] for i, op in enumerate(a["op"])
+                  if snap["ops"][op] == "te_grouped_gemm_workspace"]
+    assert workspaces == [32 * 2**20 + 1024] * 4
+    assert GROUPED_NOTE in snap["meta"]["notes"]
 
 
 def test_worst_case_routing_sends_every_token_to_this_ranks_experts(ranks, tmp_path):

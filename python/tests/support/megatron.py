@@ -119,6 +119,23 @@ def _phase(snap: dict, name: str) -> dict:
     return next(p for p in snap["phases"] if p["name"] == name and p["device"] == key)
 
 
+def kept_into_backward(snap: dict, prefix: str) -> list[int]:
+    """The device allocations of `prefix`'s modules in the second step's forward that are still
+    alive when its backward starts (one micro-batch: every layer's forward comes first)."""
+    a, fqns = snap["allocations"], [m["fqn"] for m in snap["modules"]]
+    device = a["devices"].index(snap["meta"]["device_key"])
+    phase = next(p for p in snap["phases"] if p["name"] == "forward_backward_iter_1"
+                 and p["device"] == snap["meta"]["device_key"])
+    step = range(phase["start_seq"], phase["end_seq"])
+    mine = [i for i in range(len(a["bytes"])) if a["device"][i] == device
+            and a["alloc_seq"][i] in step]
+    backward = min(a["alloc_seq"][i] for i in mine if a["backward"][i])
+    return [a["requested_bytes"][i] for i in mine
+            if not a["backward"][i] and a["module"][i] >= 0
+            and fqns[a["module"][i]].startswith(prefix)
+            and not 0 <= a["free_seq"][i] < backward]
+
+
 def model_state_bytes(snap: dict) -> dict[str, int]:
     """Requested bytes of parameters, gradients and optimizer states alive when the trace
     ended (after the last optimizer step)."""

@@ -11,7 +11,9 @@ of which module gets which patch. The patches live by what they are about:
   optimizer and its main parameters, DDP buffers, the RNG tracker, host reads);
 - stand_ins.py: Transformer Engine or apex absent: their kernels stood in for by
   ones with the same memory (norms, fused weight-gradient accumulation, TE layer specs and
-  attention, fused RoPE; docs/megatron.md has the list);
+  attention, fused RoPE; docs/megatron.md has the list); grouped_linear.py: TE's grouped
+  experts' layers; recompute.py: the output-discarding checkpoint's TE names;
+- activation_offload.py: Megatron's fine-grained activation offloading in a trace;
 - fp8_linear.py, fp8_params.py: `--fp8-format` without Transformer Engine:
   GEMMs and FP8 parameters holding what TE's hold (the recipes' tensors: fp8.py);
 - moe.py: mixture of experts: the tokens per expert fixed by memlens' routing policy
@@ -66,24 +68,23 @@ class MegatronPlugin:
         self.flash_attention = False
         self.fused_adam: type | None = None  # FusedAdam's stand-in, once Megatron asks
         self.fp8_recipe = None  # inside Megatron's FP8 context (TE absent): its recipe
-        self.fp8_dummy_wgrads: dict = {}  # TE's get_dummy_wgrad cache: (shape, dtype) -> tensor
+        self.te_dummy_wgrads: dict = {}  # TE's get_dummy_wgrad cache (te_wgrad.py)
         # TE's GEMM workspace taken by a stand-in GEMM (te_gemm.py), once TE is asked for
         self.te_gemm = lambda device: None
-        # TE's grouped-GEMM experts asked for, run as SequentialMLP: its workspaces (te_gemm.py)
-        self.te_grouped_gemm = False
 
     def patches(self) -> list[tuple[str, object]]:
         """(module name, what to patch in it once it is imported), in order; a module may be
         patched by several parts."""
-        from . import (core as megatron_core, fp8_linear as megatron_fp8_linear,
+        from . import (activation_offload as megatron_offload, core as megatron_core,
+                       fp8_linear as megatron_fp8_linear,
                        fp8_params as megatron_fp8_params, mamba as megatron_mamba,
-                       moe as megatron_moe, stand_ins as megatron_stand_ins,
-                       training as megatron_training)
+                       moe as megatron_moe, recompute as megatron_recompute,
+                       stand_ins as megatron_stand_ins, training as megatron_training)
 
         return [(name, functools.partial(patch, self))
-                for part in (megatron_core, megatron_stand_ins, megatron_fp8_linear,
-                             megatron_fp8_params, megatron_moe, megatron_mamba,
-                             megatron_training)
+                for part in (megatron_core, megatron_stand_ins, megatron_recompute,
+                             megatron_fp8_linear, megatron_fp8_params, megatron_moe,
+                             megatron_mamba, megatron_offload, megatron_training)
                 for name, patch in part.PATCHES.items()]
 
     def replace(self, module: ModuleType, name: str, new) -> None:

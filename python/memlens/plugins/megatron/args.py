@@ -73,7 +73,7 @@ def set_up(args: Any, iterations: int) -> list[str]:
     _no_value_checks(args)
     notes += megatron_batch.set_up(args)
     _iterations(args, iterations)
-    notes += _tokenizer(args) + _implementation(args) + _moe(args)
+    notes += _tokenizer(args) + _moe(args) + _implementation(args)  # _moe reads the impl
     return [n for n in notes if n]
 
 
@@ -231,19 +231,25 @@ def _moe(args: Any) -> list[str]:
         return []
     notes = []  # routing is left as configured: the plugin fixes the tokens per expert
     te = find_spec("transformer_engine") is not None
-    if getattr(args, "moe_grouped_gemm", False) and not te and find_spec("grouped_gemm") is None:
+    grouped = getattr(args, "moe_grouped_gemm", False) and not te
+    if grouped and getattr(args, "transformer_impl", "local") == "transformer_engine":
+        from .grouped_linear import NOTE
+
+        notes.append(NOTE)
+    elif grouped and find_spec("grouped_gemm") is None:
         if "moe_act" in (getattr(args, "recompute_modules", None) or []):
             from .optimizer import _megatron_version
 
             raise MemlensError(
                 f"{_megatron_version()}: --recompute-modules moe_act recomputes the grouped "
-                "experts' activation, and grouped GEMM needs Transformer Engine, which is not "
-                "installed here: memlens runs the experts one after another (SequentialMLP), "
-                "which Megatron does not recompute that way (install transformer_engine, or "
-                "trace without moe_act)")
+                "experts' activation, and grouped GEMM with --transformer-impl local needs the "
+                "grouped_gemm package, which is not installed here: memlens runs the experts "
+                "one after another (SequentialMLP), which Megatron does not recompute that way "
+                "(install grouped_gemm, or trace without moe_act)")
         args.moe_grouped_gemm = False
-        notes.append("experts run one after another (SequentialMLP): grouped GEMM needs "
-                     "Transformer Engine or grouped_gemm; the same weights and activations")
+        notes.append("experts run one after another (SequentialMLP): grouped GEMM with "
+                     "--transformer-impl local needs grouped_gemm; the same weights and "
+                     "activations")
     if getattr(args, "moe_permute_fusion", False) and not te:
         args.moe_permute_fusion = False
         notes.append("tokens permuted to their experts by Megatron's unfused path: "

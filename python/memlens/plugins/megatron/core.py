@@ -219,6 +219,21 @@ def utils(plugin, mod: ModuleType) -> None:
         plugin.replace(mod, "local_multi_tensor_l2_norm", local_multi_tensor_l2_norm)
 
 
+def gpu_affinity(plugin, mod: ModuleType) -> None:
+    """Megatron-LM pins each rank to its GPU's NUMA node's CPUs with
+    `--fine-grained-activation-offloading` (`set_ideal_affinity_for_current_gpu`, through
+    cuda-python and NVML): host placement only, nothing on the device. The simulated GPU has no
+    NUMA node: skipped, and said."""
+    if not hasattr(mod, "set_ideal_affinity_for_current_gpu"):
+        return
+
+    def set_ideal_affinity_for_current_gpu(*args, **kwargs) -> None:
+        plugin.note("the rank's CPU affinity to its GPU's NUMA node (NVML) is not set: host "
+                    "placement only, no device memory")
+
+    plugin.replace(mod, "set_ideal_affinity_for_current_gpu", set_ideal_affinity_for_current_gpu)
+
+
 def broadcast_sizes(plugin, mod: ModuleType) -> None:
     """`broadcast_data` (BERT's and T5's get_batch) sends the batch's sizes from the
     tensor-parallel group's first rank, and the other ranks read them out of the broadcast
@@ -293,6 +308,7 @@ PATCHES = {
     "megatron.core.parallel_state": parallel_state,
     "megatron.core.tensor_parallel.random": rng,
     "megatron.core.pipeline_parallel.schedules": schedules,
+    "megatron.core.pipeline_parallel.utils": gpu_affinity,
     "megatron.core.optimizer": fused_adam,
     "megatron.core.optimizer.distrib_optimizer": distributed_optimizer,
     "megatron.core.optimizer.optimizer": optimizer,

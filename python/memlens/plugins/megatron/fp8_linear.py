@@ -27,6 +27,7 @@ from types import ModuleType
 from ... import categories as C
 from ...errors import MemlensError
 from .fp8 import RECIPES, Recipe
+from .te_wgrad import dummy_wgrad
 
 
 def recipe_of(plugin, config) -> Recipe:
@@ -226,8 +227,8 @@ def _function():
 
 def _weight_gradient(ctx, weight, grad_output):
     """As TE's linear returns it: accumulated into `main_grad` by the fused GEMM, with TE's
-    cached dummy gradient for DDP's hooks (`get_dummy_wgrad`: one per shape, kept), or a new
-    tensor. In the weight's dtype: an FP8 parameter's gradient is not cast again."""
+    cached dummy gradient for DDP's hooks (te_wgrad.py), or a new tensor. In the weight's
+    dtype: an FP8 parameter's gradient is not cast again."""
     import torch
 
     dtype = weight.dtype
@@ -237,14 +238,7 @@ def _weight_gradient(ctx, weight, grad_output):
     if not hasattr(weight, "grad_added_to_main_grad"):
         return None
     weight.grad_added_to_main_grad = True
-    plugin = ctx.layer.plugin
-    key = (tuple(weight.main_grad.shape), dtype)
-    dummy = plugin.fp8_dummy_wgrads.get(key)
-    if dummy is None:
-        dummy = torch.empty(key[0], dtype=dtype, device=grad_output.device)
-        plugin.tracer.classifier.pin(dummy, C.GRADIENT)
-        plugin.fp8_dummy_wgrads[key] = dummy
-    return dummy
+    return dummy_wgrad(ctx.layer.plugin, weight.main_grad.shape, dtype, grad_output.device)
 
 
 PATCHES = {

@@ -81,6 +81,7 @@ def fused_rope_function():
 
             @staticmethod
             def backward(ctx, grad):
+                ctx.saved_tensors  # unpacked as TE's does: saved-tensor hooks see it
                 return torch.empty_like(grad), None
 
         _FUSED_ROPE = FusedRoPE

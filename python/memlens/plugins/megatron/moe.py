@@ -31,10 +31,15 @@ def moe_utils(plugin, mod: ModuleType) -> None:
             and hasattr(mod, "RouterGatingLinearFunction"):
         from .te_gemm import general_gemm
 
-        plugin.patcher.setattr(mod, "te_general_gemm", general_gemm(plugin))
-        plugin.note("Transformer Engine is not installed here: the MoE router's GEMMs run as "
-                    "Megatron runs them where it is (Megatron's containers), through TE's "
-                    "general_gemm on TE's cuBLAS workspace (plugins/megatron/te_gemm.py)")
+        gemm = general_gemm(plugin)
+
+        def te_general_gemm(*args, **kwargs):  # said once a router runs: MoE models only
+            plugin.note("Transformer Engine is not installed here: the MoE router's GEMMs run "
+                        "as Megatron runs them where it is (Megatron's containers), through "
+                        "TE's general_gemm on TE's cuBLAS workspace (plugins/megatron/te_gemm.py)")
+            return gemm(*args, **kwargs)
+
+        plugin.patcher.setattr(mod, "te_general_gemm", te_general_gemm)
     original = mod.permute
     if "align_size" in inspect.signature(original).parameters:
         # 0.19 selects with an argsort cut at num_out_tokens (a fixed shape, sized by the
@@ -178,27 +183,7 @@ def _host():
     return unset_fake_temporarily()
 
 
-def experts(plugin, mod: ModuleType) -> None:
-    """TE's grouped-GEMM experts (TEGroupedMLP) asked for where TE is absent run as
-    SequentialMLP (args.py): the same weights and activations; at their first forward they
-    take the workspaces TE's grouped GEMM keeps (te_gemm.take_grouped)."""
-    from .te_gemm import take_grouped
-
-    original = mod.SequentialMLP.forward
-
-    @functools.wraps(original)
-    def forward(self, *args, **kwargs):
-        if plugin.te_grouped_gemm:
-            import torch
-
-            take_grouped(plugin, torch.device("cuda", torch.cuda.current_device()))
-        return original(self, *args, **kwargs)
-
-    plugin.patcher.setattr(mod.SequentialMLP, "forward", forward)
-
-
 PATCHES = {
     "megatron.core.transformer.moe.moe_utils": moe_utils,
     "megatron.core.transformer.moe.token_dispatcher": token_dispatcher,
-    "megatron.core.transformer.moe.experts": experts,
 }

@@ -99,9 +99,13 @@ def want_flash_attention(plugin) -> None:
 
 def layer_specs(plugin, mod: ModuleType) -> None:
     """Layer specs asked for with Transformer Engine where it is absent: the local spec, with
-    attention as TE holds memory and the linear layers' GEMMs on TE's workspace (te_gemm.py);
-    the local spec after that, the same way."""
+    attention as TE holds memory, the linear layers' GEMMs on TE's workspace (te_gemm.py) and,
+    with grouped GEMM asked for, TE's grouped experts on the stand-in for its GroupedLinear
+    (grouped_linear.py); the local spec after that, the same way."""
+    import inspect
+
     from .attention import use_flash
+    from .grouped_linear import swap_experts
     from .te_gemm import use_te_gemms
 
     have_te = getattr(mod, "HAVE_TE", True)
@@ -114,6 +118,9 @@ def layer_specs(plugin, mod: ModuleType) -> None:
         if plugin.flash_attention:  # TE's layers asked for: its attention and GEMMs
             use_flash(spec)
             use_te_gemms(spec)
+            asked = inspect.signature(local).bind_partial(*args, **kwargs).arguments
+            if asked.get("moe_grouped_gemm") and asked.get("num_experts"):
+                swap_experts(plugin, spec)
         return spec
 
     @functools.wraps(te_spec)

@@ -17,8 +17,8 @@ ColumnParallelLinear with TE too) still run on PyTorch's handles.
 TE's grouped GEMM (`--moe-grouped-gemm` with TE's layers: TEGroupedMLP) takes its own
 workspaces, `get_cublas_workspace(device, ub=False, grouped_gemm=True)`: one of the same size
 per compute stream (`tex.get_num_cublas_streams()`, four), made at the first grouped GEMM and
-kept, beside the one above. The stand-in runs the experts as SequentialMLP; they take those
-four at their first forward (`take_grouped`).
+kept, beside the one above. The stand-in for TE's GroupedLinear (grouped_linear.py) takes
+those four at its first grouped GEMM (`take_grouped`).
 
 Megatron's MoE router (moe_utils.RouterGatingLinearFunction) runs its GEMMs through TE's
 `general_gemm` wherever TE is installed, with any layer spec (`--transformer-impl local` too):

@@ -24,13 +24,10 @@ def arguments(plugin, mod: ModuleType) -> None:
     def validate_args(args, *rest, **kwargs):
         out = original(args, *rest, **kwargs)  # the user's arguments, as given
         te = getattr(args, "transformer_impl", None) == "transformer_engine"
-        grouped = te and getattr(args, "moe_grouped_gemm", False)
         for text in megatron_args.set_up(args, tracer.iterations):
             plugin.note(text)
         if te and args.transformer_impl == "local":
             want_flash_attention(plugin)
-            if grouped and not args.moe_grouped_gemm:  # TE's grouped GEMM, run sequentially
-                plugin.te_grouped_gemm = True
         return out
 
     plugin.replace(mod, "validate_args", validate_args)

@@ -6,6 +6,7 @@
         [--cp 4 --cp-comm-type a2a+p2p --hierarchical-cp 2 2]
         [--grad-accum-fusion] [--overlap-grad-reduce] [--overlap-param-gather]
         [--moe-router-load-balancing-type sinkhorn] [--moe-dispatcher allgather]
+        [--spec te --grouped-gemm --recompute selective --recompute-modules moe_act]
         [--fp8-format hybrid --fp8-recipe delayed --fp8-amax-history-len 1024 --fp8-param]
 
 Written the way a megatron.core user writes it: nccl process group, parallel_state,
@@ -56,6 +57,10 @@ p.add_argument("--moe-topk", type=int, default=2)
 p.add_argument("--moe-router-load-balancing-type", default="aux_loss",
                choices=("aux_loss", "seq_aux_loss", "sinkhorn", "none"))
 p.add_argument("--moe-dispatcher", choices=("alltoall", "allgather", "flex"), default="alltoall")
+p.add_argument("--grouped-gemm", action="store_true", help="the experts' GEMMs grouped "
+               "(TEGroupedMLP with the TE spec)")
+p.add_argument("--recompute-modules", nargs="+", default=None,
+               help="with --recompute selective: what it recomputes (Megatron: core_attn)")
 p.add_argument("--grad-accum-fusion", action="store_true",
                help="Megatron-LM's default: wgrad accumulated into main_grad by a fused kernel")
 p.add_argument("--defer-embedding-wgrad", action="store_true",
@@ -66,6 +71,8 @@ p.add_argument("--megatron-fsdp", action="store_true",
                     "sharded over data-parallel ranks) instead of Megatron's DDP")
 p.add_argument("--overlap-grad-reduce", action="store_true")
 p.add_argument("--overlap-param-gather", action="store_true", help="with the distributed optimizer")
+p.add_argument("--offload-modules", nargs="+", default=None,
+               help="fine-grained activation offloading of these modules' saved tensors")
 p.add_argument("--steps", type=int, default=5)
 p.add_argument("--spec", choices=("local", "te"), default="local",
                help="te: the Transformer Engine layer spec, as TE users build their models")
@@ -98,7 +105,7 @@ if args.moe_experts:
     moe = dict(num_moe_experts=args.moe_experts, moe_router_topk=args.moe_topk,
                moe_token_dispatcher_type=args.moe_dispatcher,
                moe_router_load_balancing_type=args.moe_router_load_balancing_type,
-               moe_ffn_hidden_size=2 * args.hidden, moe_grouped_gemm=False,
+               moe_ffn_hidden_size=2 * args.hidden, moe_grouped_gemm=args.grouped_gemm,
                moe_router_pre_softmax=args.moe_topk == 1,  # Megatron asks it of top-1
                # Sinkhorn balances without an auxiliary loss (Megatron refuses one)
                moe_aux_loss_coeff=0.0 if args.moe_router_load_balancing_type in ("sinkhorn", "none")
@@ -121,6 +128,11 @@ config = (MLATransformerConfig if args.mla else TransformerConfig)(
     persist_layer_norm=False, layernorm_zero_centered_gamma=args.layernorm_1p,
     attention_dropout=0.1, hidden_dropout=0.1,
     recompute_granularity=None if args.recompute == "none" else args.recompute,
+    **(dict(recompute_modules=args.recompute_modules) if args.recompute_modules else {}),
+    # every saved tensor of the offloaded modules, however small (Megatron's default: 1 M
+    # elements and up)
+    **(dict(fine_grained_activation_offloading=True, offload_modules=args.offload_modules,
+            min_offloaded_tensor_size=1) if args.offload_modules else {}),
     recompute_method="uniform" if args.recompute == "full" else None,
     recompute_num_layers=1 if args.recompute == "full" else None,
     fp8=args.fp8_format, fp8_recipe=args.fp8_recipe,
@@ -130,7 +142,8 @@ config = (MLATransformerConfig if args.mla else TransformerConfig)(
 spec = get_gpt_layer_local_spec if args.spec == "local" else \
     get_gpt_layer_with_transformer_engine_spec
 model = GPTModel(config=config,
-                 transformer_layer_spec=spec(num_experts=args.moe_experts, moe_grouped_gemm=False,
+                 transformer_layer_spec=spec(num_experts=args.moe_experts,
+                                             moe_grouped_gemm=args.grouped_gemm,
                                              multi_latent_attention=args.mla),
                  vocab_size=args.vocab, max_sequence_length=args.seq,
                  pre_process=parallel_state.is_pipeline_first_stage(),

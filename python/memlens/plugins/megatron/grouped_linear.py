@@ -1,0 +1,232 @@
+"""Transformer Engine's grouped linear layers where TE is absent, so a job that asks for TE's
+layers and `--moe-grouped-gemm` runs Megatron's own TEGroupedMLP, as on a GPU machine.
+
+Megatron builds TEGroupedMLP's two layers from TE's `GroupedLinear` (its
+TEColumnParallelGroupedLinear and TERowParallelGroupedLinear, `extensions/transformer_engine.py`).
+Without TE those classes are None, and memlens used to run the experts as SequentialMLP: the
+same weights, but each expert's activations apart, an extra copy of every output (its
+`torch.cat`), and `--recompute-modules moe_act` (TEGroupedMLP's) impossible. The stand-ins here
+hold what TE 2.10's `_GroupedLinear` holds (`pytorch/module/grouped_linear.py`), in bf16/fp16/fp32
+(not FP8):
+
+- parameters `weight0..N-1` (one per local expert, `[out, in]`, the expert-TP shard) and
+  `bias0..N-1` where asked, in `params_dtype`, made one after another as TE makes them;
+- forward: the input split by tokens per expert (views), one output `[tokens, out]` written by
+  the grouped GEMM on TE's grouped-GEMM workspaces (te_gemm.take_grouped: four, kept, made at
+  the first grouped GEMM); saved for backward: the input (unless the weights are frozen) and the
+  weights;
+- backward: the output gradient made contiguous, the input gradient `[tokens, in]`, and per
+  expert a weight gradient accumulated into `main_grad` (gradient-accumulation fusion; TE's
+  cached dummy gradient goes to Megatron's DDP hooks) or a new one of the activation dtype, and
+  a bias gradient where there is a bias.
+
+Written for TE 2.10 as Megatron-core 0.16 to 0.19 call it (`forward(x, m_splits)` returning
+`(output, bias)`). Not covered, with an error naming it: FP8 or FP4 grouped GEMMs and TE's
+deferred weight gradients (`--delay-wgrad-compute`).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+from ...errors import MemlensError
+from .te_wgrad import dummy_wgrad
+
+NOTE = ("Transformer Engine is not installed here: its grouped-GEMM experts (TEGroupedMLP) run "
+        "Megatron's own code with memlens' stand-in for TE's GroupedLinear, holding what TE's "
+        "holds (plugins/megatron/grouped_linear.py)")
+
+
+def swap_experts(plugin, spec) -> bool:
+    """The experts of a layer spec's MoE layer (SequentialMLP, or 0.16's legacy GroupedMLP, as
+    Megatron's local spec picks them) become TEGroupedMLP with the stand-in layers, as TE's
+    spec builds them; True if there was one."""
+    from megatron.core.transformer.moe import experts as experts_module
+
+    from .spec_swap import swap_in_spec
+
+    asked = {getattr(experts_module, n, None) for n in ("SequentialMLP", "GroupedMLP")} - {None}
+    column, row = layer_classes(plugin)
+    submodules = getattr(experts_module, "GroupedMLPSubmodules", None)  # 0.19
+    if submodules is None:
+        from megatron.core.transformer.mlp import MLPSubmodules as submodules
+
+    def replacement(value: Any) -> Any:
+        grouped = submodules(linear_fc1=column, linear_fc2=row)
+        if isinstance(value, functools.partial) and value.func in asked:  # 0.19's partials
+            return functools.partial(experts_module.TEGroupedMLP, submodules=grouped)
+        if getattr(value, "module", None) in asked:  # a ModuleSpec
+            return type(value)(module=experts_module.TEGroupedMLP, submodules=grouped)
+        return None
+
+    if not swap_in_spec(spec, replacement):
+        return False
+    plugin.note(NOTE)
+    return True
+
+
+@functools.cache
+def _grouped_linear_base() -> type:
+    import torch
+
+    class GroupedLinear(torch.nn.Module):
+        plugin = None  # set on each trace's subclasses (layer_classes)
+        parallel_mode: str | None = None
+
+        def __init__(self, num_gemms: int, input_size: int, output_size: int, *, config,
+                     init_method: Callable, bias: bool, skip_bias_add: bool,
+                     is_expert: bool = False, tp_comm_buffer_name=None, pg_collection=None,
+                     name=None):
+            super().__init__()
+            if getattr(config, "fp8", None) or getattr(config, "fp4", None):
+                raise MemlensError(
+                    "FP8 or FP4 grouped GEMMs (TEGroupedMLP with --fp8-format or --fp4-format) "
+                    "need Transformer Engine, which is not installed here: memlens' stand-in "
+                    "for TE's GroupedLinear (plugins/megatron/grouped_linear.py) covers "
+                    "bf16, fp16 and fp32 only")
+            if getattr(config, "delay_wgrad_compute", False) or \
+                    getattr(config, "overlap_dispatch_backward_with_experts_wgrad", False):
+                raise MemlensError(
+                    "--delay-wgrad-compute defers the grouped experts' weight gradients "
+                    "(TE's WeightGradStore), and Transformer Engine is not installed here: "
+                    "memlens' stand-in for TE's GroupedLinear computes them in backward")
+            if pg_collection is None:
+                from megatron.core.process_groups_config import ProcessGroupCollection
+
+                pg_collection = ProcessGroupCollection.use_mpu_process_groups()
+            tp = pg_collection.expt_tp.size()
+            if self.parallel_mode == "column":
+                output_size //= tp
+            else:
+                input_size //= tp
+            self.config, self.num_gemms = config, num_gemms
+            self.in_features, self.out_features = input_size, output_size
+            self.use_bias, self.te_return_bias = bias, skip_bias_add and bias
+            self.fuse_wgrad_accumulation = config.gradient_accumulation_fusion
+            self.delay_wgrad_compute = False
+            self.save_original_input = False  # Megatron sets it for FP8 recompute only
+            self.is_first_microbatch = True
+            expert_pgs = is_expert and (config.expert_model_parallel_size > 1 or
+                                        config.expert_tensor_parallel_size !=
+                                        config.tensor_model_parallel_size)
+            device = "cpu" if config.use_cpu_initialization else torch.cuda.current_device()
+            for i in range(num_gemms):  # TE registers weight0, bias0, weight1, ...
+                weight = torch.nn.Parameter(torch.empty(output_size, input_size, device=device,
+                                                        dtype=config.params_dtype))
+                if config.perform_initialization:
+                    with torch.no_grad():
+                        init_method(weight)
+                self.register_parameter(f"weight{i}", weight)
+                if bias:
+                    self.register_parameter(f"bias{i}", torch.nn.Parameter(torch.zeros(
+                        output_size, device=device, dtype=config.params_dtype)))
+            for name, param in self.named_parameters():  # Megatron's expert attributes
+                param.allreduce = not expert_pgs
+                param.tensor_model_parallel = name.startswith("weight") or \
+                    self.parallel_mode == "column"
+                if param.tensor_model_parallel:
+                    param.partition_dim = 0 if self.parallel_mode == "column" else 1
+                    param.partition_stride = 1
+
+        def forward(self, x, m_splits):
+            weights = [getattr(self, f"weight{i}") for i in range(self.num_gemms)]
+            biases = [getattr(self, f"bias{i}") for i in range(self.num_gemms)] \
+                if self.use_bias else []
+            if not x.is_contiguous():  # TE's prepare_forward
+                x = x.contiguous()
+            dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") \
+                else x.dtype
+            apply_bias = self.use_bias and not self.te_return_bias
+            args = (x, (list(m_splits), dtype, apply_bias, self))
+            if torch.is_grad_enabled():
+                out = _function().apply(*args, *weights, *(biases if apply_bias else []))
+            else:
+                out = _function().forward(None, *args, *weights,
+                                          *(biases if apply_bias else []))
+            self.is_first_microbatch = False
+            if self.te_return_bias:
+                return out, [b.to(dtype) for b in biases]
+            return out, None
+
+        def backward_dw(self):
+            """TE's deferred weight gradients: none are deferred here (see the module)."""
+
+    return GroupedLinear
+
+
+def layer_classes(plugin) -> tuple[type, type]:
+    """(TEColumnParallelGroupedLinear, TERowParallelGroupedLinear) stand-ins for `plugin`'s
+    trace, named as TE's."""
+    base = _grouped_linear_base()
+    doc = ("{}, standing in for Transformer Engine's (memlens/plugins/megatron/"
+           "grouped_linear.py): the memory of TE's GroupedLinear")
+    return tuple(type(name, (base,), {"plugin": plugin, "parallel_mode": mode,
+                                      "__doc__": doc.format(name)})
+                 for name, mode in (("TEColumnParallelGroupedLinear", "column"),
+                                    ("TERowParallelGroupedLinear", "row")))
+
+
+@functools.cache
+def _function():
+    import torch
+
+    from .te_gemm import take_grouped
+
+    class GroupedLinearFunction(torch.autograd.Function):
+        """TE 2.10's `_GroupedLinear` (not FP8), as it allocates."""
+
+        @staticmethod
+        def forward(ctx, x, settings, *params):
+            m_splits, dtype, apply_bias, layer = settings
+            n = layer.num_gemms
+            weights = params[:n]
+            view = x.reshape(-1, layer.in_features)
+            if view.dtype != dtype:
+                view = view.to(dtype)
+            weights_cast = [w if w.dtype == dtype else w.to(dtype) for w in weights]
+            take_grouped(layer.plugin, x.device)
+            out = torch.empty((sum(m_splits), layer.out_features), dtype=dtype, device=x.device)
+            if ctx is not None:
+                need_input = weights[0].requires_grad
+                ctx.save_for_backward(view if need_input else None, *weights_cast)
+                ctx.layer, ctx.m_splits, ctx.dtype = layer, m_splits, dtype
+                ctx.weights, ctx.apply_bias, ctx.x_shape = weights, apply_bias, x.shape
+                ctx.requires_dgrad = x.requires_grad
+                # TE reads main_grad in backward (Megatron's DDP sets it before the step)
+            return out.view(-1, *x.shape[1:-1], layer.out_features)
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            layer, dtype, device = ctx.layer, ctx.dtype, grad_output.device
+            saved = ctx.saved_tensors  # unpacked as TE does (saved-tensor hooks see it)
+            grad = grad_output.contiguous().view(-1, grad_output.shape[-1])
+            if grad.dtype != dtype:
+                grad = grad.to(dtype)
+            dgrad = None
+            if ctx.requires_dgrad:
+                dgrad = torch.empty((sum(ctx.m_splits), layer.in_features), dtype=dtype,
+                                    device=device).view(ctx.x_shape)
+            wgrads = [None] * layer.num_gemms
+            if ctx.weights[0].requires_grad:
+                wgrads = [_weight_gradient(layer, w, dtype, device) for w in ctx.weights]
+            bgrads = [torch.empty(layer.out_features, dtype=dtype, device=device)
+                      for _ in range(layer.num_gemms)] if ctx.apply_bias else []
+            del saved
+            return (dgrad, None, *wgrads, *bgrads)
+
+    return GroupedLinearFunction
+
+
+def _weight_gradient(layer, weight, dtype, device):
+    """As TE's grouped GEMM returns it: accumulated into `main_grad` (with TE's cached dummy
+    for Megatron's DDP hooks), or a new gradient of the activation dtype."""
+    import torch
+
+    if not layer.fuse_wgrad_accumulation:
+        return torch.empty(weight.shape, dtype=dtype, device=device)
+    if not hasattr(weight, "grad_added_to_main_grad"):
+        return None
+    weight.grad_added_to_main_grad = True
+    return dummy_wgrad(layer.plugin, tuple(weight.main_grad.shape), weight.dtype, device)
+
