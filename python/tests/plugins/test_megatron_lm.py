@@ -300,17 +300,20 @@ def test_what_needs_values_or_files_is_off_and_said():
 def test_recomputing_grouped_experts_activation_runs_on_te_grouped_linear_stand_in():
     """--recompute-modules moe_act recomputes TEGroupedMLP's activation. With TE's layers asked
     for, the grouped experts stay (Megatron's TEGroupedMLP on the stand-in for TE's
-    GroupedLinear) and it is said; with --transformer-impl local and no grouped_gemm package
+    GroupedLinear, unfused) and it is said; with --transformer-impl local and no grouped_gemm package
     they would run as SequentialMLP, which Megatron's config then refuses with a message that
     blames the configuration: memlens says what it is."""
     from memlens.errors import MemlensError
 
     moe = dict(num_experts=8, moe_grouped_gemm=True, recompute_modules=["moe_act"],
                moe_expert_capacity_factor=None, moe_pad_expert_input_to_capacity=False)
-    args = _args(transformer_impl="transformer_engine", **moe)
+    args = _args(transformer_impl="transformer_engine", use_transformer_engine_op_fuser=True,
+                 **moe)
     notes = " ".join(megatron_args.set_up(args, iterations=2))
     assert args.moe_grouped_gemm is True and args.transformer_impl == "local"
     assert "stand-in for TE's GroupedLinear" in notes
+    # TE's op fuser has no stand-in: TEGroupedMLP's unfused path, which keeps the same tensors
+    assert args.use_transformer_engine_op_fuser is False and "unfused path" in notes
     with pytest.raises(MemlensError, match=r"--recompute-modules moe_act .* --transformer-impl "
                                            r"local needs the grouped_gemm package"):
         megatron_args.set_up(_args(**moe), iterations=2)

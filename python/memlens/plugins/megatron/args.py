@@ -236,6 +236,14 @@ def _moe(args: Any) -> list[str]:
         from .grouped_linear import NOTE
 
         notes.append(NOTE)
+        if getattr(args, "use_transformer_engine_op_fuser", False):
+            # TE's op fuser (its `ops` API) has no stand-in: the experts' unfused path keeps
+            # the same tensors (its basic ops on H100s and A100s: each grouped GEMM's input,
+            # the SwiGLU's input and probabilities).
+            args.use_transformer_engine_op_fuser = False
+            notes.append("--use-transformer-engine-op-fuser: Transformer Engine is not "
+                         "installed here, so the grouped experts run TEGroupedMLP's unfused "
+                         "path, which keeps the same tensors as the op fuser's basic ops")
     elif grouped and find_spec("grouped_gemm") is None:
         if "moe_act" in (getattr(args, "recompute_modules", None) or []):
             from .optimizer import _megatron_version
