@@ -25,6 +25,7 @@ from .accountant_host import AccountantHost
 from .dynamic_sizes import bounded_result, has_bound
 from .healthy_values import HEALTHY_OPS, HEALTHY_VALUE, note_healthy_value
 from .host_compute import runs_on_host
+from .inplace_ops import answered
 from .shadow_values import SHADOW, carry, sized_by_shadows, sized_result
 from .phases import SETUP
 
@@ -192,7 +193,9 @@ class Accountant(TorchDispatchMode):
             # (the local shards, which hold the bytes) come back here and are booked.
             return NotImplemented
         try:
-            out = func(*args, **kwargs)
+            done, out = answered(func, args, kwargs, getattr(self.tracer, "fake_mode", None))
+            if not done:  # (inplace_ops.py: in-place ops that cannot fail, done here)
+                out = func(*args, **kwargs)
         except Exception as e:
             kind = type(e).__name__
             if kind == "DynamicOutputShapeException":
