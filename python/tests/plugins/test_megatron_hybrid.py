@@ -64,3 +64,22 @@ def test_the_unfused_mamba_path_is_refused_by_name(tmp_path):
                       str(SCRIPT), "--tp", "2", "--no-mem-eff-path", cwd=tmp_path)
     assert out.returncode != 0
     assert "--disable-mamba-mem-eff-path" in out.stderr and "install mamba_ssm" in out.stderr
+
+
+def test_the_hybrid_stacks_moe_layer_runs_te_grouped_experts(tmp_path):
+    """The hybrid stack's MoE spec asks for grouped GEMM with TE's layers; where TE is absent
+    its experts are Megatron's TEGroupedMLP on the stand-in for TE's grouped linear layers
+    (grouped_linear.py): 4 experts' fc1 (h -> F = 2h, with biases) and fc2 (F -> h), bf16, and
+    the four grouped-GEMM workspaces of TE's size (an H100: 32 MiB + 1 KiB)."""
+    snap = M.trace(tmp_path, 1, 0, "--pattern", "M*E", "--experts", "4", script=SCRIPT)
+    mods = {m["fqn"]: m for m in snap["modules"]}
+    experts = "module.module.decoder.layers.2.mlp.experts"
+    ffn = 2 * HIDDEN
+    assert [(mods[f]["class"], mods[f]["parameter_bytes"])
+            for f in (experts, f"{experts}.linear_fc1", f"{experts}.linear_fc2")] == [
+        ("TEGroupedMLP", 4 * 2 * (2 * ffn * HIDDEN + ffn + HIDDEN)),
+        ("TEColumnParallelGroupedLinear", 4 * 2 * (ffn * HIDDEN + ffn)),
+        ("TERowParallelGroupedLinear", 4 * 2 * (HIDDEN * ffn + HIDDEN))]
+    a = snap["allocations"]
+    assert [a["bytes"][i] for i, op in enumerate(a["op"])
+            if snap["ops"][op] == "te_grouped_gemm_workspace"] == [32 * 2**20 + 1024] * 4

@@ -40,8 +40,8 @@ NOTE = ("Transformer Engine is not installed here: its grouped-GEMM experts (TEG
 
 def swap_experts(plugin, spec) -> bool:
     """The experts of a layer spec's MoE layer (SequentialMLP, or 0.16's legacy GroupedMLP, as
-    Megatron's local spec picks them) become TEGroupedMLP with the stand-in layers, as TE's
-    spec builds them; True if there was one."""
+    Megatron's local spec, or TE's without TE, picks them) become TEGroupedMLP with the
+    stand-in layers, as TE's spec builds them; True if there was one."""
     from megatron.core.transformer.moe import experts as experts_module
 
     from .spec_swap import swap_in_spec
@@ -60,10 +60,7 @@ def swap_experts(plugin, spec) -> bool:
             return type(value)(module=experts_module.TEGroupedMLP, submodules=grouped)
         return None
 
-    if not swap_in_spec(spec, replacement):
-        return False
-    plugin.note(NOTE)
-    return True
+    return swap_in_spec(spec, replacement)
 
 
 @functools.cache
@@ -79,6 +76,7 @@ def _grouped_linear_base() -> type:
                      is_expert: bool = False, tp_comm_buffer_name=None, pg_collection=None,
                      name=None):
             super().__init__()
+            self.plugin.note(NOTE)
             if getattr(config, "fp8", None) or getattr(config, "fp4", None):
                 raise MemlensError(
                     "FP8 or FP4 grouped GEMMs (TEGroupedMLP with --fp8-format or --fp4-format) "

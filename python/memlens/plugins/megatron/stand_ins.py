@@ -186,7 +186,8 @@ def hybrid_layer_specs(plugin, mod: ModuleType) -> None:
     `megatron.core.models.mamba.mamba_layer_specs mamba_stack_spec`). Where TE is absent each
     becomes a copy with Megatron's modules as TE holds memory: the norm-fused linear as norm
     then linear (te_gemm.layer_norm_column_parallel_class), the linear layers' GEMMs on TE's
-    workspace, TE's norm as Megatron's, and core attention as TE's."""
+    workspace, TE's norm as Megatron's, core attention as TE's, and the MoE layers' experts
+    as TEGroupedMLP on the stand-in for TE's grouped linear layers (grouped_linear.py)."""
     if find_spec("transformer_engine") is not None:
         return
     from megatron.core.extensions import transformer_engine as te_ext
@@ -195,6 +196,7 @@ def hybrid_layer_specs(plugin, mod: ModuleType) -> None:
     from megatron.core.transformer.torch_norm import WrappedTorchNorm
 
     from .attention import flash_attention_class
+    from .grouped_linear import layer_classes, swap_experts
     from .spec_swap import copy_spec, swap_in_spec
     from .te_gemm import layer_norm_column_parallel_class, te_gemm_class
 
@@ -204,11 +206,14 @@ def hybrid_layer_specs(plugin, mod: ModuleType) -> None:
         return
     # 0.19's GPT scripts import this module too (megatron.training.models): TE counts as
     # asked for only when a stack is built from one of these specs (hybrid_block below).
+    column, row = layer_classes(plugin)
     local = {"TELayerNormColumnParallelLinear": layer_norm_column_parallel_class(),
              "TEColumnParallelLinear": te_gemm_class(ColumnParallelLinear),
              "TERowParallelLinear": te_gemm_class(RowParallelLinear),
-             "TENorm": WrappedTorchNorm, "TEDotProductAttention": flash_attention_class()}
-    swaps = {getattr(te_ext, name): cls for name, cls in local.items() if hasattr(te_ext, name)}
+             "TENorm": WrappedTorchNorm, "TEDotProductAttention": flash_attention_class(),
+             "TEColumnParallelGroupedLinear": column, "TERowParallelGroupedLinear": row}
+    swaps = {getattr(te_ext, name): cls for name, cls in local.items()
+             if getattr(te_ext, name, None) is not None}
     copies = {}  # one copy per spec: 0.19's mamba_stack_spec is hybrid_stack_spec
     plugin.patcher.defer(TE_STACKS.clear)
     for name, spec in specs:
@@ -216,6 +221,9 @@ def hybrid_layer_specs(plugin, mod: ModuleType) -> None:
             copies[id(spec)] = copy_spec(spec)
             swap_in_spec(copies[id(spec)],
                          lambda value: swaps.get(value) if isinstance(value, type) else None)
+            # 0.19's TE spec falls back to SequentialMLP where TE's grouped layers are None;
+            # on a GPU it is TEGroupedMLP (the stack's MoE spec asks for grouped GEMM)
+            swap_experts(plugin, copies[id(spec)])
             TE_STACKS[id(copies[id(spec)].submodules)] = copies[id(spec)]
         plugin.patcher.setattr(mod, name, copies[id(spec)])
 

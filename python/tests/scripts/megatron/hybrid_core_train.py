@@ -4,6 +4,7 @@ layer spec (Transformer Engine's modules: the only one Megatron ships), bf16 thr
 Float16Module, Megatron's DistributedDataParallel and optimizer, the pipeline schedules.
 
     torchrun --nproc_per_node 2 hybrid_core_train.py --tp 2 [--pattern M*M-] [--steps 2]
+        [--pattern M*E --experts 4]
         [--no-mem-eff-path]
 
 megatron-core 0.16 names it MambaModel and `mamba_layer_specs.mamba_stack_spec`; 0.19 calls it
@@ -27,7 +28,8 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 
 p = argparse.ArgumentParser()
 p.add_argument("--tp", type=int, default=1)
-p.add_argument("--pattern", default="M*M-", help="M Mamba, * attention, - MLP")
+p.add_argument("--pattern", default="M*M-", help="M Mamba, * attention, - MLP, E MoE")
+p.add_argument("--experts", type=int, default=None, help="the MoE layers' experts (top-2)")
 p.add_argument("--hidden", type=int, default=256)
 p.add_argument("--heads", type=int, default=8)
 p.add_argument("--seq", type=int, default=256)
@@ -50,7 +52,10 @@ config = TransformerConfig(
     mamba_state_dim=32, mamba_head_dim=32, mamba_num_groups=2,  # 16 heads of 32: expand 2
     attention_dropout=0.0, hidden_dropout=0.0, masked_softmax_fusion=False,
     bias_activation_fusion=False, bias_dropout_fusion=False, persist_layer_norm=False,
-    gradient_accumulation_fusion=False, use_mamba_mem_eff_path=not args.no_mem_eff_path)
+    gradient_accumulation_fusion=False, use_mamba_mem_eff_path=not args.no_mem_eff_path,
+    **(dict(num_moe_experts=args.experts, moe_router_topk=2, moe_ffn_hidden_size=2 * args.hidden,
+            moe_token_dispatcher_type="alltoall", moe_grouped_gemm=True,
+            moe_aux_loss_coeff=1e-2) if args.experts else {}))
 model = MambaModel(config=config, mamba_stack_spec=mamba_stack_spec, vocab_size=args.vocab,
                    max_sequence_length=args.seq, hybrid_override_pattern=args.pattern,
                    pre_process=True, post_process=True)
