@@ -69,6 +69,7 @@ class MegatronPlugin:
         self.fused_adam: type | None = None  # FusedAdam's stand-in, once Megatron asks
         self.fp8_recipe = None  # inside Megatron's FP8 context (TE absent): its recipe
         self.te_dummy_wgrads: dict = {}  # TE's get_dummy_wgrad cache (te_wgrad.py)
+        self.grouped_linear_classes: tuple | None = None  # TE's grouped layers' stand-ins
         # TE's GEMM workspace taken by a stand-in GEMM (te_gemm.py), once TE is asked for
         self.te_gemm = lambda device: None
 

@@ -27,7 +27,7 @@ from types import ModuleType
 from ... import categories as C
 from ...errors import MemlensError
 from .fp8 import RECIPES, Recipe
-from .te_wgrad import dummy_wgrad
+from .te_wgrad import fused_wgrad
 
 
 def recipe_of(plugin, config) -> Recipe:
@@ -63,15 +63,18 @@ def fp8_utils(plugin, mod: ModuleType) -> None:
 
 
 @contextlib.contextmanager
-def fp8_autocast(plugin, recipe: Recipe):
-    reason = recipe.unsupported()
+def fp8_autocast(plugin, recipe: Recipe | None):
+    """Megatron's FP8 context with `recipe`; with None, FP8 off inside (TE's
+    `fp8_autocast(enabled=False)`)."""
+    reason = recipe.unsupported() if recipe is not None else None
     if reason:  # TE's fp8_autocast -> check_recipe_support
         raise RuntimeError(reason)
     previous, plugin.fp8_recipe = plugin.fp8_recipe, recipe
-    plugin.note(f"Transformer Engine is not installed here: FP8 GEMMs ({recipe.name} scaling) "
-                "hold what TE's linear holds: a quantized weight kept across micro-batches, "
-                "the input saved quantized (column-wise) instead of in bf16, the scaling state "
-                "(plugins/megatron/fp8_linear.py)")
+    if recipe is not None:
+        plugin.note(f"Transformer Engine is not installed here: FP8 GEMMs ({recipe.name} "
+                    "scaling) hold what TE's linear holds: a quantized weight kept across "
+                    "micro-batches, the input saved quantized (column-wise) instead of in bf16, "
+                    "the scaling state (plugins/megatron/fp8_linear.py)")
     try:
         yield
     finally:
@@ -235,10 +238,7 @@ def _weight_gradient(ctx, weight, grad_output):
     if not ctx.layer.fusion:
         return torch.empty(ctx.weight_shape, dtype=dtype, device=grad_output.device)
     weight.main_grad = ctx.main_grad
-    if not hasattr(weight, "grad_added_to_main_grad"):
-        return None
-    weight.grad_added_to_main_grad = True
-    return dummy_wgrad(ctx.layer.plugin, weight.main_grad.shape, dtype, grad_output.device)
+    return fused_wgrad(ctx.layer.plugin, weight, grad_output.device)
 
 
 PATCHES = {

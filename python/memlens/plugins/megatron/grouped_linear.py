@@ -31,7 +31,7 @@ import functools
 from typing import Any, Callable
 
 from ...errors import MemlensError
-from .te_wgrad import dummy_wgrad
+from .te_wgrad import fused_wgrad
 
 NOTE = ("Transformer Engine is not installed here: its grouped-GEMM experts (TEGroupedMLP) run "
         "Megatron's own code with memlens' stand-in for TE's GroupedLinear, holding what TE's "
@@ -155,14 +155,17 @@ def _grouped_linear_base() -> type:
 
 def layer_classes(plugin) -> tuple[type, type]:
     """(TEColumnParallelGroupedLinear, TERowParallelGroupedLinear) stand-ins for `plugin`'s
-    trace, named as TE's."""
-    base = _grouped_linear_base()
-    doc = ("{}, standing in for Transformer Engine's (memlens/plugins/megatron/"
-           "grouped_linear.py): the memory of TE's GroupedLinear")
-    return tuple(type(name, (base,), {"plugin": plugin, "parallel_mode": mode,
-                                      "__doc__": doc.format(name)})
-                 for name, mode in (("TEColumnParallelGroupedLinear", "column"),
-                                    ("TERowParallelGroupedLinear", "row")))
+    trace, named as TE's: made once per trace (each layer spec asks)."""
+    if plugin.grouped_linear_classes is None:
+        base = _grouped_linear_base()
+        doc = ("{}, standing in for Transformer Engine's (memlens/plugins/megatron/"
+               "grouped_linear.py): the memory of TE's GroupedLinear")
+        plugin.grouped_linear_classes = tuple(
+            type(name, (base,), {"plugin": plugin, "parallel_mode": mode,
+                                 "__doc__": doc.format(name)})
+            for name, mode in (("TEColumnParallelGroupedLinear", "column"),
+                               ("TERowParallelGroupedLinear", "row")))
+    return plugin.grouped_linear_classes
 
 
 @functools.cache
@@ -223,8 +226,5 @@ def _weight_gradient(layer, weight, dtype, device):
 
     if not layer.fuse_wgrad_accumulation:
         return torch.empty(weight.shape, dtype=dtype, device=device)
-    if not hasattr(weight, "grad_added_to_main_grad"):
-        return None
-    weight.grad_added_to_main_grad = True
-    return dummy_wgrad(layer.plugin, tuple(weight.main_grad.shape), weight.dtype, device)
+    return fused_wgrad(layer.plugin, weight, device)
 

@@ -44,9 +44,7 @@ def checkpoint_without_output(plugin, mod: ModuleType) -> None:
     def fp8_autocast(enabled=True, fp8_recipe=None, **_):
         from .fp8_linear import fp8_autocast as memlens_fp8_autocast
 
-        if enabled and fp8_recipe is not None:
-            return memlens_fp8_autocast(plugin, fp8_recipe)
-        return _without_fp8(plugin)
+        return memlens_fp8_autocast(plugin, fp8_recipe if enabled else None)
 
     for name, value in (("FP8GlobalStateManager", FP8GlobalStateManager),
                         ("fp8_autocast", fp8_autocast),
@@ -57,15 +55,6 @@ def checkpoint_without_output(plugin, mod: ModuleType) -> None:
 
 def _share_nothing(output, recomputed) -> None:
     """0.19's zero-copy hand-over of the recomputed output: no bytes move (see the module)."""
-
-
-@contextlib.contextmanager
-def _without_fp8(plugin):
-    previous, plugin.fp8_recipe = plugin.fp8_recipe, None
-    try:
-        yield
-    finally:
-        plugin.fp8_recipe = previous
 
 
 PATCHES = {

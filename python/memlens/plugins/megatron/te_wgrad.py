@@ -13,6 +13,16 @@ from __future__ import annotations
 from ... import categories as C
 
 
+def fused_wgrad(plugin, weight, device):
+    """What TE's fused weight-gradient GEMM hands autograd once it has accumulated into
+    `weight.main_grad`: its dummy (marking the weight's gradient as added, for Megatron's DDP),
+    or nothing where the weight is not Megatron's (no `grad_added_to_main_grad`)."""
+    if not hasattr(weight, "grad_added_to_main_grad"):
+        return None
+    weight.grad_added_to_main_grad = True
+    return dummy_wgrad(plugin, weight.main_grad.shape, weight.dtype, device)
+
+
 def dummy_wgrad(plugin, shape: tuple, dtype, device):
     """TE's cached dummy gradient of `shape` and `dtype`, on `device`."""
     import torch
