@@ -144,6 +144,79 @@ def test_te_grouped_experts_run_on_the_grouped_linear_stand_in(ranks, tmp_path, 
     assert GROUPED_NOTE in snap["meta"]["notes"]
 
 
+# FP8 grouped experts (TE spec, --grouped-gemm, --fp8-format hybrid), H100: what the two
+# layers of each MoE layer keep from forward to backward, derived by hand (plugins/megatron/
+# grouped_fp8.py). fc1 and fc2 run per local expert on its m = 256 tokens; GeLU keeps fc1's
+# output and its own ([512 tokens, FFN] bf16: 524,288 B each); the product fc2 takes is not
+# kept, fc2 keeps it quantized. Float8 (tensorwise, delayed) quantizes each expert apart and
+# keeps the column-wise copy, a transpose on H100: fc1 [h, m] = 65,536 B, fc2 [FFN, m] =
+# 131,072 B, each with a 4 B scale-inverse. Blockwise puts all experts' column-wise data in one
+# buffer per layer, data 256-byte and then its 1 x 128 block scales 16-byte aligned:
+# fc1 2 x 65,536 + 2 x [m/128, h] x 4 B = 135,168 B; fc2 2 x 131,072 + 2 x [2, FFN] x 4 B =
+# 270,336 B. With `moe_act` recomputed, fc2 saves its bf16 input, which the checkpoint
+# discards: only fc1's keep and its output remain.
+M_TOKENS = TOKENS * TOPK // EXPERTS * EP  # 256 per local expert
+GELU = [FFN * 2 * 2 * M_TOKENS] * 2  # fc1's output and GeLU's, both experts'
+FLOAT8_SAVED = [4] * 4 + [GPT.hidden * M_TOKENS] * 2 + [FFN * M_TOKENS] * 2
+FP8_GROUPED = {
+    "tensorwise": ((), sorted(FLOAT8_SAVED + GELU)),
+    "blockwise": ((), sorted([2 * GPT.hidden * M_TOKENS + 2 * 2 * GPT.hidden * 4,
+                              2 * FFN * M_TOKENS + 2 * 2 * FFN * 4] + GELU)),
+    "tensorwise-moe_act": (("--recompute", "selective", "--recompute-modules", "moe_act"),
+                           sorted([4] * 2 + [GPT.hidden * M_TOKENS] * 2 + GELU[:1])),
+}
+
+
+@pytest.mark.parametrize("setting", FP8_GROUPED)
+def test_fp8_grouped_experts_keep_te_quantized_inputs(tmp_path, setting):
+    """The FP8 grouped GEMM's quantized inputs, and TE's weight workspaces: each expert's
+    weight row- and column-wise (Float8: data and transpose, 131,072 B each, and a 4 B
+    scale-inverse; blockwise: the same data and 64 B + 32 B of 128 x 128 block scales),
+    parameters of the "fp8" subcategory kept from the first forward."""
+    extra, kept = FP8_GROUPED[setting]
+    recipe = setting.split("-")[0]
+    snap = M.trace(tmp_path, EP, 0, *FLAGS, *GROUPED, "--fp8-format", "hybrid",
+                   "--fp8-recipe", recipe, *extra)
+    copies = [GPT.hidden * FFN] * 2 + ([4] if recipe == "tensorwise" else [64, 32])
+    for layer in range(LAYERS):
+        experts = f"module.module.decoder.layers.{layer}.mlp.experts"
+        assert sorted(M.kept_into_backward(snap, experts)) == kept
+        for linear in ("linear_fc1", "linear_fc2"):
+            assert sorted(_fp8_state(snap, f"{experts}.{linear}")) == \
+                sorted(copies * (EXPERTS // EP))
+    assert GROUPED_NOTE in snap["meta"]["notes"]
+
+
+def test_fp8_grouped_experts_pad_tokens_and_keep_delayed_scaling_state(tmp_path):
+    """s = 100: each local expert gets 200 tokens, which TE's Fp8Padding pads to 208 (a
+    multiple of 16): the saved transposes are [h, 208] and [FFN, 208], the GeLU tensors
+    [416, FFN] bf16, and Megatron's padded probabilities [416] bf16 are kept too. Delayed
+    scaling's state per grouped layer: 2 experts x 3 forward and 2 backward quantizers, each
+    an fp32 scale and 16 rows of amax history: 24 + 384 + 16 + 256 B."""
+    snap = M.trace(tmp_path, EP, 0, *FLAGS, *GROUPED, "--fp8-format", "hybrid",
+                   "--fp8-recipe", "delayed", "--fp8-amax-history-len", "16", "--seq", "100")
+    padded = 208
+    kept = [4] * 4 + [GPT.hidden * padded] * 2 + [FFN * padded] * 2 + \
+        [2 * padded * FFN * 2] * 2 + [2 * padded * 2]
+    state = [24, 384, 16, 256]
+    for layer in range(LAYERS):
+        experts = f"module.module.decoder.layers.{layer}.mlp.experts"
+        assert sorted(M.kept_into_backward(snap, experts)) == sorted(kept)
+        for linear in ("linear_fc1", "linear_fc2"):
+            assert sorted(_fp8_state(snap, f"{experts}.{linear}")) == \
+                sorted([GPT.hidden * FFN] * 4 + [4] * 2 + state)
+
+
+def _fp8_state(snap: dict, fqn: str) -> list[int]:
+    """Requested bytes of `fqn`'s FP8 weight copies and scaling state (parameters it made in
+    its first forward, not its bf16 weights and biases), alive at the end."""
+    fqns = [m["fqn"] for m in snap["modules"]]
+    first_step = M._phase(snap, "forward_backward_iter_0")["start_seq"]
+    return [r["requested_bytes"] for r in M._rows(snap)
+            if r["module"] >= 0 and fqns[r["module"]] == fqn and r["free_seq"] < 0
+            and r["alloc_seq"] >= first_step and M.CATEGORIES[r["category"]] == "parameter"]
+
+
 def test_worst_case_routing_sends_every_token_to_this_ranks_experts(ranks, tmp_path):
     """Both local experts (k = 2 of them) process all 512 tokens of the EP group: twice the
     balanced activations (1,572,864 B each); the model states do not change."""

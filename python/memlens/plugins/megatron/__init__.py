@@ -78,13 +78,15 @@ class MegatronPlugin:
         patched by several parts."""
         from . import (activation_offload as megatron_offload, core as megatron_core,
                        fp8_linear as megatron_fp8_linear,
-                       fp8_params as megatron_fp8_params, mamba as megatron_mamba,
+                       fp8_params as megatron_fp8_params,
+                       grouped_linear as megatron_grouped_linear, mamba as megatron_mamba,
                        moe as megatron_moe, recompute as megatron_recompute,
                        stand_ins as megatron_stand_ins, training as megatron_training)
 
         return [(name, functools.partial(patch, self))
                 for part in (megatron_core, megatron_stand_ins, megatron_recompute,
-                             megatron_fp8_linear, megatron_fp8_params, megatron_moe,
+                             megatron_fp8_linear, megatron_fp8_params,
+                             megatron_grouped_linear, megatron_moe,
                              megatron_mamba, megatron_offload, megatron_training)
                 for name, patch in part.PATCHES.items()]
 

@@ -108,16 +108,14 @@ class Recipe:
         keep = ("data", "scale_inv", "rowwise_data", "rowwise_scale_inv")
         return {name: t for name, t in parts.items() if name in keep}
 
-    def module_state(self) -> dict[str, tuple[tuple[int, ...], str]]:
-        """What a TE module keeps for one GEMM (fp8_meta's recipe states): only delayed scaling
-        has any."""
+    def module_state(self, gemms: int = 1) -> dict[str, tuple[tuple[int, ...], str]]:
+        """What a TE module of `gemms` GEMMs keeps (fp8_meta's recipe states): only delayed
+        scaling has any."""
         if self.name != "delayed":
             return {}
-        n = self.amax_history_len
-        return {"scale_fwd": ((FORWARD_QUANTIZERS,), "float32"),
-                "amax_history_fwd": ((n, FORWARD_QUANTIZERS), "float32"),
-                "scale_bwd": ((BACKWARD_QUANTIZERS,), "float32"),
-                "amax_history_bwd": ((n, BACKWARD_QUANTIZERS), "float32")}
+        n, fwd, bwd = self.amax_history_len, gemms * FORWARD_QUANTIZERS, gemms * BACKWARD_QUANTIZERS
+        return {"scale_fwd": ((fwd,), "float32"), "amax_history_fwd": ((n, fwd), "float32"),
+                "scale_bwd": ((bwd,), "float32"), "amax_history_bwd": ((n, bwd), "float32")}
 
 
 def _block_scale_shape(m: int, k: int, weight: bool, columnwise: bool) -> tuple[int, int]:

@@ -98,6 +98,37 @@ def tp_layers(plugin, mod: ModuleType) -> None:
         plugin.patcher.setattr(cls, "_forward_impl", _forward_impl)
 
 
+def quantized(recipe: Recipe, shape, weight: bool, rowwise: bool, columnwise: bool,
+              device="cuda") -> dict:
+    """One tensor of `shape` quantized with these usages: its parts (fp8.py), empty."""
+    import torch
+
+    return {name: torch.empty(s, dtype=getattr(torch, d), device=device)
+            for name, (s, d) in recipe.parts(tuple(shape), weight, rowwise, columnwise).items()}
+
+
+def keep(plugin, module, tensors: dict) -> None:
+    """Module state: FP8 weights and scales, parameters of `module` in the "fp8
+    weights/scales" subcategory."""
+    tracer = plugin.tracer
+    owner = tracer.modules.index_of(module)
+    for t in tensors.values():
+        tracer.classifier.mark_fp8(t, owner)
+        tracer.classifier.pin(t, C.PARAMETER, owner)
+
+
+def module_state(plugin, module, recipe: Recipe, gemms: int = 1) -> None:
+    """The module's fp8_meta (delayed scaling: its quantizers' scales and amax histories),
+    made at its first FP8 forward."""
+    import torch
+
+    if getattr(module, "_memlens_fp8_meta", None) is None:
+        meta = {name: torch.zeros(s, dtype=getattr(torch, d), device="cuda")
+                for name, (s, d) in recipe.module_state(gemms).items()}
+        keep(plugin, module, meta)
+        module._memlens_fp8_meta = meta
+
+
 class _Layer:
     """What the autograd function needs besides tensors: the module, its recipe, Megatron's
     flags for this call."""
@@ -112,33 +143,13 @@ class _Layer:
         self.tp_group = get_tensor_model_parallel_group_if_none(kwargs.get("tp_group"))
 
     def quantize(self, shape, weight: bool, rowwise: bool, columnwise: bool) -> dict:
-        import torch
-
-        return {name: torch.empty(s, dtype=getattr(torch, d), device="cuda")
-                for name, (s, d) in self.recipe.parts(tuple(shape), weight, rowwise,
-                                                      columnwise).items()}
+        return quantized(self.recipe, shape, weight, rowwise, columnwise)
 
     def keep(self, tensors: dict) -> None:
-        """Module state: FP8 weights and scales, parameters of this module in the "fp8
-        weights/scales" subcategory."""
-        tracer = self.plugin.tracer
-        owner = tracer.modules.index_of(self.module)
-        for t in tensors.values():
-            tracer.classifier.mark_fp8(t, owner)
-            tracer.classifier.pin(t, C.PARAMETER, owner)
+        keep(self.plugin, self.module, tensors)
 
     def state(self) -> None:
-        """The module's fp8_meta (delayed scaling), made at its first FP8 forward."""
-        if getattr(self.module, "_memlens_fp8_meta", None) is None:
-            meta = self.quantize_state()
-            self.keep(meta)
-            self.module._memlens_fp8_meta = meta
-
-    def quantize_state(self) -> dict:
-        import torch
-
-        return {name: torch.zeros(s, dtype=getattr(torch, d), device="cuda")
-                for name, (s, d) in self.recipe.module_state().items()}
+        module_state(self.plugin, self.module, self.recipe)
 
     def weight(self, weight) -> dict:
         """The quantized weight: the cached workspace, made once (TE's `_fp8_workspaces`,

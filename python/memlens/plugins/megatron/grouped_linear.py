@@ -6,8 +6,8 @@ TEColumnParallelGroupedLinear and TERowParallelGroupedLinear, `extensions/transf
 Without TE those classes are None, and memlens used to run the experts as SequentialMLP: the
 same weights, but each expert's activations apart, an extra copy of every output (its
 `torch.cat`), and `--recompute-modules moe_act` (TEGroupedMLP's) impossible. The stand-ins here
-hold what TE 2.10's `_GroupedLinear` holds (`pytorch/module/grouped_linear.py`), in bf16/fp16/fp32
-(not FP8):
+hold what TE 2.10's `_GroupedLinear` holds (`pytorch/module/grouped_linear.py`); this module's
+list is bf16/fp16/fp32, and under `--fp8-format` the quantized tensors are grouped_fp8.py's:
 
 - parameters `weight0..N-1` (one per local expert, `[out, in]`, the expert-TP shard) and
   `bias0..N-1` where asked, in `params_dtype`, made one after another as TE makes them;
@@ -20,9 +20,12 @@ hold what TE 2.10's `_GroupedLinear` holds (`pytorch/module/grouped_linear.py`),
   cached dummy gradient goes to Megatron's DDP hooks) or a new one of the activation dtype, and
   a bias gradient where there is a bias.
 
+Under FP8, Megatron's TEGroupedMLP asserts TE (`experts.HAVE_TE`) and pads each expert's
+tokens with TE's Fp8Padding: where TE is absent, `experts` below gives it the stand-ins.
+
 Written for TE 2.10 as Megatron-core 0.16 to 0.19 call it (`forward(x, m_splits)` returning
-`(output, bias)`). Not covered, with an error naming it: FP8 or FP4 grouped GEMMs and TE's
-deferred weight gradients (`--delay-wgrad-compute`).
+`(output, bias)`). Not covered, with an error naming it: FP4, FP8 parameters
+(`--fp8-param-gather`) and TE's deferred weight gradients (`--delay-wgrad-compute`).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import functools
 from typing import Any, Callable
 
 from ...errors import MemlensError
+from . import grouped_fp8
 from .te_wgrad import fused_wgrad
 
 NOTE = ("Transformer Engine is not installed here: its grouped-GEMM experts (TEGroupedMLP) run "
@@ -77,12 +81,14 @@ def _grouped_linear_base() -> type:
                      name=None):
             super().__init__()
             self.plugin.note(NOTE)
-            if getattr(config, "fp8", None) or getattr(config, "fp4", None):
+            if getattr(config, "fp4", None) or \
+                    (getattr(config, "fp8", None) and getattr(config, "fp8_param", False)):
                 raise MemlensError(
-                    "FP8 or FP4 grouped GEMMs (TEGroupedMLP with --fp8-format or --fp4-format) "
-                    "need Transformer Engine, which is not installed here: memlens' stand-in "
-                    "for TE's GroupedLinear (plugins/megatron/grouped_linear.py) covers "
-                    "bf16, fp16 and fp32 only")
+                    "FP4 grouped GEMMs (--fp4-format) and FP8 expert parameters "
+                    "(--fp8-param-gather with TEGroupedMLP) need Transformer Engine, which is "
+                    "not installed here: memlens' stand-in for TE's GroupedLinear "
+                    "(plugins/megatron/grouped_linear.py) covers bf16, fp16, fp32 and FP8 "
+                    "GEMMs on bf16 weights")
             if getattr(config, "delay_wgrad_compute", False) or \
                     getattr(config, "overlap_dispatch_backward_with_experts_wgrad", False):
                 raise MemlensError(
@@ -136,7 +142,7 @@ def _grouped_linear_base() -> type:
             dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") \
                 else x.dtype
             apply_bias = self.use_bias and not self.te_return_bias
-            args = (x, (list(m_splits), dtype, apply_bias, self))
+            args = (x, (list(m_splits), dtype, apply_bias, self, self.plugin.fp8_recipe))
             if torch.is_grad_enabled():
                 out = _function().apply(*args, *weights, *(biases if apply_bias else []))
             else:
@@ -175,23 +181,29 @@ def _function():
     from .te_gemm import take_grouped
 
     class GroupedLinearFunction(torch.autograd.Function):
-        """TE 2.10's `_GroupedLinear` (not FP8), as it allocates."""
+        """TE 2.10's `_GroupedLinear`, as it allocates (FP8: grouped_fp8.py)."""
 
         @staticmethod
         def forward(ctx, x, settings, *params):
-            m_splits, dtype, apply_bias, layer = settings
+            m_splits, dtype, apply_bias, layer, recipe = settings
             n = layer.num_gemms
             weights = params[:n]
-            view = x.reshape(-1, layer.in_features)
-            if view.dtype != dtype:
-                view = view.to(dtype)
-            weights_cast = [w if w.dtype == dtype else w.to(dtype) for w in weights]
+            if recipe is None:
+                view = x.reshape(-1, layer.in_features)
+                if view.dtype != dtype:
+                    view = view.to(dtype)
+                weights_cast = [w if w.dtype == dtype else w.to(dtype) for w in weights]
+                operands, saved = [], [view if weights[0].requires_grad else None, *weights_cast]
+            else:
+                operands, saved, weights_q = grouped_fp8.forward_operands(
+                    layer, recipe, x, m_splits, weights, ctx is not None)
+                saved = [*saved, *weights_q]
             take_grouped(layer.plugin, x.device)
             out = torch.empty((sum(m_splits), layer.out_features), dtype=dtype, device=x.device)
+            del operands  # the row-wise data the GEMM read
             if ctx is not None:
-                need_input = weights[0].requires_grad
-                ctx.save_for_backward(view if need_input else None, *weights_cast)
-                ctx.layer, ctx.m_splits, ctx.dtype = layer, m_splits, dtype
+                ctx.save_for_backward(*saved)
+                ctx.layer, ctx.m_splits, ctx.dtype, ctx.recipe = layer, m_splits, dtype, recipe
                 ctx.weights, ctx.apply_bias, ctx.x_shape = weights, apply_bias, x.shape
                 ctx.requires_dgrad = x.requires_grad
                 # TE reads main_grad in backward (Megatron's DDP sets it before the step)
@@ -202,18 +214,23 @@ def _function():
             layer, dtype, device = ctx.layer, ctx.dtype, grad_output.device
             saved = ctx.saved_tensors  # unpacked as TE does (saved-tensor hooks see it)
             grad = grad_output.contiguous().view(-1, grad_output.shape[-1])
-            if grad.dtype != dtype:
+            need_wgrad = ctx.weights[0].requires_grad
+            quantized = ()
+            if ctx.recipe is not None:
+                quantized = grouped_fp8.backward_operands(layer, ctx.recipe, ctx.m_splits, grad,
+                                                          saved, need_wgrad)
+            elif grad.dtype != dtype:
                 grad = grad.to(dtype)
             dgrad = None
             if ctx.requires_dgrad:
                 dgrad = torch.empty((sum(ctx.m_splits), layer.in_features), dtype=dtype,
                                     device=device).view(ctx.x_shape)
             wgrads = [None] * layer.num_gemms
-            if ctx.weights[0].requires_grad:
+            if need_wgrad:
                 wgrads = [_weight_gradient(layer, w, dtype, device) for w in ctx.weights]
             bgrads = [torch.empty(layer.out_features, dtype=dtype, device=device)
                       for _ in range(layer.num_gemms)] if ctx.apply_bias else []
-            del saved
+            del saved, quantized
             return (dgrad, None, *wgrads, *bgrads)
 
     return GroupedLinearFunction
@@ -228,3 +245,17 @@ def _weight_gradient(layer, weight, dtype, device):
         return torch.empty(weight.shape, dtype=dtype, device=device)
     return fused_wgrad(layer.plugin, weight, device)
 
+
+
+def experts(plugin, mod) -> None:
+    """Megatron's TEGroupedMLP under `--fp8-format` asserts TE and pads each expert's tokens
+    with TE's Fp8Padding (0.16 to 0.19): where TE is absent, they are the stand-ins'."""
+    if getattr(mod, "HAVE_TE", True) or not hasattr(mod, "TEGroupedMLP"):
+        return  # 0.16 leaves Fp8Padding unbound without TE, 0.19 binds it to None
+    padding, unpadding = grouped_fp8.padding_classes(plugin)
+    plugin.patcher.setattr(mod, "HAVE_TE", True)  # read only by TEGroupedMLP's FP8 assert
+    plugin.patcher.setattr(mod, "Fp8Padding", padding)
+    plugin.patcher.setattr(mod, "Fp8Unpadding", unpadding)
+
+
+PATCHES = {"megatron.core.transformer.moe.experts": experts}

@@ -286,7 +286,37 @@ def rope_utils(plugin, mod: ModuleType) -> None:
     plugin.patcher.setattr(mod, "fused_apply_rotary_pos_emb", fused_apply_rotary_pos_emb)
 
 
+# The Transformer Engine whose memory the stand-ins hold (grouped_linear.py, te_gemm.py, ...).
+STAND_IN_TE_VERSION = "2.10.0"
+
+
+def te_version_checks(plugin, mod: ModuleType) -> None:
+    """TransformerConfig's and Megatron-LM's argument checks ask the installed TE's version for
+    what a configuration uses (MoE FP8 1.7, FP8 grouped GEMM 1.11, FP8 `moe_act` recompute
+    2.6, deferred weight gradients with overlapped reduction 2.8, ...): without TE,
+    0.19 answers 0.0.0 and refuses them, 0.16 compares None and raises TypeError. The
+    stand-ins run in TE's place, so the checks are answered as TE 2.10 would answer them: what
+    needs a newer TE is still refused by Megatron's own message, naming that version."""
+    if find_spec("transformer_engine") is not None or not hasattr(mod, "is_te_min_version"):
+        return
+    from packaging.version import Version
+
+    te = Version(STAND_IN_TE_VERSION)
+
+    def is_te_min_version(version, check_equality=True):
+        plugin.note(f"Transformer Engine is not installed here: Megatron's configuration checks "
+                    f"of its version are answered as TE {STAND_IN_TE_VERSION}, whose memory "
+                    "memlens' stand-ins hold")
+        return te >= Version(version) if check_equality else te > Version(version)
+
+    plugin.patcher.setattr(mod, "is_te_min_version", is_te_min_version)
+    if hasattr(mod, "get_te_version"):  # named in TransformerConfig's messages
+        plugin.patcher.setattr(mod, "get_te_version", lambda: te)
+
+
 PATCHES = {
+    "megatron.core.transformer.transformer_config": te_version_checks,
+    "megatron.training.arguments": te_version_checks,
     "megatron.core.transformer.torch_norm": torch_norm,
     "megatron.core.tensor_parallel.layers": tp_layers,
     "megatron.core.models.gpt.gpt_layer_specs": layer_specs,
