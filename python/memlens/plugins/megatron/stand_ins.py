@@ -176,6 +176,40 @@ def bert_layer_specs(plugin, mod: ModuleType) -> None:
                        lambda: get_bert_layer_with_transformer_engine_spec().submodules)
 
 
+def t5_block_specs(plugin, mod: ModuleType) -> None:
+    """T5's block specs where Transformer Engine is absent: its TE ones are built from TE's
+    modules (None here), and Megatron-LM's pretrain_t5.py, whose --transformer-impl memlens
+    turns to local, builds the local ones. Either way, when TE's layers were asked for, the
+    layers are the local spec's with attention as TE holds memory and the linear layers' GEMMs
+    on TE's workspace, as for GPT (layer_specs above)."""
+    if find_spec("transformer_engine") is not None or \
+            not hasattr(mod, "get_t5_encoder_with_local_block_spec"):
+        return
+    from .attention import use_flash
+    from .te_gemm import use_te_gemms
+
+    def as_te(local):
+        @functools.wraps(local)
+        def block_spec(num_layers):
+            spec = local(num_layers)
+            if plugin.flash_attention:  # TE's layers asked for
+                for layer in {id(s): s for s in spec.layer_specs}.values():
+                    use_flash(layer)
+                    use_te_gemms(layer)
+            return spec
+        return block_spec
+
+    for part in ("encoder", "decoder"):
+        local = as_te(getattr(mod, f"get_t5_{part}_with_local_block_spec"))
+        plugin.replace(mod, f"get_t5_{part}_with_local_block_spec", local)
+
+        def te_block_spec(num_layers, __local=local):
+            want_flash_attention(plugin)
+            return __local(num_layers)
+
+        plugin.replace(mod, f"get_t5_{part}_with_transformer_engine_block_spec", te_block_spec)
+
+
 # The submodules of the hybrid specs built with TE's modules (by id; the spec kept alive).
 TE_STACKS: dict[int, object] = {}
 
@@ -321,6 +355,7 @@ PATCHES = {
     "megatron.core.tensor_parallel.layers": tp_layers,
     "megatron.core.models.gpt.gpt_layer_specs": layer_specs,
     "megatron.core.models.bert.bert_layer_specs": bert_layer_specs,
+    "megatron.core.models.T5.t5_spec": t5_block_specs,
     "megatron.core.models.hybrid.hybrid_layer_specs": hybrid_layer_specs,
     "megatron.core.models.mamba.mamba_layer_specs": hybrid_layer_specs,  # 0.16's name
     "megatron.core.models.hybrid.hybrid_block": hybrid_block,

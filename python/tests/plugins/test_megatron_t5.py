@@ -1,0 +1,34 @@
+"""T5 on Transformer Engine's block specs where TE is absent (megatron.core alone: our
+t5_core_train.py; Megatron-LM's pretrain_t5.py builds the local specs once memlens turns its
+--transformer-impl to local, which the same patch covers)."""
+
+from __future__ import annotations
+
+import pytest
+
+from support import megatron as M
+
+pytestmark = [pytest.mark.slow, M.NEEDS]
+
+SCRIPT = M.SCRIPT.parent / "t5_core_train.py"
+LAYERS = 2
+
+
+def test_t5_te_block_specs_run_as_te_holds_memory(tmp_path):
+    """Every core attention (the encoder's, the decoder's self and cross attention: 2 + 2 x 2)
+    holds what TE's attention holds (the flash stand-in, backend auto), and the layers' GEMMs
+    take TE's one workspace (32 MiB + 1 KiB on an H100) while T5's output layer, Megatron's own
+    ColumnParallelLinear on a GPU too, keeps PyTorch's two (forward, autograd's thread).
+    Megatron's CI T5 configurations with the TE spec came 25 MB short of their H100 values
+    after the step when these were the local spec's."""
+    snap = M.trace(tmp_path, 1, 0, "--layers", str(LAYERS), script=SCRIPT)
+    attention = [m["class"] for m in snap["modules"] if m["fqn"].endswith("core_attention")]
+    assert attention == ["FlashDotProductAttention"] * (LAYERS + 2 * LAYERS)
+    a = snap["allocations"]
+    device = a["devices"].index(snap["meta"]["device_key"])
+    workspaces = sorted((snap["ops"][op], a["bytes"][i], bool(a["backward"][i]))
+                        for i, op in enumerate(a["op"])
+                        if a["device"][i] == device and snap["ops"][op].endswith("workspace"))
+    assert workspaces == [("cublas_workspace", 32 * 2**20, False),
+                          ("cublas_workspace", 32 * 2**20, True),
+                          ("te_cublas_workspace", 32 * 2**20 + 1024, False)]
