@@ -24,11 +24,4 @@ def test_t5_te_block_specs_run_as_te_holds_memory(tmp_path):
     snap = M.trace(tmp_path, 1, 0, "--layers", str(LAYERS), script=SCRIPT)
     attention = [m["class"] for m in snap["modules"] if m["fqn"].endswith("core_attention")]
     assert attention == ["FlashDotProductAttention"] * (LAYERS + 2 * LAYERS)
-    a = snap["allocations"]
-    device = a["devices"].index(snap["meta"]["device_key"])
-    workspaces = sorted((snap["ops"][op], a["bytes"][i], bool(a["backward"][i]))
-                        for i, op in enumerate(a["op"])
-                        if a["device"][i] == device and snap["ops"][op].endswith("workspace"))
-    assert workspaces == [("cublas_workspace", 32 * 2**20, False),
-                          ("cublas_workspace", 32 * 2**20, True),
-                          ("te_cublas_workspace", 32 * 2**20 + 1024, False)]
+    assert M.workspaces(snap) == M.TORCH_AND_TE_WORKSPACES

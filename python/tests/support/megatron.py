@@ -114,6 +114,21 @@ def _rows(snap: dict):
                                          "alloc_seq", "free_seq", "backward")}
 
 
+def workspaces(snap: dict) -> list[tuple[str, int, bool]]:
+    """(op, bytes, taken in backward) of the traced device's GEMM workspaces, sorted."""
+    a = snap["allocations"]
+    device = a["devices"].index(snap["meta"]["device_key"])
+    return sorted((snap["ops"][op], a["bytes"][i], bool(a["backward"][i]))
+                  for i, op in enumerate(a["op"])
+                  if a["device"][i] == device and snap["ops"][op].endswith("workspace"))
+
+
+# PyTorch's two cuBLAS workspaces (forward, autograd's thread) and TE's one, on an H100.
+TORCH_AND_TE_WORKSPACES = [("cublas_workspace", 32 * 2**20, False),
+                           ("cublas_workspace", 32 * 2**20, True),
+                           ("te_cublas_workspace", 32 * 2**20 + 1024, False)]
+
+
 def _phase(snap: dict, name: str) -> dict:
     key = snap["meta"]["device_key"]
     return next(p for p in snap["phases"] if p["name"] == name and p["device"] == key)
