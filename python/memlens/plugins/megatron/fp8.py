@@ -31,7 +31,7 @@ RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise")
 FORWARD_QUANTIZERS, BACKWARD_QUANTIZERS = 3, 2
 
 
-def _round_up(n: int, multiple: int) -> int:
+def round_up(n: int, multiple: int) -> int:
     return (n + multiple - 1) // multiple * multiple
 
 
@@ -81,10 +81,10 @@ class Recipe:
         elif self.name == "mxfp8":
             if rowwise:
                 out["rowwise_data"] = ((m, k), "uint8")
-                out["rowwise_scale_inv"] = ((_round_up(m, 128), _round_up(k // 32, 4)), "uint8")
+                out["rowwise_scale_inv"] = ((round_up(m, 128), round_up(k // 32, 4)), "uint8")
             if columnwise:
                 out["columnwise_data"] = ((m, k), "uint8")
-                out["columnwise_scale_inv"] = ((_round_up(m // 32, 4), _round_up(k, 128)),
+                out["columnwise_scale_inv"] = ((round_up(m // 32, 4), round_up(k, 128)),
                                                "uint8")
         else:  # blockwise: 128 x 128 blocks for weights, 1 x 128 for the rest
             if rowwise:
@@ -122,7 +122,7 @@ def _block_scale_shape(m: int, k: int, weight: bool, columnwise: bool) -> tuple[
     """Float8BlockQuantizer.get_scale_shape: scales padded to multiples of 4."""
     blocks_m, blocks_k = -(-m // 128), -(-k // 128)
     if weight:  # 2D
-        return (blocks_k, _round_up(blocks_m, 4)) if columnwise else \
-            (blocks_m, _round_up(blocks_k, 4))
-    return (blocks_m, _round_up(k, 4)) if columnwise else (blocks_k, _round_up(m, 4))
+        return (blocks_k, round_up(blocks_m, 4)) if columnwise else \
+            (blocks_m, round_up(blocks_k, 4))
+    return (blocks_m, round_up(k, 4)) if columnwise else (blocks_k, round_up(m, 4))
 

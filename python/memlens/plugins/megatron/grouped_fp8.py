@@ -23,14 +23,10 @@ from __future__ import annotations
 import functools
 import math
 
-from .fp8 import Recipe
+from .fp8 import Recipe, round_up
 from .fp8_linear import keep, module_state, quantized
 
 FLOAT8 = ("delayed", "tensorwise")  # Float8Tensor: allocated one by one
-
-
-def _round_up(n: int, multiple: int) -> int:
-    return (n + multiple - 1) // multiple * multiple
 
 
 def split_quantize(recipe: Recipe, m_splits, k: int, rowwise: bool, columnwise: bool,
@@ -52,7 +48,7 @@ def split_quantize(recipe: Recipe, m_splits, k: int, rowwise: bool, columnwise: 
         for alignment, name in ((256, f"{usage}_data"), (16, f"{usage}_scale_inv")):
             for p in parts:
                 shape, dtype = p[name]
-                size = _round_up(size, alignment) + \
+                size = round_up(size, alignment) + \
                     math.prod(shape) * getattr(torch, dtype).itemsize
         buffers[f"{usage}_data"] = torch.empty(size, dtype=torch.uint8, device=device)
     return [buffers]
@@ -97,14 +93,14 @@ def _weight_workspaces(layer, recipe: Recipe, weights, columnwise: bool) -> list
     return made
 
 
-def backward_operands(layer, recipe: Recipe, m_splits, grad, saved_input, need_wgrad: bool):
+def backward_operands(layer, recipe: Recipe, m_splits, grad, need_wgrad: bool):
     """What the data- and weight-gradient GEMMs read besides the saved tensors: the output
     gradient quantized both ways, and the input quantized again if the original was saved."""
     grad_q = split_quantize(recipe, m_splits, grad.shape[-1], True, True, grad.device)
     inputs_q = []
     if need_wgrad and layer.save_original_input:
         inputs_q = split_quantize(recipe, m_splits, layer.in_features, recipe.name in FLOAT8,
-                                  True, saved_input[0].device)
+                                  True, grad.device)
     return grad_q, inputs_q
 
 
@@ -130,7 +126,7 @@ def padding_classes(plugin) -> tuple[type, type]:
                 recipe = plugin.fp8_recipe
                 self.align_size = 32 if recipe is not None and recipe.name == "mxfp8" else 16
             m_splits = list(m_splits)
-            padded = [_round_up(m, self.align_size) for m in m_splits]
+            padded = [round_up(m, self.align_size) for m in m_splits]
             if padded == m_splits:
                 return inp if self.unpad else (inp, m_splits)
             rows = (padded, m_splits) if self.unpad else (m_splits, padded)

@@ -218,7 +218,7 @@ def _function():
             quantized = ()
             if ctx.recipe is not None:
                 quantized = grouped_fp8.backward_operands(layer, ctx.recipe, ctx.m_splits, grad,
-                                                          saved, need_wgrad)
+                                                          need_wgrad)
             elif grad.dtype != dtype:
                 grad = grad.to(dtype)
             dgrad = None

@@ -97,6 +97,16 @@ def want_flash_attention(plugin) -> None:
     plugin.patcher.setattr(flash_attention_class(), "notify", staticmethod(plugin.note))
 
 
+def as_te_holds(spec) -> None:
+    """A local layer spec (ModuleSpec tree) made to hold what TE's layers hold: core attention
+    as TE's (attention.py) and the linear layers' GEMMs on TE's workspace (te_gemm.py)."""
+    from .attention import use_flash
+    from .te_gemm import use_te_gemms
+
+    use_flash(spec)
+    use_te_gemms(spec)
+
+
 def layer_specs(plugin, mod: ModuleType) -> None:
     """Layer specs asked for with Transformer Engine where it is absent: the local spec, with
     attention as TE holds memory, the linear layers' GEMMs on TE's workspace (te_gemm.py) and,
@@ -104,9 +114,7 @@ def layer_specs(plugin, mod: ModuleType) -> None:
     (grouped_linear.py); the local spec after that, the same way."""
     import inspect
 
-    from .attention import use_flash
     from .grouped_linear import swap_experts
-    from .te_gemm import use_te_gemms
 
     have_te = getattr(mod, "HAVE_TE", True)
     local, te_spec = mod.get_gpt_layer_local_spec, mod.get_gpt_layer_with_transformer_engine_spec
@@ -116,8 +124,7 @@ def layer_specs(plugin, mod: ModuleType) -> None:
     def get_gpt_layer_local_spec(*args, **kwargs):
         spec = local(*args, **kwargs)
         if plugin.flash_attention:  # TE's layers asked for: its attention and GEMMs
-            use_flash(spec)
-            use_te_gemms(spec)
+            as_te_holds(spec)
             asked = inspect.signature(local).bind_partial(*args, **kwargs).arguments
             if asked.get("moe_grouped_gemm") and asked.get("num_experts"):
                 swap_experts(plugin, spec)
@@ -159,14 +166,10 @@ def bert_layer_specs(plugin, mod: ModuleType) -> None:
         return
     import copy
 
-    from .attention import use_flash
-    from .te_gemm import use_te_gemms
-
     def get_bert_layer_with_transformer_engine_spec():
         want_flash_attention(plugin)
         spec = copy.deepcopy(mod.bert_layer_local_spec)
-        use_flash(spec)
-        use_te_gemms(spec)
+        as_te_holds(spec)
         return spec
 
     plugin.replace(mod, "get_bert_layer_with_transformer_engine_spec",
@@ -185,8 +188,6 @@ def t5_block_specs(plugin, mod: ModuleType) -> None:
     if find_spec("transformer_engine") is not None or \
             not hasattr(mod, "get_t5_encoder_with_local_block_spec"):
         return
-    from .attention import use_flash
-    from .te_gemm import use_te_gemms
 
     def as_te(local):
         @functools.wraps(local)
@@ -194,8 +195,7 @@ def t5_block_specs(plugin, mod: ModuleType) -> None:
             spec = local(num_layers)
             if plugin.flash_attention:  # TE's layers asked for
                 for layer in {id(s): s for s in spec.layer_specs}.values():
-                    use_flash(layer)
-                    use_te_gemms(layer)
+                    as_te_holds(layer)
             return spec
         return block_spec
 
