@@ -66,6 +66,16 @@ class Gpt:
             n += 2 * self.hidden + self.vocab // tp * self.hidden  # final norm, output layer
         return n
 
+    def te_dummy_wgrad_bytes(self, tp: int, output_layer: bool) -> int:
+        """Transformer Engine's dummy weight gradients under gradient-accumulation fusion: one
+        bf16 tensor per distinct weight shape (QKV, projection, FC1, FC2 and, on the last
+        stage, the output layer's vocabulary shard), shared by every layer of that shape."""
+        h = self.hidden
+        shapes = {(3 * h // tp, h), (h, h // tp), (4 * h // tp, h), (h, 4 * h // tp)}
+        if output_layer:
+            shapes.add((self.vocab // tp, h))
+        return sum(2 * rows * cols for rows, cols in shapes)
+
     def activation_bytes(self, tp: int, sp: bool, recompute: str, flash: bool = False,
                          groups: int | None = None) -> float:
         """Korthikanti et al.'s bytes per layer and micro-batch. With fused (flash) attention

@@ -86,11 +86,12 @@ def tp_layers(plugin, mod: ModuleType) -> None:
 
 def want_flash_attention(plugin) -> None:
     """Transformer Engine was asked for and is absent: core attention as TE holds it."""
-    from . import te_gemm
+    from . import te_gemm, te_wgrad
     from .attention import flash_attention_class
 
     plugin.flash_attention = True
     te_gemm.install(plugin)
+    te_wgrad.megatron_linears(plugin)
     plugin.note("Transformer Engine is not installed here: layers use Megatron's local "
                 "modules, with core attention holding what the configured TE attention "
                 "backend holds")
