@@ -470,6 +470,40 @@ def test_entry_point_every_rank(memlens, tmp_path):
     assert snap["meta"]["parallel"]["role"].startswith("pp 1/2")
 
 
+def _gathered_at_end(snap: dict) -> int:
+    """Bytes of Megatron-FSDP's all-gathered parameter buckets alive when the trace ended."""
+    names = [f["name"] for f in snap["frames"]]
+    return sum(r["requested_bytes"] for r in M._rows(snap) if r["free_seq"] < 0 and
+               "fetch_bucket" in {names[k] for k in snap["stacks"][r["stack"]]})
+
+
+@needs_megatron
+def test_the_trace_ends_where_megatron_lm_logs_memory(memlens, tmp_path):
+    """Megatron-LM reads an iteration's memory in training_log, after train_step and, with
+    --log-params-norm, after the parameters' norm, which makes Megatron-FSDP release the
+    parameters its optimizer step all-gathered for the next forward (stop_communication). The
+    trace ends there: without the norm the buckets are still gathered when Megatron logs; with
+    it they are released, and what is left besides is the norm's fp32 scalar (4 B) the loop
+    holds."""
+    def trace(*extra):
+        snap_path = tmp_path / f"s{len(extra)}.json"
+        out = memlens("run", "--world-size", "2", "--rank", "0", "--progress", "none",
+                      "--snapshot", str(snap_path), "--", str(STUB), "--use-megatron-fsdp",
+                      "--data-parallel-sharding-strategy", "optim_grads_params",
+                      "--num-layers", "4", "--vocab-size", "1000", "--bf16",
+                      "--train-iters", "100", "--lr-warmup-iters", "10", *extra, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr[-3000:]
+        snap = json.loads(snap_path.read_text())
+        return snap, sum(r["requested_bytes"] for r in M._rows(snap) if r["free_seq"] < 0)
+
+    plain, plain_end = trace()
+    norm, norm_end = trace("--log-params-norm")
+    gathered = _gathered_at_end(plain)
+    assert gathered > 0 and _gathered_at_end(norm) == 0
+    assert norm_end == plain_end - gathered + 4
+    assert norm["meta"]["stopped_after_iterations"] is True
+
+
 @needs_megatron
 def test_a_launch_script_as_shipped(memlens, tmp_path):
     """Our launch script in Megatron's examples' style: arrays unquoted and quoted, exports

@@ -120,7 +120,7 @@ def _rows(snap: dict):
     device = a["devices"].index(snap["meta"]["device_key"])
     for i in range(len(a["bytes"])):
         if a["device"][i] == device:
-            yield {k: a[k][i] for k in ("requested_bytes", "category", "module", "op",
+            yield {k: a[k][i] for k in ("requested_bytes", "category", "module", "op", "stack",
                                          "alloc_seq", "free_seq", "backward")}
 
 

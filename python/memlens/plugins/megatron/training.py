@@ -41,7 +41,9 @@ def initialize(plugin, mod: ModuleType) -> None:
 
 def training(plugin, mod: ModuleType) -> None:
     """Mock batches instead of datasets and data loaders, of the model's family (GPT, BERT,
-    T5), which setup_model_and_optimizer builds before the data iterators."""
+    T5), which setup_model_and_optimizer builds before the data iterators; and the iteration's
+    end where Megatron-LM measures it (iteration_end)."""
+    iteration_end(plugin, mod)
     if not hasattr(mod, "build_train_valid_test_data_iterators"):
         return
     family = ["gpt"]
@@ -66,6 +68,42 @@ def training(plugin, mod: ModuleType) -> None:
 
     plugin.replace(mod, "build_train_valid_test_data_iterators",
                    build_train_valid_test_data_iterators)
+
+
+def iteration_end(plugin, mod: ModuleType) -> None:
+    """Megatron-LM logs an iteration's memory (`training_log`: the allocated bytes its CI
+    compares) after `train_step` has reduced the loss and its loop has computed the parameters'
+    norm, which with Megatron-FSDP releases the parameters the optimizer step all-gathered
+    (`stop_communication`). After the last step the trace stops there, not at the end of
+    `optimizer.step()`. Written for Megatron-LM core_v0.16 to 0.19, whose loop calls both by
+    these names."""
+    if not (hasattr(mod, "train_step") and hasattr(mod, "training_log")):
+        return
+    phases = plugin.tracer.phases
+    train_step, training_log = mod.train_step, mod.training_log
+    held = [False]
+
+    @functools.wraps(train_step)
+    def held_train_step(*args, **kwargs):
+        if not held[0]:  # until this iteration's training_log
+            held[0] = True
+            phases.hold_stop()
+        try:
+            return train_step(*args, **kwargs)
+        except BaseException:
+            held[0] = False
+            phases.release_stop(stop=False)
+            raise
+
+    @functools.wraps(training_log)
+    def releasing_training_log(*args, **kwargs):
+        if held[0]:
+            held[0] = False
+            phases.release_stop()
+        return training_log(*args, **kwargs)
+
+    plugin.replace(mod, "train_step", held_train_step)
+    plugin.replace(mod, "training_log", releasing_training_log)
 
 
 def training_utils(plugin, mod: ModuleType) -> None:

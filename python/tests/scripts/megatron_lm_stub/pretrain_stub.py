@@ -50,13 +50,23 @@ def build(vp_stage):
                      vocab_size=args.padded_vocab_size, max_sequence_length=args.seq_length,
                      pre_process=first, post_process=last, vp_stage=vp_stage)
     chunk.cuda(torch.cuda.current_device())
+    if args.use_megatron_fsdp:  # as Megatron-LM's get_model wraps it
+        from megatron.core.distributed.fsdp.mcore_fsdp_adapter import FullyShardedDataParallel
+
+        return FullyShardedDataParallel(
+            config=config, module=Float16Module(config, chunk),
+            ddp_config=DistributedDataParallelConfig(
+                grad_reduce_in_fp32=True, use_distributed_optimizer=True, use_megatron_fsdp=True,
+                data_parallel_sharding_strategy=args.data_parallel_sharding_strategy))
     return DistributedDataParallel(config, DistributedDataParallelConfig(grad_reduce_in_fp32=True),
                                    Float16Module(config, chunk), disable_bucketing=bool(vp_stage))
 
 
 models = [build(i) for i in range(chunks)] if chunks else [build(None)]
 config.finalize_model_grads_func = finalize_model_grads
-optimizer = get_megatron_optimizer(OptimizerConfig(optimizer="adam", lr=1e-4, bf16=True), models)
+optimizer = get_megatron_optimizer(
+    OptimizerConfig(optimizer="adam", lr=1e-4, bf16=True,
+                    use_distributed_optimizer=args.use_megatron_fsdp), models)
 data, _, _ = build_train_valid_test_data_iterators(None)
 forward_backward = get_forward_backward_func()
 margs = get_args()
@@ -78,7 +88,7 @@ def step(data_iterator):
                      num_microbatches=get_num_microbatches(),  # as Megatron-LM's train_step
                      seq_length=margs.seq_length, micro_batch_size=margs.micro_batch_size,
                      forward_only=False)
-    return optimizer.step()[0]
+    return optimizer.step()[:2]  # whether it stepped, the gradient norm
 
 
-train(margs, step, data)
+train(margs, step, data, models)
