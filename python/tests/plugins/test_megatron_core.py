@@ -58,8 +58,8 @@ MLA = {"te-spec-mla": ("--spec", "te", "--mla"),
        "te-spec-mla-unfused": ("--spec", "te", "--mla", "--attention-backend", "unfused")}
 FUSED_ATTENTION = {"te-spec-flash", "te-spec-flash-gqa", "te-spec-fused",
                    "te-spec-deferred-wgrad"}
-# Gradient-accumulation fusion with TE's layers asked for: TE's cached dummy weight gradients,
-# which Megatron's own linear layers take too where TE is installed.
+# Gradient-accumulation fusion: TE's cached dummy weight gradients, which Megatron's linear
+# layers take where TE is installed (as on a GPU).
 TE_DUMMY_WGRADS = {"te-spec-deferred-wgrad"}
 RANKS = {"tp": (0, LAST), "tp-sp-distopt": (0, LAST), "tp-layernorm-1p": (0,),
          "te-spec-deferred-wgrad": (LAST,)}

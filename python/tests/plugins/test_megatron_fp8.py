@@ -248,7 +248,7 @@ def test_sequence_parallel_gathers_fp8_and_keeps_the_local_copy(tmp_path):
     dummy weight gradient for DDP's hooks, one bf16 tensor per GEMM shape (QKV [384, 256],
     projection [256, 128], FC1 [512, 256], FC2 [256, 512]; the output layer's [512, 256] is
     FC1's), shared by the layers: 786,432 B, in bf16 as in FP8 (Megatron's own linear layers
-    take TE's dummy too where TE is installed)."""
+    take TE's dummy where TE is installed, as on a GPU)."""
     args = ("--layers", "2", "--spec", "te", "--tp", "2", "--sp", "--grad-accum-fusion")
     bf16 = _trace(tmp_path, "h100-80gb", 2, *args)
     fp8 = _trace(tmp_path, "h100-80gb", 2, *args, "--fp8-format", "hybrid")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from importlib.util import find_spec
 from types import ModuleType
 
 from ... import categories as C
@@ -82,7 +83,8 @@ def fp8_autocast(plugin, recipe: Recipe | None):
 
 
 def tp_layers(plugin, mod: ModuleType) -> None:
-    if getattr(mod, "HAVE_TE", False) or not hasattr(mod, "ColumnParallelLinear"):
+    # Whether TE is installed, not the module's HAVE_TE: te_wgrad.megatron_linears sets that.
+    if find_spec("transformer_engine") is not None or not hasattr(mod, "ColumnParallelLinear"):
         return
     for cls in (mod.ColumnParallelLinear, mod.RowParallelLinear):
         original = cls._forward_impl

@@ -61,7 +61,11 @@ def tp_layers(plugin, mod: ModuleType) -> None:
     """Gradient accumulation fusion (Megatron-LM's default) needs apex's CUDA extension,
     whose kernel adds the weight gradient straight into the fp32 gradient buffer and
     allocates nothing. Stand in for it with a kernel that does the same to memory (no
-    values in a trace), so the run keeps the configured fusion."""
+    values in a trace), so the run keeps the configured fusion; and the dummy weight gradient
+    the layers hand DDP then, as where TE is installed (te_wgrad.py)."""
+    from .te_wgrad import megatron_linears
+
+    megatron_linears(plugin, mod)
     if getattr(mod, "_grad_accum_fusion_available", True):
         return
 
@@ -86,12 +90,11 @@ def tp_layers(plugin, mod: ModuleType) -> None:
 
 def want_flash_attention(plugin) -> None:
     """Transformer Engine was asked for and is absent: core attention as TE holds it."""
-    from . import te_gemm, te_wgrad
+    from . import te_gemm
     from .attention import flash_attention_class
 
     plugin.flash_attention = True
     te_gemm.install(plugin)
-    te_wgrad.megatron_linears(plugin)
     plugin.note("Transformer Engine is not installed here: layers use Megatron's local "
                 "modules, with core attention holding what the configured TE attention "
                 "backend holds")

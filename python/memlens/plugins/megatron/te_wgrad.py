@@ -1,5 +1,5 @@
 """Transformer Engine's dummy weight gradient, for its stand-ins (fp8_linear.py,
-grouped_linear.py) and for Megatron's own linear layers where TE's layers were asked for.
+grouped_linear.py) and for Megatron's own linear layers.
 
 With gradient-accumulation fusion TE's GEMM writes a weight's gradient into its `main_grad`, and
 hands autograd `get_dummy_wgrad(main_grad.shape, weight.dtype)` for Megatron's DDP hooks (which
@@ -36,22 +36,24 @@ def dummy_wgrad(plugin, shape: tuple, dtype, device):
     return dummy.detach()
 
 
-def megatron_linears(plugin) -> None:
-    """Megatron's own linear layers (`tensor_parallel/layers.py`: the output layer, and the
-    local layers standing in for TE's) hand autograd TE's dummy too where TE is installed
-    (`if HAVE_TE: get_dummy_wgrad(...)`), and a new `torch.empty` each backward where it is
-    not. Called once TE's layers were asked for, so that a GPU run has TE: they share the
-    stand-ins' cache, one tensor per (shape, dtype) kept for the life of the process. Written
-    for megatron-core 0.16 to 0.19, whose module imports `get_dummy_wgrad` beside `HAVE_TE`."""
-    import sys
-
+def megatron_linears(plugin, mod) -> None:
+    """Megatron's own linear layers (`tensor_parallel/layers.py`: the output layer, the local
+    spec's layers and those standing in for TE's) hand autograd TE's dummy too where TE is
+    installed (`if HAVE_TE: get_dummy_wgrad(...)`), whichever `--transformer-impl`, and a new
+    `torch.empty` each backward where it is not. A GPU job has TE (Megatron's containers; the
+    FusedAdam stand-in assumes the same): they share the stand-ins' cache, one tensor per
+    (shape, dtype) kept for the life of the process. Written for megatron-core 0.16 to 0.19,
+    whose module imports `get_dummy_wgrad` beside `HAVE_TE` (which the other patches of the
+    module must not read for whether TE is installed)."""
     import torch
 
-    mod = sys.modules.get("megatron.core.tensor_parallel.layers")
-    if mod is None or getattr(mod, "HAVE_TE", True):
+    if getattr(mod, "HAVE_TE", True):
         return
 
     def get_dummy_wgrad(shape, dtype, zero=False):
+        plugin.note("Transformer Engine is not installed here: Megatron's linear layers keep "
+                    "its dummy weight gradient (one per weight shape, for the life of the "
+                    "process) under gradient-accumulation fusion, as where TE is installed")
         dummy = dummy_wgrad(plugin, shape, dtype,
                             torch.device("cuda", torch.cuda.current_device()))
         if zero:
