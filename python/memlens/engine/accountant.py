@@ -26,6 +26,7 @@ from .dynamic_sizes import bounded_result, has_bound
 from .healthy_values import HEALTHY_OPS, HEALTHY_VALUE, note_healthy_value
 from .host_compute import runs_on_host
 from .inplace_ops import answered
+from .like_ops import answered as answered_like
 from .shadow_values import SHADOW, carry, sized_by_shadows, sized_result
 from .phases import SETUP
 
@@ -193,8 +194,13 @@ class Accountant(TorchDispatchMode):
             # (the local shards, which hold the bytes) come back here and are booked.
             return NotImplemented
         try:
-            done, out = answered(func, args, kwargs, getattr(self.tracer, "fake_mode", None))
-            if not done:  # (inplace_ops.py: in-place ops that cannot fail, done here)
+            # Done here where the result needs no FakeTensorMode: in-place ops that cannot
+            # fail (inplace_ops.py), new tensors like their input (like_ops.py).
+            mode = getattr(self.tracer, "fake_mode", None)
+            done, out = answered(func, args, kwargs, mode)
+            if not done:
+                done, out = answered_like(func, args, kwargs, mode)
+            if not done:
                 out = func(*args, **kwargs)
         except Exception as e:
             kind = type(e).__name__
