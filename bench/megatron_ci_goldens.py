@@ -25,9 +25,10 @@ golden values are from an earlier run). The summary counts all cases and those t
 
 Printed and written to bench/results/: per case, the traced peak against the largest
 `mem-max-allocated-bytes` (the first traced step's, where the run logs one step), and what
-is alive after the second traced step against the last logged `mem-allocated-bytes` (the
-steady state: with fp16 the first steps are skipped while the loss scale comes down, before
-Adam's moments exist), as differences in per cent; and each failure's last line.
+is alive where Megatron-LM logs the second traced step (`training_log`, where the trace ends)
+against the last logged `mem-allocated-bytes` (the steady state: with fp16 the first steps are
+skipped while the loss scale comes down, before Adam's moments exist), as differences in per
+cent; and each failure's last line.
 """
 
 from __future__ import annotations
