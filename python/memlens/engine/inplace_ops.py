@@ -101,17 +101,25 @@ def _foreach_checked(args, mode) -> bool:
         return False
     if not all(_updatable(t, mode) and t.device == first[0].device for t in first):
         return False
-    for arg in args[1:]:
+    return foreach_operands(args[1:], first, lambda t, s: _same(t, s, mode),
+                            lambda t: t.dim() == 0 and _alike(t, first[0], mode))
+
+
+def foreach_operands(rest, first, same, tensor_operand) -> bool:
+    """Whether a foreach op's operands after its first list are lists of that length (of
+    tensors `same(tensor, its counterpart)`, or of numbers), numbers, or tensors
+    `tensor_operand` accepts (like_ops.py checks its ops' operands with it too)."""
+    for arg in rest:
         if isinstance(arg, (list, tuple)):
             if len(arg) != len(first):
                 return False
             if arg and isinstance(arg[0], torch.Tensor):
-                if not all(_same(t, s, mode) for s, t in zip(first, arg)):
+                if not all(same(t, s) for s, t in zip(first, arg)):
                     return False
             elif not all(_number(v) for v in arg):
                 return False
         elif isinstance(arg, torch.Tensor):
-            if arg.dim() != 0 or not _alike(arg, first[0], mode):
+            if not tensor_operand(arg):
                 return False
         elif not _number(arg):
             return False

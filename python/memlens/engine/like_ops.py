@@ -24,6 +24,8 @@ from __future__ import annotations
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 
+from .inplace_ops import foreach_operands
+
 aten = torch.ops.aten
 _LIKE = frozenset({aten.empty_like.default, aten.zeros_like.default, aten.ones_like.default,
                    aten.full_like.default})
@@ -95,19 +97,9 @@ def _foreach_checked(args, mode) -> bool:
     if not all(_plain(t, mode) and t.dtype.is_floating_point and t.device == device
                and t.is_contiguous() for t in first):
         return False
-    for arg in args[1:]:
-        if isinstance(arg, (list, tuple)):
-            if len(arg) != len(first):
-                return False
-            if arg and isinstance(arg[0], torch.Tensor):
-                if not all(_plain(t, mode) and t.device == device and t.dtype == s.dtype
-                           and t.shape == s.shape for s, t in zip(first, arg)):
-                    return False
-            elif not all(isinstance(v, (int, float)) for v in arg):
-                return False
-        elif not isinstance(arg, (int, float)):
-            return False
-    return True
+    return foreach_operands(
+        args[1:], first, lambda t, s: _plain(t, mode) and t.device == device and
+        t.dtype == s.dtype and t.shape == s.shape, lambda t: False)
 
 
 def _plain(t, mode) -> bool:

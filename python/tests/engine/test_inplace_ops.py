@@ -6,6 +6,7 @@ import torch
 
 from memlens import Tracer
 from memlens.engine import inplace_ops
+from support import adamw_step
 
 aten = torch.ops.aten
 
@@ -71,18 +72,6 @@ def test_an_invalid_in_place_op_still_fails_as_pytorch_says():
 def test_a_training_step_is_traced_the_same_with_the_fast_path(monkeypatch):
     """Initialisation and a foreach AdamW step: the same allocations, in the same order, with
     and without the fast path (the ops it takes allocate nothing either way)."""
-    def trace():
-        with Tracer("cpu", iterations=1) as tracer:
-            model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Linear(64, 8))
-            opt = torch.optim.AdamW(model.parameters(), foreach=True)
-            for _ in range(2):
-                model(torch.randn(16, 32)).sum().backward()
-                opt.step()
-                opt.zero_grad()
-        a = tracer.snapshot()["allocations"]
-        return [(a["requested_bytes"][i], a["alloc_seq"][i], a["free_seq"][i], a["op"][i])
-                for i in range(len(a["bytes"]))]
-
     taken = []
 
     def recording(*args):
@@ -90,8 +79,8 @@ def test_a_training_step_is_traced_the_same_with_the_fast_path(monkeypatch):
         return taken[-1]
 
     monkeypatch.setattr("memlens.engine.accountant.answered", recording)
-    fast = trace()
+    fast = adamw_step.allocations()
     done = [out for out in taken if out[0]]
     assert len(done) >= 4 + 4  # the parameters' initialisation, the step's foreach updates
     monkeypatch.setattr("memlens.engine.accountant.answered", lambda *args: (False, None))
-    assert trace() == fast
+    assert adamw_step.allocations() == fast

@@ -6,6 +6,7 @@ import torch
 
 from memlens import Tracer
 from memlens.engine import like_ops
+from support import adamw_step
 
 aten = torch.ops.aten
 
@@ -68,18 +69,6 @@ def test_answers_are_fake_tensor_modes_where_given():
 def test_a_training_step_is_traced_the_same_with_the_fast_path(monkeypatch):
     """A foreach AdamW step (states made with zeros_like, `_foreach_sqrt` of the second
     moments): the same allocations, in the same order, with and without the fast path."""
-    def trace():
-        with Tracer("cpu", iterations=1) as tracer:
-            model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Linear(64, 8))
-            opt = torch.optim.AdamW(model.parameters(), foreach=True)
-            for _ in range(2):
-                model(torch.randn(16, 32)).sum().backward()
-                opt.step()
-                opt.zero_grad()
-        a = tracer.snapshot()["allocations"]
-        return [(a["requested_bytes"][i], a["alloc_seq"][i], a["free_seq"][i], a["op"][i],
-                 a["category"][i], a["stack"][i]) for i in range(len(a["bytes"]))]
-
     taken = []  # (op, tensors made) of each op answered (not the tensors: they would stay)
 
     def recording(*args):
@@ -89,12 +78,12 @@ def test_a_training_step_is_traced_the_same_with_the_fast_path(monkeypatch):
         return ok, out
 
     monkeypatch.setattr("memlens.engine.accountant.answered_like", recording)
-    fast = trace()
+    fast = adamw_step.allocations()
     # The traced step: backward's seed gradient, the 4 parameters' two moments, the sqrt of
     # the 4 second moments
     assert taken == [("ones_like", 1)] + [("zeros_like", 1)] * 8 + [("_foreach_sqrt", 4)]
     monkeypatch.setattr("memlens.engine.accountant.answered_like", lambda *args: (False, None))
-    assert trace() == fast
+    assert adamw_step.allocations() == fast
 
 
 def test_an_invalid_foreach_op_still_fails_as_pytorch_says():
