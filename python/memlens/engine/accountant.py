@@ -167,7 +167,7 @@ class Accountant(TorchDispatchMode):
                 carry(func, args, kwargs, out)
             return out
         phases = self.tracer.phases
-        if phases.stop_pending and not phases.in_step:
+        if phases.may_stop:
             raise self.tracer.stop()
         if func is _local_scalar_dense or func is _ITEM:  # _ITEM: whole, under inference mode
             # A DTensor's value (`.item()` of a clipped grad norm) is its local tensor's: let
@@ -240,7 +240,7 @@ class Accountant(TorchDispatchMode):
         script's host memory and are booked; views and in-place results of host tensors are
         not (their storage may be numpy's, which no allocator of torch's holds)."""
         phases = self.tracer.phases
-        if phases.stop_pending and not phases.in_step:
+        if phases.may_stop:
             raise self.tracer.stop()
         # Host values a replayed block would not have; an empty tensor (a cache's start) has none.
         empty_in = _all_empty((args, kwargs))

@@ -51,7 +51,8 @@ class PhaseTracker:
         self.phases: list[Phase] = [Phase("setup_model_and_optimizer", 0)]
         self.state = SETUP
         self.iteration = 0
-        self.in_step = 0  # nesting depth of optimizer.step(), and of a plugin's hold_stop()
+        self.in_step = 0  # nesting depth of optimizer.step()
+        self.stop_held = 0  # nesting depth of a plugin's hold_stop()
         self.in_evaluation = 0  # nesting depth of an evaluation (plugins: begin_evaluation)
         self.stop_pending = False  # the accountant stops the script at its next op
         self.interrupt_requested = False  # Ctrl-C: stop at the next op, even after a step
@@ -176,18 +177,24 @@ class PhaseTracker:
         if self.iteration + 1 >= self.iterations:
             self.stop_pending = True
 
+    @property
+    def may_stop(self) -> bool:
+        """Whether the accountant stops the script at this op: the last step was taken (or
+        Ctrl-C came), and no step is running nor a plugin holding the stop."""
+        return self.stop_pending and not self.in_step and not self.stop_held
+
     def hold_stop(self) -> None:
         """A plugin knows that the iteration goes on after the optimizer step, up to where the
         script measures its memory (Megatron-LM reduces the loss and, with `--log-params-norm`,
         lets Megatron-FSDP release its gathered parameters before it logs): the stop that the
         last step made pending waits for `release_stop`."""
-        self.in_step += 1
+        self.stop_held += 1
 
     def release_stop(self, stop: bool = True) -> None:
         """The end of a `hold_stop`: stop here if the last step was taken (and `stop`: not
         while an exception of the script's goes by)."""
-        self.in_step = max(0, self.in_step - 1)
-        if stop and self.stop_pending and not self.in_step:
+        self.stop_held = max(0, self.stop_held - 1)
+        if stop and self.may_stop:
             raise self._stop()
 
     def begin_evaluation(self) -> None:
