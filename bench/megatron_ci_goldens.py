@@ -12,7 +12,8 @@ tests/functional_tests/test_cases/<model>/: `model_config.yaml` (ENV_VARS and MO
 step and `max_memory_allocated()`. Every
 pretraining case of the GPT, MoE, hybrid, BERT and T5 folders (not inference, RL or release
 runs) is turned into the command line Megatron's `_run_training.sh` builds (`true` a bare flag,
-`[a b]` two values), with its data, checkpoint and TensorBoard paths under a scratch folder,
+`[a b]` two values) for the script its recipe names (else its family's: `pretrain_gpt.py`, ...),
+with its data, checkpoint and TensorBoard paths under a scratch folder,
 and traced as `memlens run --world-size 8 --rank 7` (one node of 8 GPUs, the last rank; fewer
 where the case names GPUS_PER_NODE for its arguments) on the golden file's GPU. Cases whose
 arguments only differ in checkpointing or logging are traced once.
@@ -38,6 +39,7 @@ import concurrent.futures as futures
 import datetime as dt
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -96,6 +98,23 @@ def ci_status(checkout: Path) -> dict[tuple[str, str], str]:
             for key, found in scopes.items() if found}
 
 
+def recipe_scripts(checkout: Path) -> dict[str, str]:
+    """Case name -> the training script its recipe runs, where the recipe names one (Flextron's
+    cases run megatron/elastification/pretrain_hybrid_flex.py, not pretrain_hybrid.py)."""
+    scripts: dict[str, str] = {}
+    for recipe in sorted((checkout / "tests" / "test_utils" / "recipes").glob("**/*.yaml")):
+        spec = yaml.safe_load(recipe.read_text())
+        if not isinstance(spec, dict):
+            continue
+        found = re.search(r'"TRAINING_SCRIPT_PATH=([\w./-]+\.py)"',
+                          str((spec.get("spec") or {}).get("script", "")))
+        for entry in spec.get("products") or []:
+            for case in entry.get("test_case") or []:
+                if found:
+                    scripts.setdefault(case, found.group(1).removeprefix("./"))
+    return scripts
+
+
 def golden_file(case: Path) -> Path | None:
     return next((case / g for g in GOLDENS if (case / g).exists()), None)
 
@@ -135,9 +154,10 @@ def trace(case: Path, checkout: Path, python: str, scratch: Path) -> dict:
     # its last rank logs the memory.
     gpus = int(((cfg.get("MODEL_ENV_VARS") or {}).get("MODEL_ARGS") or {}).get(
         "GPUS_PER_NODE", 8))
+    script = recipe_scripts(checkout).get(case.name, SCRIPTS[case.parent.name])
     cmd = [python, "-m", "memlens", "run", "--device", DEVICES[gpu], "--world-size", str(gpus),
            "--rank", str(gpus - 1), "--progress", "none", "--snapshot", str(snapshot), "--",
-           SCRIPTS[case.parent.name], *command_line(cfg.get("MODEL_ARGS") or {}, scratch)]
+           script, *command_line(cfg.get("MODEL_ARGS") or {}, scratch)]
     start = time.monotonic()
     try:
         run = subprocess.run(cmd, cwd=checkout, env=env, capture_output=True, text=True,
