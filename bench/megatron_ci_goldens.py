@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures as futures
 import datetime as dt
+import functools
 import json
 import os
 import re
@@ -98,6 +99,7 @@ def ci_status(checkout: Path) -> dict[tuple[str, str], str]:
             for key, found in scopes.items() if found}
 
 
+@functools.cache
 def recipe_scripts(checkout: Path) -> dict[str, str]:
     """Case name -> the training script its recipe runs, where the recipe names one (Flextron's
     cases run megatron/elastification/pretrain_hybrid_flex.py, not pretrain_hybrid.py)."""
