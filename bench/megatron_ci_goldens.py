@@ -5,7 +5,8 @@ memory its golden values record.
         --python .compat/newest-py3.12/bin/python --jobs 2
 
 Megatron-LM (at a tag such as core_v0.19.0; Python 3.12, torch 2.14, `six` and `triton`
-importable; `emerging-optimizers` for the Muon cases) keeps one folder per CI test case under
+importable; `emerging-optimizers` for the Muon cases, `nvidia-modelopt` and `requests` for the
+ModelOpt and Flextron cases) keeps one folder per CI test case under
 tests/functional_tests/test_cases/<model>/: `model_config.yaml` (ENV_VARS and MODEL_ARGS) and
 `golden_values_dev_dgx_h100.json` (or `_dgx_a100`), whose `mem-allocated-bytes` and
 `mem-max-allocated-bytes` its last rank measures with `torch.cuda.memory_allocated()` after each

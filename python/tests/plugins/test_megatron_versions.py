@@ -104,6 +104,39 @@ def test_logical_and_stand_in_takes_0_19s_group_argument():
     assert utils.logical_and_across_model_parallel_group is logical_and_across_model_parallel_group
 
 
+@M.NEEDS
+def test_flextron_router_takes_its_own_fallback_without_te():
+    """0.19's megatron/elastification/router/hybrid_flex_router.py imports TE's linear classes
+    from Megatron's TE extension module, which imports without TE, so `HAVE_TE` is True and the
+    router builds classes that cannot be built ("TEColumnParallelLinear() takes no
+    arguments"). The patch gives it its own fallback, Megatron's parallel linear layers, and
+    says so; undone, the module is as it was."""
+    from memlens.plugins.megatron.stand_ins import flextron_router
+    from megatron.core.tensor_parallel import layers
+
+    router = ModuleType("megatron.elastification.router.hybrid_flex_router")
+    router.HAVE_TE = True  # what 0.19's try-import leaves without TE
+    router.TEColumnParallelLinear = type("TEColumnParallelLinear", (), {})
+    notes: list[str] = []
+
+    class Plugin:
+        patcher = Patcher()
+
+        def note(self, text):
+            notes.append(text)
+
+    plugin = Plugin()
+    flextron_router(plugin, router)
+    try:
+        assert router.HAVE_TE is False
+        assert router.ColumnParallelLinear is layers.ColumnParallelLinear
+        assert router.RowParallelLinear is layers.RowParallelLinear
+        assert any("Flextron's router" in n for n in notes)
+    finally:
+        plugin.patcher.undo()
+    assert router.HAVE_TE is True and not hasattr(router, "ColumnParallelLinear")
+
+
 def _adam_0_19(capturable: bool, params) -> torch.optim.Optimizer:
     """The call megatron-core 0.19's _get_megatron_optimizer_based_on_param_groups makes for
     --optimizer adam with Transformer Engine's or apex's Adam (no precision-aware optimizer)."""

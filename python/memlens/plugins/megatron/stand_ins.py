@@ -308,6 +308,23 @@ def te_extension_mocks(plugin, mod: ModuleType) -> None:
                            "(memlens/plugins/megatron/stand_ins.py)"}))
 
 
+def flextron_router(plugin, mod: ModuleType) -> None:
+    """Megatron-LM 0.19's Flextron router (megatron/elastification) builds its two linear
+    layers from TE's classes whenever Megatron's TE extension module imports, which it does
+    without TE (those classes then cannot be built): its own fallback instead, Megatron's
+    ColumnParallelLinear and RowParallelLinear, the same weights. Written for 0.19's
+    `hybrid_flex_router.py`, whose `HAVE_TE` chooses between the two."""
+    if find_spec("transformer_engine") is not None or not getattr(mod, "HAVE_TE", False):
+        return
+    from megatron.core.tensor_parallel import layers
+
+    plugin.note("Transformer Engine is not installed here: Flextron's router uses Megatron's "
+                "own parallel linear layers (its fallback), the same weights as TE's")
+    plugin.patcher.setattr(mod, "HAVE_TE", False)
+    plugin.patcher.setattr(mod, "ColumnParallelLinear", layers.ColumnParallelLinear)
+    plugin.patcher.setattr(mod, "RowParallelLinear", layers.RowParallelLinear)
+
+
 def rope_utils(plugin, mod: ModuleType) -> None:
     """Fused RoPE (Megatron-LM's default) is Transformer Engine's kernel: it writes the
     rotated tensor and keeps only the frequencies for backward (the unfused path keeps
@@ -366,4 +383,5 @@ PATCHES = {
     "megatron.core.ssm.mamba_block": hybrid_block,  # 0.16's name
     "megatron.core.extensions.transformer_engine": te_extension_mocks,
     "megatron.core.models.common.embeddings.rope_utils": rope_utils,
+    "megatron.elastification.router.hybrid_flex_router": flextron_router,
 }
