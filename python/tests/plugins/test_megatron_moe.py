@@ -16,6 +16,7 @@ from __future__ import annotations
 import pytest
 
 from memlens.plugins.megatron import routing as megatron_routing
+from memlens.plugins.megatron import grouped_linear
 from memlens.plugins.megatron.grouped_linear import NOTE as GROUPED_NOTE
 from support import megatron as M
 
@@ -290,3 +291,52 @@ def test_distributed_optimizer_shards_experts_over_expert_data_parallel(tmp_path
     dense_states = got["optimizer_state"] - expert_states
     dense = 12 * (params - expert_params) // 4
     assert dense - 12 * 64 * 8 <= dense_states <= dense
+
+
+def _expert_weight_gradients(snap: dict) -> dict[str, list[tuple[int, int]]]:
+    """(alloc_seq, free_seq) of the weight gradients each grouped layer of the experts makes in
+    the second step's backward (one [FFN, h] or [h, FFN] bf16 tensor per local expert)."""
+    a, fqns = snap["allocations"], [m["fqn"] for m in snap["modules"]]
+    phase = M._phase(snap, "forward_backward_iter_1")
+    out: dict[str, list[tuple[int, int]]] = {"linear_fc1": [], "linear_fc2": []}
+    for r in M._rows(snap):
+        fqn = fqns[r["module"]] if r["module"] >= 0 else ""
+        layer = fqn.rsplit(".", 1)[-1]
+        if layer in out and "GroupedMLP" in fqn and r["backward"] and \
+                M.CATEGORIES[r["category"]] == "gradient" and snap["ops"][r["op"]] == "empty" \
+                and r["requested_bytes"] == FFN * GPT.hidden * 2 \
+                and phase["start_seq"] <= r["alloc_seq"] < phase["end_seq"]:
+            out[layer].append((r["alloc_seq"], r["free_seq"]))
+    return out
+
+
+OVERLAP = (*FLAGS, *GROUPED, "--overlap-moe-ep-comm")
+
+
+def test_deferred_expert_weight_gradients_wait_for_backward_dw(tmp_path):
+    """Megatron's combined 1F1B (`--overlap-moe-ep-comm`) with `--delay-wgrad-compute`: TE's
+    GroupedLinear (the stand-in) keeps each backward's weight-gradient operands until Megatron
+    calls the layer's `backward_dw` after the MLP's backward, and Megatron's DDP reduces the
+    gradients from there (the hooks it registers on the module), not from autograd's. Each
+    layer's fc2 weight gradients are then still alive when fc1's backward makes its own; without
+    the delay they are reduced into the gradient buffer and freed before. What autograd is
+    handed stays referenced by TE's store, so AccumulateGrad copies it (one copy per expert
+    weight, freed when backward_dw sets the gradient). Nothing is left over after the step."""
+    plain = M.trace(tmp_path, EP, 0, *OVERLAP)
+    delayed = M.trace(tmp_path, EP, 0, *OVERLAP, "--delay-wgrad-compute")
+    for snap, deferred in ((plain, False), (delayed, True)):
+        grads = _expert_weight_gradients(snap)
+        fc1, fc2 = grads["linear_fc1"], grads["linear_fc2"]
+        layers = LAYERS  # one micro-batch: each layer's fc2, then its fc1
+        assert len(fc1) == len(fc2) == layers * EXPERTS // EP
+        for layer in range(layers):
+            mine = slice(layer * EXPERTS // EP, (layer + 1) * EXPERTS // EP)
+            fc1_first = min(seq for seq, _ in fc1[mine])
+            assert all((free > fc1_first) == deferred for _, free in fc2[mine]), (deferred, grads)
+        copies = [r for r in M._rows(snap) if r["backward"] and snap["ops"][r["op"]] ==
+                  "new_empty_strided" and r["requested_bytes"] == FFN * GPT.hidden * 2]
+        assert len(copies) == (2 * layers * EXPERTS // EP * 2 if deferred else 0)  # 2 steps
+    assert delayed["summary"]["final_bytes"] == plain["summary"]["final_bytes"]
+    assert delayed["summary"]["peak_bytes"] > plain["summary"]["peak_bytes"]
+    assert grouped_linear.DELAYED_NOTE in delayed["meta"]["notes"]
+    assert grouped_linear.DELAYED_NOTE not in plain["meta"]["notes"]

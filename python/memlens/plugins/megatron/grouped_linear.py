@@ -18,21 +18,29 @@ list is bf16/fp16/fp32, and under `--fp8-format` the quantized tensors are group
 - backward: the output gradient made contiguous, the input gradient `[tokens, in]`, and per
   expert a weight gradient accumulated into `main_grad` (gradient-accumulation fusion; TE's
   cached dummy gradient goes to Megatron's DDP hooks) or a new one of the activation dtype, and
-  a bias gradient where there is a bias.
+  a bias gradient where there is a bias;
+- with `--delay-wgrad-compute` (or `--overlap-dispatch-backward-with-experts-wgrad`), TE's
+  deferred weight gradients: backward allocates the weight gradients but keeps the input and
+  the output gradient (TE's WeightGradStore) until Megatron calls `backward_dw`, which makes
+  the bias gradients, lets the operands go and runs the reduction hooks Megatron registered
+  (`register_wgrad_accumulation_and_reduce_hooks`; the parameters are marked
+  `skip_backward_post_hook`, as TE marks them).
 
 Under FP8, Megatron's TEGroupedMLP asserts TE (`experts.HAVE_TE`) and pads each expert's
 tokens with TE's Fp8Padding: where TE is absent, `experts` below gives it the stand-ins.
 
 Written for TE 2.10 as Megatron-core 0.16 to 0.19 call it (`forward(x, m_splits)` returning
 `(output, bias)`). Not covered, with an error naming it: FP4, FP8 parameters
-(`--fp8-param-gather`) and TE's deferred weight gradients (`--delay-wgrad-compute`).
+(`--fp8-param-gather`) and deferred weight gradients under FP8.
 """
 
 from __future__ import annotations
 
+import collections
 import functools
 from typing import Any, Callable
 
+from ... import categories as C
 from ...errors import MemlensError
 from . import grouped_fp8
 from .te_wgrad import fused_wgrad
@@ -40,6 +48,11 @@ from .te_wgrad import fused_wgrad
 NOTE = ("Transformer Engine is not installed here: its grouped-GEMM experts (TEGroupedMLP) run "
         "Megatron's own code with memlens' stand-in for TE's GroupedLinear, holding what TE's "
         "holds (plugins/megatron/grouped_linear.py)")
+
+DELAYED_NOTE = ("--delay-wgrad-compute: the grouped experts keep their weight-gradient operands "
+                "until Megatron's backward_dw, as TE's GroupedLinear does; the layers standing in "
+                "for TE's other linear modules (attention, dense and shared-expert MLPs) compute "
+                "their weight gradients in backward, where TE's would defer them too")
 
 
 def swap_experts(plugin, spec) -> bool:
@@ -89,12 +102,18 @@ def _grouped_linear_base() -> type:
                     "not installed here: memlens' stand-in for TE's GroupedLinear "
                     "(plugins/megatron/grouped_linear.py) covers bf16, fp16, fp32 and FP8 "
                     "GEMMs on bf16 weights")
-            if getattr(config, "delay_wgrad_compute", False) or \
-                    getattr(config, "overlap_dispatch_backward_with_experts_wgrad", False):
+            # Megatron's TEGroupedLinear defers the weight gradients for either flag.
+            self.delay_wgrad_compute = bool(
+                getattr(config, "delay_wgrad_compute", False) or
+                getattr(config, "overlap_dispatch_backward_with_experts_wgrad", False))
+            if self.delay_wgrad_compute and getattr(config, "fp8", None):
                 raise MemlensError(
-                    "--delay-wgrad-compute defers the grouped experts' weight gradients "
-                    "(TE's WeightGradStore), and Transformer Engine is not installed here: "
-                    "memlens' stand-in for TE's GroupedLinear computes them in backward")
+                    "--delay-wgrad-compute with --fp8-format defers the grouped experts' FP8 "
+                    "weight-gradient operands (TE's WeightGradStore), and Transformer Engine is "
+                    "not installed here: memlens' stand-in for TE's GroupedLinear defers them "
+                    "in bf16, fp16 and fp32 only")
+            if self.delay_wgrad_compute:
+                self.plugin.note(DELAYED_NOTE)
             if pg_collection is None:
                 from megatron.core.process_groups_config import ProcessGroupCollection
 
@@ -108,7 +127,9 @@ def _grouped_linear_base() -> type:
             self.in_features, self.out_features = input_size, output_size
             self.use_bias, self.te_return_bias = bias, skip_bias_add and bias
             self.fuse_wgrad_accumulation = config.gradient_accumulation_fusion
-            self.delay_wgrad_compute = False
+            # TE's WeightGradStore: what each deferred weight-gradient GEMM will read, in order.
+            self.wgrad_store: collections.deque = collections.deque()
+            self.wgrad_accumulation_and_reduce_hooks: list[Callable] = []
             self.save_original_input = False  # Megatron sets it for FP8 recompute only
             self.is_first_microbatch = True
             expert_pgs = is_expert and (config.expert_model_parallel_size > 1 or
@@ -132,6 +153,8 @@ def _grouped_linear_base() -> type:
                 if param.tensor_model_parallel:
                     param.partition_dim = 0 if self.parallel_mode == "column" else 1
                     param.partition_stride = 1
+                if self.delay_wgrad_compute:  # its gradient is ready at backward_dw, not before
+                    param.skip_backward_post_hook = True
 
         def forward(self, x, m_splits):
             weights = [getattr(self, f"weight{i}") for i in range(self.num_gemms)]
@@ -153,8 +176,41 @@ def _grouped_linear_base() -> type:
                 return out, [b.to(dtype) for b in biases]
             return out, None
 
+        def need_backward_dw(self) -> bool:
+            return self.delay_wgrad_compute
+
+        def register_wgrad_accumulation_and_reduce_hooks(self, hook: Callable) -> None:
+            self.wgrad_accumulation_and_reduce_hooks.append(hook)
+
+        def _trigger_wgrad_accumulation_and_reduce_hooks(self) -> None:
+            for hook in self.wgrad_accumulation_and_reduce_hooks:
+                hook()
+
         def backward_dw(self):
-            """TE's deferred weight gradients: none are deferred here (see the module)."""
+            """TE's deferred weight-gradient GEMM of the oldest backward: it reads the input
+            and output gradient that backward kept, writes the gradients backward allocated
+            (or accumulates into `main_grad`), makes the bias gradients, then lets go of its
+            operands and runs the hooks Megatron registered (gradient reduction)."""
+            if not self.delay_wgrad_compute or not self.wgrad_store:
+                return
+            operands, wgrads = self.wgrad_store.popleft()
+            weights = [getattr(self, f"weight{i}") for i in range(self.num_gemms)]
+            if not self.fuse_wgrad_accumulation:
+                for weight, wgrad in zip(weights, wgrads):
+                    weight.grad = wgrad.to(weight.dtype)
+                    # set here, not by autograd: no gradient hook of the tracer's sees it
+                    self.plugin.tracer.classifier.mark(weight.grad, C.GRADIENT)
+            if self.use_bias:
+                dtype = wgrads[0].dtype if wgrads else operands[1].dtype
+                for i in range(self.num_gemms):
+                    bias = getattr(self, f"bias{i}")
+                    grad = torch.empty(self.out_features, dtype=dtype, device=bias.device)
+                    if bias.grad is None:
+                        bias.grad = grad.to(bias.dtype)
+                        self.plugin.tracer.classifier.mark(bias.grad, C.GRADIENT)
+                    del grad
+            del operands, wgrads
+            self._trigger_wgrad_accumulation_and_reduce_hooks()
 
     return GroupedLinear
 
@@ -228,8 +284,15 @@ def _function():
             wgrads = [None] * layer.num_gemms
             if need_wgrad:
                 wgrads = [_weight_gradient(layer, w, dtype, device) for w in ctx.weights]
-            bgrads = [torch.empty(layer.out_features, dtype=dtype, device=device)
-                      for _ in range(layer.num_gemms)] if ctx.apply_bias else []
+            if need_wgrad and layer.delay_wgrad_compute:
+                # TE keeps the weight-gradient GEMM's operands and output for backward_dw;
+                # autograd gets the gradients unwritten, and no bias gradients yet.
+                kept = [] if layer.fuse_wgrad_accumulation else wgrads
+                layer.wgrad_store.append(((saved[0], grad), kept))
+                bgrads = [None] * layer.num_gemms if ctx.apply_bias else []
+            else:
+                bgrads = [torch.empty(layer.out_features, dtype=dtype, device=device)
+                          for _ in range(layer.num_gemms)] if ctx.apply_bias else []
             del saved, quantized
             return (dgrad, None, *wgrads, *bgrads)
 

@@ -65,9 +65,14 @@ def te_gemm_class(cls: type) -> type:
         with Patcher.swapped(self.config, "defer_embedding_wgrad_compute", False):
             return cls.forward(self, *args, **kwargs)
 
+    def backward_dw(self):
+        """TE's deferred weight-gradient GEMM (`--delay-wgrad-compute`): these layers compute
+        theirs in backward (grouped_linear.py says so in the report). Megatron 0.16's own
+        linear layers have no such method; TE's have."""
+
     return type(cls.__name__, (cls,), {
         "__module__": cls.__module__, "__qualname__": cls.__qualname__, MARK: True,
-        "forward": forward,
+        "forward": forward, "backward_dw": backward_dw,
         "__doc__": f"{cls.__name__}, standing in for Transformer Engine's linear module "
                    "(memlens/plugins/megatron/te_gemm.py): its GEMMs use TE's workspace."})
 

@@ -5,6 +5,7 @@
         [--attention-backend unfused] [--rope] [--cp 2] [--mla]
         [--cp 4 --cp-comm-type a2a+p2p --hierarchical-cp 2 2]
         [--grad-accum-fusion] [--overlap-grad-reduce] [--overlap-param-gather]
+        [--spec te --grouped-gemm --overlap-moe-ep-comm --delay-wgrad-compute]
         [--moe-router-load-balancing-type sinkhorn] [--moe-dispatcher allgather]
         [--spec te --grouped-gemm --recompute selective --recompute-modules moe_act]
         [--fp8-format hybrid --fp8-recipe delayed --fp8-amax-history-len 1024 --fp8-param]
@@ -59,6 +60,12 @@ p.add_argument("--moe-router-load-balancing-type", default="aux_loss",
 p.add_argument("--moe-dispatcher", choices=("alltoall", "allgather", "flex"), default="alltoall")
 p.add_argument("--grouped-gemm", action="store_true", help="the experts' GEMMs grouped "
                "(TEGroupedMLP with the TE spec)")
+p.add_argument("--overlap-moe-ep-comm", action="store_true",
+               help="the experts' all-to-all overlapped with another micro-batch's compute "
+               "(Megatron's combined 1F1B)")
+p.add_argument("--delay-wgrad-compute", action="store_true",
+               help="with --overlap-moe-ep-comm: weight gradients computed after the "
+               "backward of each layer's parts, overlapping the all-to-all")
 p.add_argument("--recompute-modules", nargs="+", default=None,
                help="with --recompute selective: what it recomputes (Megatron: core_attn)")
 p.add_argument("--grad-accum-fusion", action="store_true",
@@ -125,6 +132,8 @@ config = (MLATransformerConfig if args.mla else TransformerConfig)(
     attention_softmax_in_fp32=False, masked_softmax_fusion=False, bias_activation_fusion=False,
     bias_dropout_fusion=False, gradient_accumulation_fusion=args.grad_accum_fusion,
     defer_embedding_wgrad_compute=args.defer_embedding_wgrad,
+    overlap_moe_expert_parallel_comm=args.overlap_moe_ep_comm,
+    delay_wgrad_compute=args.delay_wgrad_compute,
     persist_layer_norm=False, layernorm_zero_centered_gamma=args.layernorm_1p,
     attention_dropout=0.1, hidden_dropout=0.1,
     recompute_granularity=None if args.recompute == "none" else args.recompute,
@@ -156,6 +165,7 @@ distributed_optimizer = args.distributed_optimizer or args.megatron_fsdp
 ddp_config = DistributedDataParallelConfig(
     grad_reduce_in_fp32=True, use_distributed_optimizer=distributed_optimizer,
     overlap_grad_reduce=args.overlap_grad_reduce, overlap_param_gather=args.overlap_param_gather,
+    delay_wgrad_compute=args.delay_wgrad_compute,
     **(dict(use_megatron_fsdp=True, data_parallel_sharding_strategy="optim_grads_params")
        if args.megatron_fsdp else {}))
 if args.megatron_fsdp:
@@ -189,18 +199,19 @@ def batches():
                "attention_mask": causal.expand(args.micro_batch, 1, args.seq, args.seq)}
 
 
-def forward_step(data_iterator, model):
+def forward_step(data_iterator, model, return_schedule_plan=False):
     batch = next(data_iterator)
     if args.cp > 1:  # each context-parallel rank keeps its chunks of the sequence
         batch = get_batch_on_this_cp_rank(batch)
-    output = model(batch["tokens"], batch["position_ids"], batch["attention_mask"],
-                   labels=batch["labels"])
 
     def loss_func(output_tensor):
         loss = output_tensor.float().mean()
         return loss, {"lm loss": loss}
 
-    return output, loss_func
+    inputs = (batch["tokens"], batch["position_ids"], batch["attention_mask"])
+    if return_schedule_plan:  # the combined 1F1B schedule (--overlap-moe-ep-comm) runs it
+        return model.build_schedule_plan(*inputs, labels=batch["labels"]), loss_func
+    return model(*inputs, labels=batch["labels"]), loss_func
 
 
 forward_backward = get_forward_backward_func()
