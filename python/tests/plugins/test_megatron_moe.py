@@ -296,7 +296,7 @@ def test_distributed_optimizer_shards_experts_over_expert_data_parallel(tmp_path
 def _expert_weight_gradients(snap: dict) -> dict[str, list[tuple[int, int]]]:
     """(alloc_seq, free_seq) of the weight gradients each grouped layer of the experts makes in
     the second step's backward (one [FFN, h] or [h, FFN] bf16 tensor per local expert)."""
-    a, fqns = snap["allocations"], [m["fqn"] for m in snap["modules"]]
+    fqns = [m["fqn"] for m in snap["modules"]]
     phase = M._phase(snap, "forward_backward_iter_1")
     out: dict[str, list[tuple[int, int]]] = {"linear_fc1": [], "linear_fc2": []}
     for r in M._rows(snap):
