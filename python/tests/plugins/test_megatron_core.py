@@ -50,6 +50,9 @@ SETTINGS = {
     # ignore the option (memlens' stand-ins for them failed on it).
     "te-spec-deferred-wgrad": (("--spec", "te", "--grad-accum-fusion", "--defer-embedding-wgrad"),
                                False, "none", False),
+    # Megatron's ModelOpt spec (its post-training `--export-*` path): local linear layers with
+    # TE's norms and core attention, which it cannot build without TE.
+    "modelopt-spec-flash": (("--spec", "modelopt"), False, "none", False),
 }
 GROUPS = {"te-spec-flash-gqa": 4}
 # Multi-latent attention (gpt_core_train.py --mla: q and k heads of 32 + 16 rotary dims, v heads
@@ -57,12 +60,12 @@ GROUPS = {"te-spec-flash-gqa": 4}
 MLA = {"te-spec-mla": ("--spec", "te", "--mla"),
        "te-spec-mla-unfused": ("--spec", "te", "--mla", "--attention-backend", "unfused")}
 FUSED_ATTENTION = {"te-spec-flash", "te-spec-flash-gqa", "te-spec-fused",
-                   "te-spec-deferred-wgrad"}
+                   "te-spec-deferred-wgrad", "modelopt-spec-flash"}
 # Gradient-accumulation fusion: TE's cached dummy weight gradients, which Megatron's linear
 # layers take where TE is installed (as on a GPU).
 TE_DUMMY_WGRADS = {"te-spec-deferred-wgrad"}
 RANKS = {"tp": (0, LAST), "tp-sp-distopt": (0, LAST), "tp-layernorm-1p": (0,),
-         "te-spec-deferred-wgrad": (LAST,)}
+         "te-spec-deferred-wgrad": (LAST,), "modelopt-spec-flash": (0,)}
 
 
 @pytest.fixture(scope="module")
@@ -155,6 +158,24 @@ def test_te_spec_without_te_is_noted_and_uses_fused_attention(snapshots):
     assert any("Transformer Engine is not installed" in n for n in snap["meta"]["notes"])
     classes = {m["class"] for m in snap["modules"] if m["fqn"].endswith("core_attention")}
     assert classes == {"FlashDotProductAttention"}
+
+
+def test_modelopt_spec_builds_te_norms_and_attention_from_stand_ins(snapshots):
+    """ModelOpt's spec raises ImportError without TE (its `Norm`) and takes TE's core
+    attention: the layers get Megatron's torch norm and the fused-attention stand-in, their
+    linear layers stay Megatron's own (no TE GEMM workspace), and the model holds the
+    parameters of the TE spec's model (checked above, with its activations)."""
+    snap, te = snapshots("modelopt-spec-flash", 0), snapshots("te-spec-flash", 0)
+    notes = snap["meta"]["notes"]
+    assert any("the norms of ModelOpt's model spec are Megatron's torch norm" in n
+               for n in notes), notes
+    classes = {m["class"] for m in snap["modules"] if m["fqn"].endswith("core_attention")}
+    assert classes == {"FlashDotProductAttention"}
+    norms = {m["class"] for m in snap["modules"]
+             if m["fqn"].endswith(("input_layernorm", "pre_mlp_layernorm"))}
+    assert norms == {"LayerNorm"}
+    assert M.model_state_bytes(snap) == M.model_state_bytes(te)
+    assert ("te_cublas_workspace", 32 * 2**20 + 1024, False) not in M.workspaces(snap)
 
 
 @pytest.mark.parametrize("setting,attention", [("te-spec-unfused", "UnfusedDotProductAttention"),

@@ -325,6 +325,45 @@ def flextron_router(plugin, mod: ModuleType) -> None:
     plugin.patcher.setattr(mod, "RowParallelLinear", layers.RowParallelLinear)
 
 
+def modelopt_norm(plugin, mod: ModuleType) -> None:
+    """Megatron's ModelOpt model specs (`megatron/core/post_training/modelopt`, taken by
+    `pretrain_gpt.py` when ModelOpt's `--export-*` arguments are given) build every norm from
+    TE's LayerNorm or RMSNorm (`layers.Norm`), which raises ImportError without TE: Megatron's
+    torch norm instead, which keeps what TE's norm kernels keep (the input and an fp32
+    statistic per row) and marks its weights sequence-parallel alike (`torch_norm` above).
+    Written for 0.19's `layers.py`, whose `HAVE_TE` says which it builds."""
+    if find_spec("transformer_engine") is not None or getattr(mod, "HAVE_TE", True) or \
+            not isinstance(getattr(mod, "Norm", None), type):
+        return
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm
+
+    class Norm:
+        """TE's LayerNorm/RMSNorm for ModelOpt's specs, as Megatron's torch norm (memlens/
+        plugins/megatron/stand_ins.py)."""
+
+        def __new__(cls, config, hidden_size: int, eps: float = 1e-5):
+            plugin.note("Transformer Engine is not installed here: the norms of ModelOpt's "
+                        "model spec are Megatron's torch norm, which keeps what TE's keep")
+            return WrappedTorchNorm(config=config, hidden_size=hidden_size, eps=eps)
+
+    plugin.patcher.setattr(mod, "Norm", Norm)
+
+
+def modelopt_gpt_spec(plugin, mod: ModuleType) -> None:
+    """ModelOpt's GPT spec takes TE's core attention (`TEDotProductAttention`, None without TE)
+    unless asked for Megatron's local one; without TE that name is a class that cannot be
+    built. The stand-in instead, which holds what the configured TE attention backend holds
+    (attention.py), as the TE layer spec gets where TE is absent. The spec's linear layers are
+    Megatron's own. Written for 0.19's `gpt/model_specs.py`."""
+    if find_spec("transformer_engine") is not None or not hasattr(mod, "TEDotProductAttention"):
+        return
+    from .attention import flash_attention_class
+
+    attention = flash_attention_class()
+    plugin.patcher.setattr(attention, "notify", staticmethod(plugin.note))
+    plugin.patcher.setattr(mod, "TEDotProductAttention", attention)
+
+
 def rope_utils(plugin, mod: ModuleType) -> None:
     """Fused RoPE (Megatron-LM's default) is Transformer Engine's kernel: it writes the
     rotated tensor and keeps only the frequencies for backward (the unfused path keeps
@@ -384,4 +423,6 @@ PATCHES = {
     "megatron.core.extensions.transformer_engine": te_extension_mocks,
     "megatron.core.models.common.embeddings.rope_utils": rope_utils,
     "megatron.elastification.router.hybrid_flex_router": flextron_router,
+    "megatron.core.post_training.modelopt.layers": modelopt_norm,
+    "megatron.core.post_training.modelopt.gpt.model_specs": modelopt_gpt_spec,
 }

@@ -5,7 +5,7 @@
         [--attention-backend unfused] [--rope] [--cp 2] [--mla]
         [--cp 4 --cp-comm-type a2a+p2p --hierarchical-cp 2 2]
         [--grad-accum-fusion] [--overlap-grad-reduce] [--overlap-param-gather]
-        [--spec te --grouped-gemm --overlap-moe-ep-comm --delay-wgrad-compute]
+        [--spec te --grouped-gemm --overlap-moe-ep-comm --delay-wgrad-compute] [--spec modelopt]
         [--moe-router-load-balancing-type sinkhorn] [--moe-dispatcher allgather]
         [--spec te --grouped-gemm --recompute selective --recompute-modules moe_act]
         [--fp8-format hybrid --fp8-recipe delayed --fp8-amax-history-len 1024 --fp8-param]
@@ -81,7 +81,7 @@ p.add_argument("--overlap-param-gather", action="store_true", help="with the dis
 p.add_argument("--offload-modules", nargs="+", default=None,
                help="fine-grained activation offloading of these modules' saved tensors")
 p.add_argument("--steps", type=int, default=5)
-p.add_argument("--spec", choices=("local", "te"), default="local",
+p.add_argument("--spec", choices=("local", "te", "modelopt"), default="local",
                help="te: the Transformer Engine layer spec, as TE users build their models")
 p.add_argument("--query-groups", type=int, default=None, help="grouped-query attention")
 p.add_argument("--attention-backend", choices=("flash", "fused", "unfused", "local", "auto"),
@@ -148,12 +148,16 @@ config = (MLATransformerConfig if args.mla else TransformerConfig)(
     fp8_amax_history_len=args.fp8_amax_history_len, fp8_param=args.fp8_param,
     **moe, **mla)
 
-spec = get_gpt_layer_local_spec if args.spec == "local" else \
-    get_gpt_layer_with_transformer_engine_spec
-model = GPTModel(config=config,
-                 transformer_layer_spec=spec(num_experts=args.moe_experts,
-                                             moe_grouped_gemm=args.grouped_gemm,
-                                             multi_latent_attention=args.mla),
+if args.spec == "modelopt":  # Megatron's ModelOpt spec: local layers, TE's norms and attention
+    from megatron.core.post_training.modelopt.gpt.model_specs import get_gpt_modelopt_spec
+
+    layer_spec = get_gpt_modelopt_spec(config)
+else:
+    spec = get_gpt_layer_local_spec if args.spec == "local" else \
+        get_gpt_layer_with_transformer_engine_spec
+    layer_spec = spec(num_experts=args.moe_experts, moe_grouped_gemm=args.grouped_gemm,
+                      multi_latent_attention=args.mla)
+model = GPTModel(config=config, transformer_layer_spec=layer_spec,
                  vocab_size=args.vocab, max_sequence_length=args.seq,
                  pre_process=parallel_state.is_pipeline_first_stage(),
                  post_process=parallel_state.is_pipeline_last_stage(),
