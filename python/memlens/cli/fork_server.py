@@ -18,6 +18,7 @@ code in the warm process itself, and it starts no thread of its own, so forking 
 from __future__ import annotations
 
 import array
+import gc
 import json
 import os
 import signal
@@ -87,6 +88,10 @@ def main() -> int:
     signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     server = os.getpid()
+    # Python's recommendation for a process that forks: the warm heap (torch and memlens
+    # imported) in the permanent generation, so that a child's full collections neither walk
+    # it nor write to its pages (copy-on-write); its traces leave it so (engine/heap.py).
+    gc.freeze()
     send(sock, {"ready": True, "pid": server, "watch": watched_files()})
     import select
 

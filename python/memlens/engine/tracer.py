@@ -18,6 +18,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from .. import categories as C
 from .accountant import Accountant
 from .classifier import Classifier
+from . import heap
 from .compiled import CompiledPrograms
 from ..cuda.sdpa import SdpaLog
 from ..devices import DeviceSpec
@@ -106,6 +107,7 @@ class Tracer:
         self.started = time.time()
         with contextlib.ExitStack() as undo:
             undo.callback(self._patcher.undo)  # every patch below, last of all
+            undo.enter_context(heap.frozen_before_trace())
             undo.enter_context(versions_noted(self.add_note))  # before the first check
             torch_core.apply(self._patcher, self._external_tensor, self.accountant.storage_resized,
                              mark_finite_check,
