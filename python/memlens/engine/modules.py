@@ -10,14 +10,13 @@ when it is not empty.
 
 from __future__ import annotations
 
-import functools
-import inspect
 import weakref
 from typing import Any, Callable
 
 import torch
 from torch import nn
 
+from .class_source import class_source
 from .stacks import StackTable
 
 _LABEL = "memlens.module"
@@ -48,7 +47,7 @@ class ModuleInfo:
         # Now, while the class's module is importable: a class of the traced script lives in
         # runpy's temporary `__main__`, gone (sys.modules["__main__"] is memlens') once the
         # script has ended and the snapshot is built.
-        _class_source(self.cls)
+        class_source(self.cls)
 
     @property
     def module(self) -> nn.Module | None:
@@ -61,16 +60,7 @@ class ModuleInfo:
     @property
     def source(self) -> tuple[str, int] | None:
         """File and line of the module's class definition."""
-        return _class_source(self.cls)
-
-
-@functools.lru_cache(maxsize=None)
-def _class_source(cls: type) -> tuple[str, int] | None:
-    # inspect parses the whole file for each class lookup: once per class, not per instance.
-    try:
-        return (inspect.getsourcefile(cls) or "", inspect.getsourcelines(cls)[1])
-    except (TypeError, OSError):
-        return None
+        return class_source(self.cls)
 
 
 def _tensors(obj: Any, limit: int = 64):
