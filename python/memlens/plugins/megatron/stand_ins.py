@@ -331,7 +331,8 @@ def modelopt_norm(plugin, mod: ModuleType) -> None:
     TE's LayerNorm or RMSNorm (`layers.Norm`), which raises ImportError without TE: Megatron's
     torch norm instead, which keeps what TE's norm kernels keep (the input and an fp32
     statistic per row) and marks its weights sequence-parallel alike (`torch_norm` above).
-    Written for 0.19's `layers.py`, whose `HAVE_TE` says which it builds."""
+    Written for `layers.py` of megatron-core 0.16 to 0.19, whose `HAVE_TE` says which it
+    builds."""
     if find_spec("transformer_engine") is not None or getattr(mod, "HAVE_TE", True) or \
             not isinstance(getattr(mod, "Norm", None), type):
         return
@@ -350,11 +351,11 @@ def modelopt_norm(plugin, mod: ModuleType) -> None:
 
 
 def modelopt_gpt_spec(plugin, mod: ModuleType) -> None:
-    """ModelOpt's GPT spec takes TE's core attention (`TEDotProductAttention`, None without TE)
-    unless asked for Megatron's local one; without TE that name is a class that cannot be
-    built. The stand-in instead, which holds what the configured TE attention backend holds
+    """ModelOpt's GPT spec takes TE's core attention (`TEDotProductAttention`) unless asked for
+    Megatron's local one, and without TE that name is a class that cannot be built. The
+    stand-in instead, which holds what the configured TE attention backend holds
     (attention.py), as the TE layer spec gets where TE is absent. The spec's linear layers are
-    Megatron's own. Written for 0.19's `gpt/model_specs.py`."""
+    Megatron's own. Written for `gpt/model_specs.py` of megatron-core 0.16 to 0.19."""
     if find_spec("transformer_engine") is not None or not hasattr(mod, "TEDotProductAttention"):
         return
     from .attention import flash_attention_class
