@@ -152,14 +152,13 @@ def before_script(cfg: dict, scratch: Path, env: dict) -> None:
 def command_line(model_args: dict, scratch: Path) -> list[str]:
     """MODEL_ARGS as Megatron's tests/functional_tests/shell_test_utils/_run_training.sh
     passes them; ${...} paths under `scratch`."""
-    paths = PATHS
     out: list[str] = []
     for key, value in model_args.items():
         if value is True:
             out.append(key)
             continue
         text = str(value).strip()
-        for name, sub in paths.items():
+        for name, sub in PATHS.items():
             text = text.replace("${" + name + "}", str(scratch / sub))
         text = text.replace("${REPEAT}", "1")
         if text.startswith("[") and text.endswith("]"):
