@@ -12,9 +12,10 @@ export interface PanelPage {
   title: string;
 }
 
-/** A random nonce, fresh for every page. */
+/** A random nonce, fresh for every page: 128 bits as 32 hex digits (always the same
+ * length; stripping base64's '+' and '/' could make it shorter). */
 export function makeNonce(): string {
-  return randomBytes(18).toString('base64').replace(/[+/=]/g, '');
+  return randomBytes(16).toString('hex');
 }
 
 export function contentSecurityPolicy(cspSource: string, nonce: string): string {
