@@ -24,6 +24,24 @@ class Decorated:
     x: int = 0
 
 
+def _decorated_with(*_args):
+    return _decorated
+
+
+@_decorated_with(
+    "a decorator over two lines")
+class SpreadDecorator:
+    pass
+
+
+class Twice:  # defined twice: inspect answers the first definition's line
+    pass
+
+
+class Twice:  # noqa: F811
+    pass
+
+
 class Outer:
     class Inner(nn.Module):
         pass
@@ -41,7 +59,7 @@ def _inspect(cls):
 
 
 def test_the_same_file_and_line_as_inspect():
-    classes = [Decorated, Outer, Outer.Inner, factory(), transformers.LlamaForCausalLM,
+    classes = [Decorated, SpreadDecorator, Twice, Outer, Outer.Inner, factory(), transformers.LlamaForCausalLM,
                transformers.models.llama.modeling_llama.LlamaDecoderLayer,
                transformers.models.llama.modeling_llama.LlamaRMSNorm,
                transformers.GPT2LMHeadModel]
