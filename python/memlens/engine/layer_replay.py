@@ -42,130 +42,16 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
-from .layer_cache import BlockCaches, EntryBefore, LayerIndex, entry_tensors, write_entry
+from .attribute_reads import AttributeReads
+from .layer_cache import BlockCaches, EntryBefore
 from .layer_groups import Group, differing_attributes, find_groups, own_state, _MISSING
 from .layer_tape import (CONSTANTS, PLAIN, Backward, Slots, Traced, Unsupported, autocast_on,
                          has_values, rid_of, signature, tensor_meta, tensors)
+from .replayed_block import ReplayRun, ReplayedNode
 
 _current_node = torch._C._current_autograd_node
 _top_saved_hooks = torch._C._autograd._top_saved_tensors_default_hooks
 
-
-# -- the autograd node of a replayed block -----------------------------------------------
-
-class _Replayed(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, run, x):
-        ctx.set_materialize_grads(False)
-        ctx.run = run
-        run.watch_graph(ctx)
-        outputs = run.forward()
-        for t in outputs:
-            if not (t.dtype.is_floating_point or t.dtype.is_complex):
-                ctx.mark_non_differentiable(t)
-        # The outputs autograd kept of the traced block (saved outputs hold no cycle).
-        ctx.save_for_backward(*[outputs[j] for j in run.rec.held_outputs])
-        return tuple(outputs)
-
-    @staticmethod
-    def backward(ctx, *grads):
-        run, ctx.run = ctx.run, None
-        return None, run.backward(grads)
-
-
-class ReplayRun:
-    """One replayed call of a block: the recording applied to its storages, and its backward."""
-
-    def __init__(self, replay: "LayerReplay", group: Group, index: int, rec: Traced,
-                 inputs: list[torch.Tensor], entry=None):
-        self.replay = replay
-        self.entry = entry  # the block's own entry of the cache it writes (layer_cache.py)
-        self.group = group
-        self.index = index
-        self.rec = rec
-        self.in_rids = [rid_of(replay.ledger, t) for t in inputs]
-        # What autograd would keep of the block: its saved inputs and outputs.
-        self.held = [inputs[j] for j in rec.held_inputs]
-        self.params = list(group.blocks[index].parameters())
-        self.fwd_rids: list[int] = []
-        self.backward_done = False
-        self.backward_pending = rec.signature[0] and bool(rec.alive or rec.held_inputs
-                                                          or rec.held_outputs)
-
-    def bindings(self) -> dict[tuple, int]:
-        ledger = self.replay.ledger
-        out: dict[tuple, int] = {}
-        for j, rid in enumerate(self.in_rids):
-            if rid is not None:
-                out.setdefault(("in", j), rid)
-        for j, p in enumerate(self.params):
-            for kind, t in (("param", p), ("pgrad", p.grad)):
-                rid = rid_of(ledger, t)
-                if rid is not None:
-                    out[(kind, j)] = rid
-        for k, rid in enumerate(self.fwd_rids):
-            out[("fwd", k)] = rid
-        if self.entry is not None:
-            for j, (_, rid) in enumerate(entry_tensors(self.entry, ledger)):
-                out[("entry", j)] = rid
-        return out
-
-    def forward(self) -> list[torch.Tensor]:
-        replay = self.replay
-        self.fwd_rids = replay.apply(self.rec.ops, self.bindings(), self.group, self.index)
-        replay.count_sdpa(self.rec.sdpa)
-        if self.rec.casts:
-            replay.cast_runs.append(self)
-        bases: dict[int, torch.Tensor] = {}
-        if self.entry is not None:  # the cache keeps it, for as long as the cache lives
-            entry, self.entry = self.entry, None
-            write_entry(entry, self.rec, self.fwd_rids, self.replay.make_tensor, bases, self.held)
-        return [replay.make_tensor(leaf[2], self.fwd_rids[leaf[1]], bases)
-                for leaf in self.rec.outputs[1] if leaf[0] == "tensor"]
-
-    def backward(self, grads):
-        replay, group = self.replay, self.group
-        back = group.backward
-        self.backward_pending = False
-        if back is None:
-            replay.abandon("a replayed block's backward ran before a traced block's was "
-                           "recorded")
-        if tuple(p.grad is not None for p in self.params) != back.grads_before:
-            replay.abandon("a replayed block's parameters held gradients where the recorded "
-                           "block's did not")
-        bound = self.bindings()
-        # One output is differentiable (the recording checked): its gradient is the one given.
-        grad = next((g for g in grads if g is not None), None)
-        rid = rid_of(replay.ledger, grad)
-        if rid is not None:
-            bound[("gout", 0)] = rid
-        new = replay.apply(back.ops, bound, group, self.index)
-        replay.count_sdpa(back.sdpa)
-        kind, k = back.grad_input
-        result = grad if kind == "gout" else replay.make_tensor(back.grad_input_meta, new[k])
-        for p, outcome in zip(self.params, back.param_grads):
-            if isinstance(outcome, tuple):
-                p.grad = replay.make_tensor(outcome[1], new[outcome[0][1]])
-        self.held = []
-        self.backward_done = True
-        group.unverified_backward += 1
-        replay.replayed_backward += 1
-        return result
-
-    def watch_graph(self, ctx) -> None:
-        """Its autograd node (`ctx`) let go without a backward: a full trace frees what the
-        block saved then, in an order this replay does not know. After the trace has ended
-        (mark_end), what the script lets go is not part of the step."""
-        replay = self.replay
-
-        def gone(_ref):
-            if self.backward_pending and replay.abandoned is None and replay.tracer.end_seq < 0:
-                replay.abandoned = "a replayed block's graph was let go before its backward"
-
-        self._node = weakref.ref(ctx, gone)
-
-
-# -- the tracer's side -----------------------------------------------------------------------
 
 class LayerReplay:
     def __init__(self, tracer):
@@ -178,12 +64,11 @@ class LayerReplay:
         self.abandoned: str | None = None
         self.replayed = 0  # forward calls replayed
         self.replayed_backward = 0
-        self._watched: dict[tuple[type, str], Any] = {}
-        self._read: str | None = None
         self._packed: set[int] | None = None
         self.off: str | None = None  # why no blocks were looked for
         self.cast_runs: list[ReplayRun] = []  # replayed blocks with casts in autocast's cache
         self.caches = BlockCaches(self.ledger)  # caches a block may write its own entry of
+        self.reads = AttributeReads(self.caches)
 
     # -- lifecycle -----------------------------------------------------------------------
     def scan(self, root: nn.Module) -> None:
@@ -240,7 +125,7 @@ class LayerReplay:
             else:
                 cls._call_impl = own
         self._wrapped, self._members = {}, {}
-        self._unwatch()
+        self.reads.unwatch()
         self.cast_runs = []
         for group in self.groups:
             if group.unverified or group.unverified_backward:
@@ -437,7 +322,7 @@ class LayerReplay:
 
     def _record(self, group: Group, i: int, original, args, kwargs):
         group.differing = differing_attributes(group.blocks)  # set since the scan too
-        self._watch_reads(group, i)
+        self.reads.watch(group, i)
         try:
             # A layer index read may be handed to the cache the block is given (layer_cache.py)
             self.caches.noted = [] if self.caches.find(args, kwargs)[1] is not None else None
@@ -446,7 +331,7 @@ class LayerReplay:
         try:
             out, traced, problem, inputs = self._trace(group, i, original, args, kwargs)
         finally:
-            read = self._unwatch()
+            read = self.reads.unwatch()
             self.caches.noted = None
         if read:
             group.disabled = f"its forward reads {read}, which differs between the blocks"
@@ -482,7 +367,7 @@ class LayerReplay:
         self.replayed += 1
         diff_in = [t for t in inputs if t.requires_grad]
         if rec.signature[0] and diff_in:
-            outputs = _Replayed.apply(run, diff_in[0])
+            outputs = ReplayedNode.apply(run, diff_in[0])
         else:
             outputs = run.forward()
         spec, leaves = rec.outputs
@@ -583,113 +468,8 @@ class LayerReplay:
             self.abandon("block 1's backward differs from the replayed ones'", raise_now=False)
         group.unverified_backward = 0
 
-    # -- applying a recording ------------------------------------------------------------
-    def apply(self, ops: list[tuple], bound: dict[tuple, int], group: Group,
-              index: int) -> list[int]:
-        ledger = self.ledger
-        mods = group.module_lists[index]
-        phase = self.tracer.phases.index
-        new: list[int] = []
-        for op in ops:
-            kind = op[0]
-            if kind == "alloc":
-                _, nbytes, device, dtype, shape, category, mod, opid, stack, stream, bwd, sub = op
-                rid = ledger.alloc(nbytes, device, dtype, shape, category,
-                                   mods[mod[1]] if isinstance(mod, tuple) else mod, phase,
-                                   opid, stack, stream=stream, backward=bwd)
-                if sub:
-                    ledger.records[rid].sub = sub
-                new.append(rid)
-                continue
-            slot = op[1]
-            rid = new[slot[1]] if slot[0] == "new" else bound.get(slot)
-            if rid is None:
-                self.abandon("a replayed block's operation names memory it does not have")
-            if kind == "free":
-                ledger.free(rid)
-            else:
-                mod = op[3]
-                ledger.recategorize(rid, op[2], mods[mod[1]] if isinstance(mod, tuple) else mod,
-                                    op[4])
-        return new
-
-    def make_tensor(self, meta, rid: int, bases: dict | None = None) -> torch.Tensor:
-        """A fake tensor on the storage of record `rid`, which the replay has booked: the
-        tensor itself where it fills its storage (a gradient, most outputs), else a view of
-        its storage (`bases`: one per record, for outputs that share one)."""
-        shape, stride, offset, dtype, device, _, nbytes = meta
-        accountant = self.tracer.accountant
-        span = 1 + sum((n - 1) * st for n, st in zip(shape, stride)) if all(shape) else 0
-        if offset == 0 and span * dtype.itemsize == nbytes and (bases is None
-                                                                or rid not in bases):
-            with accountant.unbooked():
-                t = torch.empty_strided(shape, stride, dtype=dtype, device=device)
-            self.ledger.track_storage(t.untyped_storage(), rid)
-            if bases is not None:
-                bases[rid] = t
-            return t
-        base = bases.get(rid) if bases is not None else None
-        if base is None:
-            with accountant.unbooked():
-                base = torch.empty(nbytes // dtype.itemsize, dtype=dtype, device=device)
-            self.ledger.track_storage(base.untyped_storage(), rid)
-            if bases is not None:
-                bases[rid] = base
-        with accountant.unbooked():
-            return base.as_strided(shape, stride, offset)
-
     def _counts(self) -> tuple:
         accountant = self.tracer.accountant
         return (len(accountant.placeholders), len(self.tracer.notes),
                 len(self.ledger.stream_events), len(self.ledger.shares), accountant.unreplayable_ops,
                 self.tracer.sdpa.pin_fell_through, frozenset(self.tracer.sdpa.disabled))
-
-    # -- attributes that differ between blocks -------------------------------------------
-    def _watch_reads(self, group: Group, i: int) -> None:
-        """While block i runs, a read of an attribute that differs between the blocks is
-        noted (a class-level property in front of the instances' values)."""
-        watched = {id(m): k for k, m in enumerate(group.blocks[i].modules())}
-        self._read = None
-        for cls, name in group.differing:
-            if (cls, name) in self._watched:
-                continue
-            own = cls.__dict__.get(name, _MISSING)
-            if own is not _MISSING and hasattr(own, "__get__"):
-                group.disabled = f"`{cls.__name__}.{name}` differs between the blocks"
-                continue
-
-            def get(obj, name=name, cls=cls):
-                if id(obj) in watched and self._read is None:
-                    value = obj.__dict__.get(name, _MISSING)
-                    if self.caches.noted is not None and type(value) is int:
-                        return LayerIndex(value, (watched[id(obj)], name),
-                                          functools.partial(self._used, cls.__name__))
-                    self._read = f"`{cls.__name__}.{name}`"
-                try:
-                    return obj.__dict__[name]
-                except KeyError:
-                    for klass in cls.__mro__[1:]:
-                        if name in klass.__dict__:
-                            return klass.__dict__[name]
-                    raise AttributeError(name) from None
-
-            def put(obj, value, name=name):
-                obj.__dict__[name] = value
-
-            self._watched[(cls, name)] = own
-            setattr(cls, name, property(get, put))
-
-    def _used(self, owner: str, where: tuple) -> None:
-        """A layer index was used for its value (layer_cache.LayerIndex)."""
-        if self._watched and self._read is None:
-            self._read = f"`{owner}.{where[1]}`"
-
-    def _unwatch(self) -> str | None:
-        for (cls, name), own in self._watched.items():
-            if own is _MISSING:
-                delattr(cls, name)
-            else:
-                setattr(cls, name, own)
-        self._watched = {}
-        read, self._read = self._read, None
-        return read
