@@ -20,14 +20,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from .. import categories as C
 from ..cuda.pinned_memory import PinnedFakeStorages, pinning_available
 from ..kernels.cuda import COLLECTIVE_NAMESPACES
-from ..errors import DataDependentError, Location
 from .accountant_host import AccountantHost
-from .dynamic_sizes import bounded_result, has_bound
-from .healthy_values import HEALTHY_OPS, HEALTHY_VALUE, note_healthy_value
+from .dynamic_sizes import bounded_result
+from .healthy_values import HEALTHY_OPS, note_healthy_value
 from .host_compute import runs_on_host
 from .inplace_ops import answered
 from .like_ops import answered as answered_like
-from .shadow_values import SHADOW, carry, sized_by_shadows, sized_result
+from .made_up_values import MadeUpValues, op_name
+from .shadow_values import carry, sized_by_shadows, sized_result
 from .phases import SETUP
 
 aten = torch.ops.aten
@@ -91,9 +91,9 @@ class Accountant(TorchDispatchMode):
         self._mutable: dict = {}
         self._mask_arg: dict = {}
         self._names: dict = {}
-        self.placeholders: list[tuple[int, str, object]] = []  # (stack, op, value answered)
+        self.values = MadeUpValues(tracer)  # what a trace answers for values it cannot know
+        self.placeholders = self.values.placeholders
         self._persistent_rids: dict[tuple, int] = {}  # a persistent item's key -> its record
-        self._noted: set = set()
         self._all_fake = 0  # inside made_fake(): no op runs on the host
         self._copying_real = 0  # inside copying_real(): host ops run on the host
         self.pinned = PinnedFakeStorages(self.ledger)
@@ -172,7 +172,7 @@ class Accountant(TorchDispatchMode):
         if func is _local_scalar_dense or func is _ITEM:  # _ITEM: whole, under inference mode
             # A DTensor's value (`.item()` of a clipped grad norm) is its local tensor's: let
             # DTensor dispatch, and read the local tensor when it comes back here.
-            return self._read_value(args[0]) if _plain(types) else NotImplemented
+            return self.values.read(args[0]) if _plain(types) else NotImplemented
         if func is _WAIT_TENSOR:
             # Eager wait_tensor hands back its input; the fake kernel makes a new tensor that
             # would be booked as a second copy of every functional collective's output.
@@ -208,7 +208,7 @@ class Accountant(TorchDispatchMode):
                 return self._sized_by_values(func, args, kwargs)
             elif kind == "DataDependentOutputException":
                 real = sized_by_shadows(func, args, kwargs)
-                return self._made_up_result(func) if real is None else real
+                return self.values.result_of(func) if real is None else real
             else:
                 raise
         carry(func, args, kwargs, out)
@@ -276,10 +276,10 @@ class Accountant(TorchDispatchMode):
         policy = self.tracer.dynamic_size_policy
         result = bounded_result(func, args, kwargs, policy)
         if result is None:
-            raise self._data_dependent(func, "the size of its result depends on tensor "
+            raise self.values.data_dependent(func, "the size of its result depends on tensor "
                                        "values", policy) from None
         out, bound, size, temporary_bytes = result
-        self.note_value(f"size of {_op_name(func)}", f"{size} of at most {bound}", depth=2)
+        self.values.note(f"size of {op_name(func)}", f"{size} of at most {bound}", depth=2)
         held = None
         if temporary_bytes:  # the kernel's own index tensors, alive while it runs
             module, _, stack, backward = self._context()
@@ -466,70 +466,3 @@ class Accountant(TorchDispatchMode):
         if oid is None:
             oid = self._names[func] = self.ledger.op_id(str(func.overloadpacket).replace("aten.", ""))
         return oid
-
-    # -- values that only a real run knows -------------------------------------------------
-    def _read_value(self, t: torch.Tensor):
-        constant = getattr(t, "constant", None)
-        if constant is not None:
-            return constant.item()
-        shadow = getattr(t, SHADOW, None)
-        if shadow is not None:  # made from host data: its real value (shadow_values.py)
-            with unset_fake_temporarily():
-                return shadow.item()
-        if not isinstance(t, _FakeTensor):
-            return _local_scalar_dense(t)
-        if t.dtype == torch.bool:
-            value: object = getattr(t, HEALTHY_VALUE, False)
-        elif t.dtype.is_floating_point:
-            value = 0.0
-        elif t.dtype.is_complex:
-            value = 0j
-        else:
-            value = 0
-        self.note_value("item", value, depth=2)
-        return value
-
-    def _made_up_result(self, func):
-        """An op whose result is a Python value computed from tensor values (`torch.equal`,
-        `allclose`): a placeholder of its type, noted at the line."""
-        returns = func._schema.returns
-        kind = str(returns[0].type) if len(returns) == 1 else ""
-        value = {"bool": False, "int": 0, "float": 0.0, "SymInt": 0, "Scalar": 0.0}.get(kind)
-        if value is None:
-            raise self._data_dependent(func, "its result is a tensor value")
-        self.note_value(_op_name(func), value, depth=2)
-        return value
-
-    def note_value(self, op: str, value, depth: int = 1) -> None:
-        """A value the trace made up, noted once per user line (a loop's `loss.item()` is one
-        note, not one per step)."""
-        stacks = self.tracer.stacks
-        stack = stacks.capture(sys._getframe(depth + 1))
-        top = stacks.top_frame(stack)
-        key = (top[0], top[1], op) if top else (stack, op)
-        if key in self._noted:
-            return
-        self._noted.add(key)
-        self.placeholders.append((stack, op, value))
-
-    def _data_dependent(self, func, what: str, policy: str = "") -> DataDependentError:
-        stacks = self.tracer.stacks
-        top = stacks.top_frame(stacks.capture(sys._getframe(2)))
-        where = Location(top[0], top[1], top[2]) if top else None
-        name = _op_name(func)
-        if policy == "error" and has_bound(func):
-            remedy = ("--dynamic-sizes error was given; without it (or with a fraction such as "
-                      "--dynamic-sizes 0.5) the trace sizes it within its bound")
-        else:
-            what += ", and it has no bound a trace could use"
-            remedy = ("Make the size independent of tensor values (a fixed capacity, padding, "
-                      "a size computed from shapes), or compute it from host tensors (CPU "
-                      "tensors made from host data are computed for real)")
-        return DataDependentError(
-            f"`{name}` needs real tensor values ({what}); a memory trace has none. {remedy}.",
-            where)
-
-
-def _op_name(func) -> str:
-    return str(func.overloadpacket).replace("aten.", "")
-

@@ -114,7 +114,7 @@ class Tracer:
                              lambda p: self.classifier.mark(p, C.PARAMETER),
                              self.accountant.copying_real, self.classifier.original_of_saved)
             torch_data.apply(self._patcher)
-            torch_values.apply(self._patcher, self.accountant.note_value)
+            torch_values.apply(self._patcher, self.accountant.values.note)
             checkpoint_files.apply(self._patcher, self.add_note)
             torch_loops.apply(self._patcher, self.phases.on_optimizer_created,
                               self.phases.on_backward_end)
@@ -130,7 +130,7 @@ class Tracer:
                                         lambda t: self.classifier.mark(t, C.GRADIENT),
                                         type(self.accountant), self.collectives,
                                         state_init_step=self.phases.state_init_step,
-                                        note_value=self.accountant.note_value)
+                                        note_value=self.accountant.values.note)
                 undo.callback(torch_distributed.destroy_if_initialized)
             self.modules.install()
             undo.callback(self.modules.uninstall)
