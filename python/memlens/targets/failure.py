@@ -75,11 +75,33 @@ class StderrTail:
         return self._stream.write(text)
 
     def last_line(self) -> str:
-        lines = [line.strip() for line in self._tail.splitlines() if line.strip()]
-        return lines[-1] if lines else ""
+        """The last thing said: the last line, or the whole of a boxed message that ends the
+        output (rich's panels, which tyro's and typer's argument errors are printed in)."""
+        return last_said(self._tail)
 
     def __getattr__(self, name: str):
         return getattr(self._stream, name)
+
+
+_FRAME = "╭╮╰╯│─━┃┏┓┗┛═║╔╗╚╝ "
+
+
+def last_said(text: str) -> str:
+    """The last non-empty line of `text`; where it closes a box (`╰────╯`), the box's lines
+    and title, unframed, joined by spaces."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if not lines[-1].startswith(("╰", "┗", "╚")):
+        return lines[-1]
+    top = next((k for k in range(len(lines) - 2, -1, -1)
+                if lines[k].startswith(("╭", "┏", "╔"))), None)
+    if top is None:
+        return lines[-1]
+    title = lines[top].strip(_FRAME)
+    said = [line.strip(_FRAME) for line in lines[top + 1:-1]]
+    said = [line for line in said if line]
+    return (f"{title}: " if title else "") + " ".join(said)
 
 
 def exit_error(code, what: str, said: str) -> MemlensError:
