@@ -52,6 +52,7 @@ _WAIT_TENSOR = _WAIT_TENSOR.default if _WAIT_TENSOR is not None else None
 _RECORD_STREAM = aten.record_stream.default
 _IS_PINNED = aten.is_pinned.default
 _PIN_MEMORY = aten._pin_memory.default
+_AUTOGRAD = torch._C.DispatchKey.AutogradFunctionality
 _PLAIN_TYPES = (torch.Tensor, torch._subclasses.FakeTensor, torch.nn.Parameter)
 
 
@@ -59,6 +60,11 @@ _PLAIN_TYPES = (torch.Tensor, torch._subclasses.FakeTensor, torch.nn.Parameter)
 def _composite(func) -> bool:
     return func.namespace == "aten" and torch._C._dispatch_has_kernel_for_dispatch_key(
         func.name(), "CompositeImplicitAutograd")
+
+
+def _below_autograd() -> bool:
+    """Inside `_AutoDispatchBelowAutograd` (the autograd keys excluded)."""
+    return torch._C._dispatch_tls_is_dispatch_key_excluded(_AUTOGRAD)
 
 
 def _plain(types) -> bool:
@@ -152,10 +158,11 @@ class Accountant(TorchDispatchMode):
             return func(*args, **kwargs)
         if func.namespace == "profiler":  # record_function markers: no tensors, no memory
             return func(*args, **kwargs)
-        if torch.is_inference_mode_enabled() and _composite(func):
-            # Inference mode skips the autograd keys, where composite ops (`t.to("cuda")`,
-            # Lightning's evaluation loop) decompose: the whole op comes here, and FakeTensorMode
-            # would constant-fold it for real on a host tensor (a real CUDA tensor). Decompose it.
+        if _composite(func) and (torch.is_inference_mode_enabled() or _below_autograd()):
+            # Inference mode and a higher-order operator's autograd rule (FlexAttention's) skip
+            # the autograd keys, where composite ops (`t.to("cuda")`, `torch.tensor(x,
+            # device=...)`) decompose: the whole op comes here, and FakeTensorMode would
+            # constant-fold it for real on a host tensor (a real CUDA tensor). Decompose it.
             with self:
                 return func.decompose(*args, **kwargs)
         if _FakeTensor not in types and not self._all_fake and runs_on_host(

@@ -27,6 +27,7 @@ import torch
 
 from ..allocator.outside import cublas_workspace_bytes
 from ..cuda.streams import STREAMS
+from . import logsumexp
 from .plan import Persistent
 
 aten = torch.ops.aten
@@ -281,7 +282,8 @@ def _scaled_mm(capability: tuple[int, int], args, kwargs, out) -> list[int]:
 
 
 CUDA_RULES = {aten._scaled_dot_product_flash_attention_backward.default: _flash_backward,
-              aten._flash_attention_backward.default: _flash_attention_backward}
+              aten._flash_attention_backward.default: _flash_attention_backward,
+              aten.logsumexp.default: logsumexp.cuda}
 
 
 def cuda_rules(spec) -> dict:

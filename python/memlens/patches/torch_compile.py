@@ -13,7 +13,11 @@ What the compiled program needs to run on fake tensors, patched for the trace on
   the forward saved (a host tensor), not CUDA graph-safe generators: those are CUDA
   `torch.Generator`s, which a CPU build cannot make; no device memory differs. The compiled
   program's calls of those RNG operators (`run_and_save_rng_state`, `run_with_rng_state`) run
-  their ops inside the accountant.
+  their ops inside the accountant;
+- FlexAttention outside Inductor (`flex_attention(...)` called eagerly, which runs it through
+  Dynamo's eager backend, or a compiled region that falls back) runs torch's own eager
+  implementation inside the accountant, as a GPU runs it: the full scores matrix is made, and
+  in backward recomputed.
 
 A compiled module is returned as is, with its call compiled (as `Module.compile()` does): its
 names stay those of the model, without `_orig_mod.`. A backend other than Inductor is not
@@ -145,6 +149,35 @@ def _rng_operators_in(patcher: Patcher, accountant: type) -> None:
         patcher.defer(undo)
 
 
+def _flex_attention_in(patcher: Patcher, accountant: type) -> None:
+    """`flex_attention` and its backward, reached eagerly: their `CompositeExplicitAutograd`
+    kernels (`sdpa_dense`, `sdpa_dense_backward`: the math implementation, which materializes
+    the [B, H, L, S] scores) run inside the accountant, which books their ops. Without a rule
+    for the accountant's mode the operators refuse to run at all."""
+    import importlib
+
+    from torch._C import DispatchKey
+
+    # the module: `torch._higher_order_ops.flex_attention` is also the operator's name there
+    flex = importlib.import_module("torch._higher_order_ops.flex_attention")
+    for hop in (flex.flex_attention, flex.flex_attention_backward):
+        if accountant in hop.python_key_table:
+            continue
+        dense = hop.py_kernels[DispatchKey.CompositeExplicitAutograd]
+
+        def in_accountant(mode, *args, dense=dense, **kwargs):
+            with mode:
+                return dense(*args, **kwargs)
+
+        hop.py_impl(accountant)(in_accountant)
+
+        def undo(hop=hop) -> None:
+            hop.python_key_table.pop(accountant, None)
+            hop._dispatch_cache.clear()
+
+        patcher.defer(undo)
+
+
 def _patch_internals(patcher: Patcher, programs, made_fake, traced, accountant: type) -> None:
     """Dynamo's and Inductor's side of a compiled region (see apply)."""
     import torch._functorch.config as functorch_config
@@ -238,6 +271,7 @@ def apply(patcher: Patcher, programs, add_note, made_fake, module_called, traced
     the type of the accountant's dispatch mode. `also_when_compiling`: more patches for the
     first compile (Inductor's GPU code)."""
     check_tested("torch_compile", torch.__version__)
+    _flex_attention_in(patcher, accountant)  # eager FlexAttention compiles nothing
     original_compile = torch.compile
     ready: list[bool] = []
 

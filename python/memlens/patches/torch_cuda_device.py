@@ -12,6 +12,13 @@ element reached CUDA's `_local_scalar_dense`, which a trace has not ("Could not 
 'aten::_local_scalar_dense' with arguments from the 'CUDA' backend"). Such elements are read
 first, as `item()` reads them in a trace (their values where known, else placeholders).
 
+Under a fake mode, `torch.tensor(data, device="cuda")` makes a host tensor and moves it through
+the modes only where the thread's `only_lift_cpu_tensors` flag is set; FakeTensorMode sets it
+on the thread that enters it, and autograd's device threads, which run every backward, do not
+inherit it: a custom `autograd.Function` whose backward makes a constant on the device
+(FlexAttention's eager backward) got a real CUDA tensor, which a trace cannot make. The flag
+is set around each call where it is not.
+
 TorchScript knows `torch.tensor` as a builtin by the function's identity; code it compiles at
 import time (`torch.distributed.optim`'s functional optimizers) would otherwise try to compile
 the wrapper's Python source and fail, so the wrappers are registered as the same builtins.
@@ -63,6 +70,12 @@ def _on_current_device(factory):
             device = torch.device(device) if isinstance(device, str) else device
             if isinstance(device, torch.device) and device.type == "cuda" and device.index is None:
                 kwargs["device"] = torch.device("cuda", torch.cuda.current_device())
-        return factory(*args, **kwargs)
+        if torch._C._only_lift_cpu_tensors():
+            return factory(*args, **kwargs)
+        torch._C._set_only_lift_cpu_tensors(True)  # this thread did not enter the fake mode
+        try:
+            return factory(*args, **kwargs)
+        finally:
+            torch._C._set_only_lift_cpu_tensors(False)
 
     return wrapper

@@ -4,6 +4,7 @@ no op output (see `kernels.buffers.WorkspaceModel`). Each rule lives with its ke
 
 import torch
 
+from .. import logsumexp
 from . import attention, conv, embedding, matmul, norm, scalars
 
 aten = torch.ops.aten
@@ -19,6 +20,7 @@ CPU_RULES: dict = {
     aten.bmm.default: matmul.bmm,
     aten.baddbmm.default: matmul.baddbmm,
     aten._safe_softmax.default: attention.safe_softmax,
+    aten.logsumexp.default: logsumexp.cpu,
     aten._scaled_dot_product_flash_attention_for_cpu.default: attention.flash_attention,
     aten._scaled_dot_product_flash_attention_for_cpu_backward.default:
         attention.flash_attention_backward,
