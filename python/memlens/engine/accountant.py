@@ -67,6 +67,10 @@ def _below_autograd() -> bool:
     return torch._C._dispatch_tls_is_dispatch_key_excluded(_AUTOGRAD)
 
 
+def _real_tensor_in(args) -> bool:
+    return any(isinstance(a, torch.Tensor) and not isinstance(a, _FakeTensor) for a in args)
+
+
 def _plain(types) -> bool:
     return all(t in _PLAIN_TYPES or issubclass(t, torch._subclasses.FakeTensor) for t in types)
 
@@ -158,11 +162,14 @@ class Accountant(TorchDispatchMode):
             return func(*args, **kwargs)
         if func.namespace == "profiler":  # record_function markers: no tensors, no memory
             return func(*args, **kwargs)
-        if _composite(func) and (torch.is_inference_mode_enabled() or _below_autograd()):
+        if _composite(func) and (torch.is_inference_mode_enabled() or (
+                _below_autograd() and _real_tensor_in(args))):
             # Inference mode and a higher-order operator's autograd rule (FlexAttention's) skip
             # the autograd keys, where composite ops (`t.to("cuda")`, `torch.tensor(x,
             # device=...)`) decompose: the whole op comes here, and FakeTensorMode would
             # constant-fold it for real on a host tensor (a real CUDA tensor). Decompose it.
+            # (Below autograd only that case: a composite op of fake tensors may have a CUDA
+            # kernel of its own, `_fused_rms_norm`, which a CPU build cannot see.)
             with self:
                 return func.decompose(*args, **kwargs)
         if _FakeTensor not in types and not self._all_fake and runs_on_host(
