@@ -17,7 +17,12 @@ What the compiled program needs to run on fake tensors, patched for the trace on
 - FlexAttention outside Inductor (`flex_attention(...)` called eagerly, which runs it through
   Dynamo's eager backend, or a compiled region that falls back) runs torch's own eager
   implementation inside the accountant, as a GPU runs it: the full scores matrix is made, and
-  in backward recomputed.
+  in backward recomputed;
+- a FlexAttention mask or score function traced for Inductor indexes with Python integers as a
+  view (`indices[0]`), not through a 0-dim index tensor made on the device: that tensor would
+  be a constant computed onto the device, which the tracer does not compute (above), and
+  Inductor's flex template refuses the copy left in its place (torchtitan's context-parallel
+  mask ran eagerly, its whole scores matrix made). The mask's values do not change memory.
 
 A compiled module is returned as is, with its call compiled (as `Module.compile()` does): its
 names stay those of the model, without `_orig_mod.`. A backend other than Inductor is not
@@ -178,6 +183,29 @@ def _flex_attention_in(patcher: Patcher, accountant: type) -> None:
         patcher.defer(undo)
 
 
+def _integer_indices_in_flex_subgraphs(patcher: Patcher) -> None:
+    """`TransformGetItemToIndex` (FlexAttention's score and mask functions) turns `t[0]` into an
+    index by `torch.tensor(0, device=t.device)`; while make_fx traces (a proxy mode is active)
+    an all-integer index stays a plain `select` instead."""
+    from torch._dynamo import _trace_wrapped_higher_order_op as wrapped
+    from torch.fx.experimental.proxy_tensor import get_proxy_mode
+    from torch.utils import _pytree as pytree
+
+    mode = wrapped.TransformGetItemToIndex
+    original = mode.__torch_function__
+
+    @functools.wraps(original)
+    def torch_function(self, func, types, args=(), kwargs=None):
+        # (Dynamo inlines this function while it compiles the mask: there, as torch's)
+        if not torch.compiler.is_dynamo_compiling() and func is torch.Tensor.__getitem__ and \
+                get_proxy_mode() is not None and \
+                all(type(x) is int for x in pytree.tree_leaves(args[1])):
+            return func(*args, **(kwargs or {}))
+        return original(self, func, types, args, kwargs)
+
+    patcher.setattr(mode, "__torch_function__", torch_function)
+
+
 def _patch_internals(patcher: Patcher, programs, made_fake, traced, accountant: type) -> None:
     """Dynamo's and Inductor's side of a compiled region (see apply)."""
     import torch._functorch.config as functorch_config
@@ -214,6 +242,7 @@ def _patch_internals(patcher: Patcher, programs, made_fake, traced, accountant: 
     patcher.setattr(compile_fx, "min_cut_rematerialization_partition", observed_min_cut)
     _no_constant_on_device(patcher)
     _rng_operators_in(patcher, accountant)
+    _integer_indices_in_flex_subgraphs(patcher)
 
     # Dynamo runs an optimizer's `_init_group` for real while it compiles a step (to avoid
     # tracing it): the state it makes (Adam's moments) is the script's, made in the trace.

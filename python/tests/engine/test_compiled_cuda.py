@@ -189,6 +189,24 @@ def test_sdpa_with_none_arguments_compiles_fullgraph(memlens):
     assert region["saved_bytes"] == 2 * 128 * 768 * 2 + 2 * 128 * 256 * 2 + 2 * 4 * 128 * 4 + 16
 
 
+def test_flex_attention_with_an_integer_indexed_mask_is_inductors_template(memlens):
+    """A mask that indexes a captured tensor with an integer (`order[0][q_idx]`, as context
+    parallelism's load-balanced masks do) compiles: FlexAttention's tracing turns `[0]` into a
+    0-dim index tensor made on the device, a constant the tracer does not compute there, and
+    Inductor's flex template refused the copy left instead (the region ran eagerly and made
+    its [2, 4, 256, 256] fp32 scores). Compiled, the template saves for backward its output
+    (2 x 4 x 256 x 64 bf16) and the rows' logsumexp (2 x 4 x 256 fp32); q, k and v are the
+    region's inputs."""
+    out = memlens("run", "--json", "--no-snapshot", "--device", "h100-80gb", "--",
+                  str(TESTS / "scripts" / "compiled_flex_mask_index.py"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    data = json.loads(out.stdout)
+    region, = data["compiled_regions"]
+    assert (region["compiled_as"], region["graph_breaks"]) == ("inductor", 0), region
+    assert not [n for n in notes_but_versions(data) if "traced eagerly" in n]
+    assert region["saved_bytes"] == 2 * 4 * 256 * 64 * 2 + 2 * 4 * 256 * 4
+
+
 def test_a_compiled_hugging_face_llama_is_inductors_program(memlens):
     """A whole `LlamaForCausalLM` compiled: its DynamicCache starts as `torch.tensor([],
     device="cuda")`, a constant AOTAutograd's tracer used to compute for real on the device (and
