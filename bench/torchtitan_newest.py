@@ -54,9 +54,11 @@ CASES = {
     "qwen3": ("qwen3", "qwen3_debugmodel", [], []),
     "deepseek-v3": ("deepseek_v3", "deepseek_v3_debugmodel", [], []),
     "deepseek-v3-ep2": ("deepseek_v3", "deepseek_v3_debugmodel", [],
-                        ["--training.disable_cuda_graphs", "--parallelism.expert_parallel_degree=2"]),
+                        ["--training.disable_cuda_graphs",
+                         "--parallelism.expert_parallel_degree=2"]),
     "llama3-8b": ("llama3", "llama3_8b", [],
-                  ["--hf_assets_path", "./tests/assets/tokenizer", "--dataloader.dataset", "c4_test"]),
+                  ["--hf_assets_path", "./tests/assets/tokenizer",
+                   "--dataloader.dataset", "c4_test"]),
 }
 
 
@@ -129,9 +131,10 @@ def main() -> int:
     unknown = [n for n in names if n not in CASES]
     if unknown:
         sys.exit(f"unknown cases {unknown}; known: {', '.join(CASES)}")
-    version = subprocess.run([args.python, "-c", "import torch, torchtitan, importlib.metadata as m;"
-                              "print(m.version('torchtitan'), torch.__version__)"],
-                             capture_output=True, text=True, check=True).stdout.split()
+    program = ("import torch, importlib.metadata as m; "
+               "print(m.version('torchtitan'), torch.__version__)")
+    version = subprocess.run([args.python, "-c", program], capture_output=True, text=True,
+                             check=True).stdout.split()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)

@@ -7,16 +7,11 @@ from __future__ import annotations
 
 import functools
 import weakref
-from typing import TYPE_CHECKING
-
 import torch
 
 from .layer_cache import entry_tensors, write_entry
 from .layer_groups import Group
 from .layer_tape import Traced, rid_of
-
-if TYPE_CHECKING:
-    from .layer_replay import LayerReplay
 
 
 # -- the autograd node of a replayed block -----------------------------------------------
@@ -44,9 +39,10 @@ class ReplayedNode(torch.autograd.Function):
 
 
 class ReplayRun:
-    """One replayed call of a block: the recording applied to its storages, and its backward."""
+    """One replayed call of a block: the recording applied to its storages, and its backward.
+    `replay` is the tracer's LayerReplay (layer_replay.py), which this module does not import."""
 
-    def __init__(self, replay: "LayerReplay", group: Group, index: int, rec: Traced,
+    def __init__(self, replay, group: Group, index: int, rec: Traced,
                  inputs: list[torch.Tensor], entry=None):
         self.replay = replay
         self.entry = entry  # the block's own entry of the cache it writes (layer_cache.py)
@@ -89,7 +85,8 @@ class ReplayRun:
         bases: dict[int, torch.Tensor] = {}
         if self.entry is not None:  # the cache keeps it, for as long as the cache lives
             entry, self.entry = self.entry, None
-            write_entry(entry, self.rec, self.fwd_rids, functools.partial(make_tensor, self.replay.tracer), bases, self.held)
+            write_entry(entry, self.rec, self.fwd_rids,
+                        functools.partial(make_tensor, replay.tracer), bases, self.held)
         return [make_tensor(replay.tracer, leaf[2], self.fwd_rids[leaf[1]], bases)
                 for leaf in self.rec.outputs[1] if leaf[0] == "tensor"]
 
@@ -137,7 +134,7 @@ class ReplayRun:
 
 # -- booking a recording -------------------------------------------------------------------
 
-def apply_ops(replay: "LayerReplay", ops: list[tuple], bound: dict[tuple, int], group: Group,
+def apply_ops(replay, ops: list[tuple], bound: dict[tuple, int], group: Group,
               index: int) -> list[int]:
     """Book a recording's operations (layer_tape.Slots) for block `index` of the group: its
     allocations (new records), and frees and category changes of the memory `bound` names."""

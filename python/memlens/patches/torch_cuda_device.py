@@ -70,7 +70,8 @@ def _on_current_device(factory):
             device = torch.device(device) if isinstance(device, str) else device
             if isinstance(device, torch.device) and device.type == "cuda" and device.index is None:
                 kwargs["device"] = torch.device("cuda", torch.cuda.current_device())
-        if torch._C._only_lift_cpu_tensors():
+        # (Dynamo traces this wrapper in a compiled region, where the flag is its own business)
+        if torch.compiler.is_dynamo_compiling() or torch._C._only_lift_cpu_tensors():
             return factory(*args, **kwargs)
         torch._C._set_only_lift_cpu_tensors(True)  # this thread did not enter the fake mode
         try:

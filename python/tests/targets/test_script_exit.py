@@ -32,7 +32,8 @@ def test_a_plain_last_line_is_said_as_it_is():
     assert last_said("a\nprog: error: unrecognized arguments: --foo\n\n") == \
         "prog: error: unrecognized arguments: --foo"
     assert last_said("") == ""
-    assert last_said("╰──────╯\n") == "╰──────╯"  # a frame with no top: nothing to unframe
+    # a frame with no top: nothing to unframe
+    assert last_said("╰──────╯\n") == "╰──────╯"
 
 
 @pytest.mark.slow
