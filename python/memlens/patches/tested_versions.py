@@ -205,6 +205,7 @@ TESTED_VERSIONS = {'torch_core': ('torch', '2.13.0', '2.15.0'),
  'checkpoint_files': ('torch', '2.13.0', '2.15.0'),
  'cuda_extension_builds': ('torch', '2.13.0', '2.15.0'),
  'inductor_cudagraph_trees': ('torch', '2.13.0', '2.15.0'),
- 'olmo_core': ('ai2-olmo-core', '3.0.0', '3.1.0')}
+ 'olmo_core': ('ai2-olmo-core', '3.0.0', '3.1.0'),
+ 'torchtitan': ('torchtitan', '0.3.0', '0.4.0')}
 
-UNRECORDED = ['olmo_core']
+UNRECORDED = ['olmo_core', 'torchtitan']

@@ -22,7 +22,7 @@ PLUGINS = {"megatron.core": "megatron", "safetensors": "hf.safetensors",
            "accelerate": "hf.accelerate", "transformers": "hf.transformers",
            "transformers.modeling_utils": "hf.loading", "torchao": "torchao.float8",
            "deepspeed": "deepspeed", "bitsandbytes": "bitsandbytes", "triton": "triton",
-           "olmo_core": "olmo_core"}
+           "olmo_core": "olmo_core", "torchtitan": "torchtitan"}
 
 
 class PluginHost:
