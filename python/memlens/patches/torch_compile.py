@@ -128,6 +128,26 @@ def _no_constant_on_device(patcher: Patcher) -> None:
     patcher.setattr(proxy_tensor, "_fetch_proxies_and_all_constant_flag", fetch_proxies)
 
 
+def _inside_accountant(patcher: Patcher, hop, accountant: type, key) -> None:
+    """The higher-order operator `hop`, reached with the accountant's mode on top, runs its
+    kernel for dispatch key `key` inside the accountant (which books that kernel's ops)."""
+    if accountant in hop.python_key_table:
+        return
+    kernel = hop.py_kernels[key]
+
+    def in_accountant(mode, *args, **kwargs):
+        with mode:
+            return kernel(*args, **kwargs)
+
+    hop.py_impl(accountant)(in_accountant)
+
+    def undo() -> None:
+        hop.python_key_table.pop(accountant, None)
+        hop._dispatch_cache.clear()
+
+    patcher.defer(undo)
+
+
 def _rng_operators_in(patcher: Patcher, accountant: type) -> None:
     """The higher-order operators that save and replay the RNG state around a random op are
     called by the compiled program (Inductor's fallback kernels) with the accountant's mode
@@ -137,21 +157,7 @@ def _rng_operators_in(patcher: Patcher, accountant: type) -> None:
     from torch._prims import rng_prims
 
     for hop in (rng_prims.run_and_save_rng_state, rng_prims.run_with_rng_state):
-        if accountant in hop.python_key_table:
-            continue
-        by_device = hop.py_kernels[DispatchKey.BackendSelect]
-
-        def in_accountant(mode, *args, by_device=by_device, **kwargs):
-            with mode:
-                return by_device(*args, **kwargs)
-
-        hop.py_impl(accountant)(in_accountant)
-
-        def undo(hop=hop) -> None:
-            hop.python_key_table.pop(accountant, None)
-            hop._dispatch_cache.clear()
-
-        patcher.defer(undo)
+        _inside_accountant(patcher, hop, accountant, DispatchKey.BackendSelect)
 
 
 def _flex_attention_in(patcher: Patcher, accountant: type) -> None:
@@ -166,21 +172,7 @@ def _flex_attention_in(patcher: Patcher, accountant: type) -> None:
     # the module: `torch._higher_order_ops.flex_attention` is also the operator's name there
     flex = importlib.import_module("torch._higher_order_ops.flex_attention")
     for hop in (flex.flex_attention, flex.flex_attention_backward):
-        if accountant in hop.python_key_table:
-            continue
-        dense = hop.py_kernels[DispatchKey.CompositeExplicitAutograd]
-
-        def in_accountant(mode, *args, dense=dense, **kwargs):
-            with mode:
-                return dense(*args, **kwargs)
-
-        hop.py_impl(accountant)(in_accountant)
-
-        def undo(hop=hop) -> None:
-            hop.python_key_table.pop(accountant, None)
-            hop._dispatch_cache.clear()
-
-        patcher.defer(undo)
+        _inside_accountant(patcher, hop, accountant, DispatchKey.CompositeExplicitAutograd)
 
 
 def _integer_indices_in_flex_subgraphs(patcher: Patcher) -> None:

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from support.paths import TESTS
 from support.runs import run_memlens
 
 pytestmark = pytest.mark.slow  # traces in fresh processes
@@ -28,16 +29,12 @@ import json, runpy, sys
 import torch
 from torch.profiler import ProfilerActivity, profile
 from torch._C._profiler import _EventType
-script, *argv = sys.argv[1:]
+support, script, *argv = sys.argv[1:]
+sys.path.insert(0, support)
+from measure_cpu import walk
 sys.argv = [script, *argv]
 with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
     runpy.run_path(script, run_name="__main__")
-def walk(events):
-    stack = list(events)
-    while stack:
-        e = stack.pop()
-        yield e
-        stack.extend(e.children)
 def inside(e):
     while e is not None:
         if e.name == "aten::logsumexp":
@@ -71,7 +68,8 @@ def test_logsumexp_allocates_what_the_cpu_allocator_records(tmp_path, dtype, dim
     script.write_text(SCRIPT)
     real_py = tmp_path / "real.py"
     real_py.write_text(REAL)
-    real = subprocess.run([sys.executable, str(real_py), str(script), dtype, dims, keep],
+    real = subprocess.run([sys.executable, str(real_py), str(TESTS / "support"), str(script),
+                           dtype, dims, keep],
                           capture_output=True, text=True, timeout=300)
     assert real.returncode == 0, real.stderr[-2000:]
     real_sizes = json.loads(real.stdout.strip().splitlines()[-1])

@@ -56,7 +56,8 @@ class PhaseMarks:
             self.range.__exit__(None, None, None)
 
 
-def _walk(events):
+def walk(events):
+    """Every event of the profiler's tree, children included."""
     stack = list(events)
     while stack:
         e = stack.pop()
@@ -83,7 +84,7 @@ def measure(script: str, argv: list[str]) -> dict:
     from torch._C._profiler import _EventType
 
     allocs, ranges = [], []
-    for e in _walk(prof.profiler.kineto_results.experimental_event_tree()):
+    for e in walk(prof.profiler.kineto_results.experimental_event_tree()):
         if e.tag == _EventType.Allocation:
             f = e.extra_fields
             allocs.append((e.start_time_ns, f.alloc_size, f.total_allocated))
