@@ -291,7 +291,7 @@ class Accountant(TorchDispatchMode):
         result = bounded_result(func, args, kwargs, policy)
         if result is None:
             raise self.values.data_dependent(func, "the size of its result depends on tensor "
-                                       "values", policy) from None
+                                             "values", policy) from None
         out, bound, size, temporary_bytes = result
         self.values.note(f"size of {op_name(func)}", f"{size} of at most {bound}", depth=2)
         held = None

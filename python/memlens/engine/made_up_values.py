@@ -22,6 +22,9 @@ def op_name(func) -> str:
 
 
 class MadeUpValues:
+    """The placeholders of one trace, and the note of each (the report's and the snapshot's
+    `placeholders`)."""
+
     def __init__(self, tracer):
         self.tracer = tracer  # its `stacks`, for the user's line
         self.placeholders: list[tuple[int, str, object]] = []  # (stack, op, value answered)

@@ -59,9 +59,10 @@ class Plugin(LibraryPlugin):
 
         @functools.wraps(sync)
         def even_sync(self, local_counts, global_counts, ep_size, *args, **kwargs):
-            counts, _, _ = sync(self, local_counts, global_counts, ep_size, *args, **kwargs)
-            if not routed:
-                return counts, _, _
+            counts, sent, received = sync(self, local_counts, global_counts, ep_size, *args,
+                                          **kwargs)
+            if not routed:  # called outside a dispatch: its own answer
+                return counts, sent, received
             add_note(NOTE)
             splits = even_splits(routed[-1], ep_size)
             return counts, splits, list(splits)
