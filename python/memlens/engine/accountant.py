@@ -8,7 +8,6 @@ that is already booked, so they cost nothing. The storage's weakref frees it.
 from __future__ import annotations
 
 import contextlib
-import functools
 import sys
 import threading
 
@@ -21,6 +20,7 @@ from .. import categories as C
 from ..cuda.pinned_memory import PinnedFakeStorages, pinning_available
 from ..kernels.cuda import COLLECTIVE_NAMESPACES
 from .accountant_host import AccountantHost
+from .composite_ops import decompose_here
 from .dynamic_sizes import bounded_result
 from .healthy_values import HEALTHY_OPS, note_healthy_value
 from .host_compute import runs_on_host
@@ -52,23 +52,7 @@ _WAIT_TENSOR = _WAIT_TENSOR.default if _WAIT_TENSOR is not None else None
 _RECORD_STREAM = aten.record_stream.default
 _IS_PINNED = aten.is_pinned.default
 _PIN_MEMORY = aten._pin_memory.default
-_AUTOGRAD = torch._C.DispatchKey.AutogradFunctionality
 _PLAIN_TYPES = (torch.Tensor, torch._subclasses.FakeTensor, torch.nn.Parameter)
-
-
-@functools.cache
-def _composite(func) -> bool:
-    return func.namespace == "aten" and torch._C._dispatch_has_kernel_for_dispatch_key(
-        func.name(), "CompositeImplicitAutograd")
-
-
-def _below_autograd() -> bool:
-    """Inside `_AutoDispatchBelowAutograd` (the autograd keys excluded)."""
-    return torch._C._dispatch_tls_is_dispatch_key_excluded(_AUTOGRAD)
-
-
-def _real_tensor_in(args) -> bool:
-    return any(isinstance(a, torch.Tensor) and not isinstance(a, _FakeTensor) for a in args)
 
 
 def _plain(types) -> bool:
@@ -162,14 +146,7 @@ class Accountant(TorchDispatchMode):
             return func(*args, **kwargs)
         if func.namespace == "profiler":  # record_function markers: no tensors, no memory
             return func(*args, **kwargs)
-        if _composite(func) and (torch.is_inference_mode_enabled() or (
-                _below_autograd() and _real_tensor_in(args))):
-            # Inference mode and a higher-order operator's autograd rule (FlexAttention's) skip
-            # the autograd keys, where composite ops (`t.to("cuda")`, `torch.tensor(x,
-            # device=...)`) decompose: the whole op comes here, and FakeTensorMode would
-            # constant-fold it for real on a host tensor (a real CUDA tensor). Decompose it.
-            # (Below autograd only that case: a composite op of fake tensors may have a CUDA
-            # kernel of its own, `_fused_rms_norm`, which a CPU build cannot see.)
+        if decompose_here(func, args):  # a composite op that skipped the autograd keys
             with self:
                 return func.decompose(*args, **kwargs)
         if _FakeTensor not in types and not self._all_fake and runs_on_host(
