@@ -32,6 +32,19 @@ class Patcher:
         that are not attributes, such as operator registrations)."""
         self._undo.append((None, undo, None))
 
+    def hop_rule(self, hop: Any, mode_type: type, rule: Callable) -> None:
+        """Make `rule(mode, *args, **kwargs)` the rule of the higher-order operator `hop` for
+        dispatch modes of `mode_type` (unless it has one already); taken away when undoing."""
+        if mode_type in hop.python_key_table:
+            return
+        hop.py_impl(mode_type)(rule)
+
+        def undo() -> None:
+            hop.python_key_table.pop(mode_type, None)
+            hop._dispatch_cache.clear()  # it may hold the rule
+
+        self.defer(undo)
+
     def replace_everywhere(self, module: Any, name: str, value: Any,
                            modules: Callable[[], Iterable[Any]], same_name: bool = False) -> Any:
         """Replace `module.name` and every binding of the same object in `modules()`

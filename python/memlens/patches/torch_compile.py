@@ -131,21 +131,13 @@ def _no_constant_on_device(patcher: Patcher) -> None:
 def _inside_accountant(patcher: Patcher, hop, accountant: type, key) -> None:
     """The higher-order operator `hop`, reached with the accountant's mode on top, runs its
     kernel for dispatch key `key` inside the accountant (which books that kernel's ops)."""
-    if accountant in hop.python_key_table:
-        return
     kernel = hop.py_kernels[key]
 
     def in_accountant(mode, *args, **kwargs):
         with mode:
             return kernel(*args, **kwargs)
 
-    hop.py_impl(accountant)(in_accountant)
-
-    def undo() -> None:
-        hop.python_key_table.pop(accountant, None)
-        hop._dispatch_cache.clear()
-
-    patcher.defer(undo)
+    patcher.hop_rule(hop, accountant, in_accountant)
 
 
 def _rng_operators_in(patcher: Patcher, accountant: type) -> None:

@@ -234,20 +234,14 @@ def _dtensor_random_ops(patcher: Patcher, accountant: type) -> None:
     patcher.setattr(_random, "_rng_tracker", _random._rng_tracker)
 
     hop = getattr(rng_prims, "run_dtensor_rng_op", None)
-    if hop is None or accountant in hop.python_key_table:
+    if hop is None:
         return
 
     def in_accountant(mode, start_offset_incr, end_offset_incr, op, *args, **kwargs):
         with mode:
             return op(*args, **kwargs)
 
-    hop.py_impl(accountant)(in_accountant)
-
-    def undo() -> None:
-        hop.python_key_table.pop(accountant, None)
-        hop._dispatch_cache.clear()
-
-    patcher.defer(undo)
+    patcher.hop_rule(hop, accountant, in_accountant)
 
 
 def _fsdp2_copy_in(patcher: Patcher) -> None:
