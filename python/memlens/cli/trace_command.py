@@ -43,6 +43,9 @@ def trace(args, console, err) -> int:
 
         object_p2p.configure(lambda rank: peer_argv(args, spec, rank))
     prepare_process(device, spec.local_world_size if spec else gpus)
+    from ..engine import heap
+
+    heap.process_ends_with_the_trace()  # one trace, then the process exits (or execs again)
 
     progress_mode = args.progress
     if progress_mode == "auto":

@@ -1,4 +1,5 @@
-"""The objects alive when a trace starts, kept out of the garbage collector's way.
+"""The objects alive when a trace starts, and when its step starts, kept out of the garbage
+collector's way.
 
 A trace starts with hundreds of thousands of objects alive (torch, transformers and the
 libraries a script imports; a model built before the trace). None of them becomes garbage
@@ -8,22 +9,53 @@ them to the permanent generation, which collections skip; the objects the trace 
 collected as before (young generations at the same counts, so tensors in reference cycles are
 freed when they would have been). Undone at the end of the trace. A process that froze its
 heap itself (the warm worker, before it forks: cli/fork_server.py) is left as it is.
+
+The heap is frozen once more at the first top-level forward, after a collection of the young
+generations: what the script imported and built before its step (transformers' modules, the
+model) is the bulk of what is left, and the trace ends with a full collection
+(`Tracer.mark_end`), which then walks only what the step made (a Llama-7B step: 22,000 objects
+and 7 ms, against 254,000 and 0.21 s). That second freeze is undone with the first; where the
+process froze its heap itself it is made only if the process ends with the trace
+(`process_ends_with_the_trace`: the CLI's trace, cold or forked from the warm worker), so that
+no object of a user's own process stays frozen after a trace made through the Python API.
 """
 
 from __future__ import annotations
 
-import contextlib
 import gc
-from typing import Iterator
+
+_ONE_TRACE_PROCESS = False
 
 
-@contextlib.contextmanager
-def frozen_before_trace() -> Iterator[None]:
-    if gc.get_freeze_count():
-        yield
-        return
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
+def process_ends_with_the_trace() -> None:
+    """This process ends after its one trace: what a trace freezes need not be unfrozen."""
+    global _ONE_TRACE_PROCESS
+    _ONE_TRACE_PROCESS = True
+
+
+class FrozenHeap:
+    """A trace's context: the heap frozen at its start (and `at_first_forward`), unfrozen at
+    its end if the trace froze it."""
+
+    def __init__(self) -> None:
+        self._owned = False
+        self._step_frozen = False
+
+    def __enter__(self) -> "FrozenHeap":
+        if not gc.get_freeze_count():
+            gc.freeze()
+            self._owned = True
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._owned:
+            gc.unfreeze()
+            self._owned = False
+
+    def at_first_forward(self) -> None:
+        if self._step_frozen:
+            return
+        self._step_frozen = True
+        if self._owned or _ONE_TRACE_PROCESS:
+            gc.collect(1)  # young garbage (what building the model dropped) is not kept
+            gc.freeze()

@@ -76,6 +76,7 @@ class Tracer:
         self.accountant = Accountant(self)
         self.layer_replay = LayerReplay(self) if layer_replay else None
         self._compiled_call = 0
+        self._heap = heap.FrozenHeap()
         self.workspaces = WorkspaceModel(device.type, device)
         # NCCL's streams and the tensors its works keep alive (simulated ranks on CUDA)
         self.collectives = NcclWorks(self.ledger, self.accountant.book_collective_buffer) \
@@ -108,7 +109,7 @@ class Tracer:
         self.started = time.time()
         with contextlib.ExitStack() as undo:
             undo.callback(self._patcher.undo)  # every patch below, last of all
-            undo.enter_context(heap.frozen_before_trace())
+            undo.enter_context(self._heap)
             undo.enter_context(versions_noted(self.add_note))  # before the first check
             torch_core.apply(self._patcher, self._external_tensor, self.accountant.storage_resized,
                              mark_finite_check,
@@ -274,6 +275,7 @@ class Tracer:
         return StopTracing()
 
     def _on_top_level_forward(self, module: torch.nn.Module) -> None:
+        self._heap.at_first_forward()
         self.classifier.scan_model(module)
         self.phases.on_top_level_forward(module)
         if self.layer_replay is not None and not self._compiled_call:
