@@ -18,6 +18,10 @@ and 7 ms, against 254,000 and 0.21 s). That second freeze is undone with the fir
 process froze its heap itself it is made only if the process ends with the trace
 (`process_ends_with_the_trace`: the CLI's trace, cold or forked from the warm worker), so that
 no object of a user's own process stays frozen after a trace made through the Python API.
+
+In a process that froze its heap itself, the trace starts with a collection of what is not
+frozen: the collector's counts then start from zero, so the trace's collections come at the
+same points in every run (a forked child inherits its parent's counts).
 """
 
 from __future__ import annotations
@@ -45,6 +49,12 @@ class FrozenHeap:
         if not gc.get_freeze_count():
             gc.freeze()
             self._owned = True
+        else:
+            # A child forked from the warm worker inherits the worker's collector counts,
+            # which differ with every request it served: when the trace's full collections
+            # come (and which reference cycles they free) would differ from trace to trace.
+            # A collection starts them from zero; it walks only what is not frozen.
+            gc.collect()
         return self
 
     def __exit__(self, *exc) -> None:

@@ -75,3 +75,17 @@ def test_the_step_is_frozen_in_a_process_that_froze_itself_only_if_it_ends_with_
                 assert (gc.get_freeze_count() > before + 50) == grows, ends
     finally:
         gc.unfreeze()
+
+
+def test_a_trace_in_a_frozen_process_starts_the_collectors_counts_from_zero():
+    """A child forked from the warm worker inherits its counts; the trace resets them."""
+    gc.freeze()
+    try:
+        for _ in range(5):
+            gc.collect(0)  # the older generations' counts grow with each young collection
+        assert gc.get_count()[1] >= 5
+        with Tracer("cpu", iterations=1):
+            # (the tracer's own set-up after the reset may have run a young collection)
+            assert gc.get_count()[1] <= 1 and gc.get_count()[2] == 0
+    finally:
+        gc.unfreeze()
