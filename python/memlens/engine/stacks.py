@@ -60,9 +60,15 @@ class StackTable:
         self._own = _own_roots()  # torch and memlens
         self._site = _site_packages()  # third-party libraries: user code for us
         self._stdlib = _stdlib()
-        self._is_user: dict[CodeType, bool] = {}
+        # Keyed by id(code), not the code: hashing a code object hashes its bytecode, names
+        # and constants each time (about 1 us; two lookups per user frame made most of a
+        # capture's cost). The code is kept in the value, so no id is reused while the table
+        # lives; None marks code that is never a user's (Dynamo's, with a dict among its
+        # constants, which cannot be hashed).
+        self._is_user: dict[int, tuple[CodeType, bool]] = {}
         self.frames: list[tuple[str, int, str]] = []  # (file, line, function)
-        self._frame_ids: dict[tuple[CodeType, int], int] = {}
+        self._frame_ids: dict[tuple[int, int], int] = {}  # (id(code), line) -> frame id
+        self._frame_of: dict[tuple[str, int, str], int] = {}  # (file, line, function) -> id
         self.stacks: list[tuple[int, ...]] = [()]  # stack 0 is "no user frame"
         self._stack_ids: dict[tuple[int, ...], int] = {(): 0}
 
@@ -78,10 +84,25 @@ class StackTable:
         return os.path.abspath(path).startswith(self._site)
 
     def is_user_code(self, code: CodeType) -> bool:
-        known = self._is_user.get(code)
+        known = self._is_user.get(id(code))
         if known is None:
-            known = self._is_user[code] = self.is_user_path(code.co_filename)
-        return known
+            try:
+                hash(code)
+                user = self.is_user_path(code.co_filename)
+            except TypeError:  # code Dynamo generated, with a dict among its constants
+                user = False
+            known = self._is_user[id(code)] = (code, user)
+        return known[1]
+
+    def _frame_id(self, code: CodeType, line: int) -> int:
+        """One frame per (file, line, function): two code objects of one function (a module
+        run twice, code generated again) share it."""
+        where = (code.co_filename, line, code.co_name)
+        fid = self._frame_of.get(where)
+        if fid is None:
+            fid = self._frame_of[where] = len(self.frames)
+            self.frames.append(where)
+        return fid
 
     def capture(self, frame: FrameType | None = None) -> int:
         """Intern the user frames of the current Python stack; returns the stack id."""
@@ -90,19 +111,13 @@ class StackTable:
         frame_ids, is_user = self._frame_ids, self._is_user
         while f is not None and len(ids) < _MAX_DEPTH:
             code = f.f_code
-            try:
-                user = is_user.get(code)
-            except TypeError:  # code Dynamo generated, with a dict among its constants: not user
-                f = f.f_back
-                continue
-            if user is None:
-                user = self.is_user_code(code)
+            known = is_user.get(id(code))
+            user = known[1] if known is not None else self.is_user_code(code)
             if user:
-                key = (code, f.f_lineno)
+                key = (id(code), f.f_lineno)
                 fid = frame_ids.get(key)
                 if fid is None:
-                    fid = frame_ids[key] = len(self.frames)
-                    self.frames.append((code.co_filename, f.f_lineno, code.co_name))
+                    fid = frame_ids[key] = self._frame_id(code, f.f_lineno)
                 ids.append(fid)
             f = f.f_back
         stack = tuple(ids)
