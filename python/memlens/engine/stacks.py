@@ -63,8 +63,8 @@ class StackTable:
         # Keyed by id(code), not the code: hashing a code object hashes its bytecode, names
         # and constants each time (about 1 us; two lookups per user frame made most of a
         # capture's cost). The code is kept in the value, so no id is reused while the table
-        # lives; None marks code that is never a user's (Dynamo's, with a dict among its
-        # constants, which cannot be hashed).
+        # lives. Code that cannot be hashed (Dynamo's, with a dict among its constants) is
+        # never a user's.
         self._is_user: dict[int, tuple[CodeType, bool]] = {}
         self.frames: list[tuple[str, int, str]] = []  # (file, line, function)
         self._frame_ids: dict[tuple[int, int], int] = {}  # (id(code), line) -> frame id
