@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 import time
 from typing import Iterator
@@ -218,11 +217,7 @@ class Tracer:
         """The trace ends here: what the workload frees while it is torn down (its globals,
         the frames an exception unwinds) is not part of the step. Safe to call twice."""
         if self.end_seq < 0:
-            # Garbage in reference cycles (a schedule's closures, autograd graphs that point
-            # back at their outputs) is freed whenever the collector happens to run, which
-            # differs from run to run: collect it now so that what the trace ends with is
-            # what the workload still reaches, the same every time.
-            gc.collect()
+            self._heap.at_end()
             self.phases.finish()
             self.end_seq = self.ledger.seq
             self.ledger.untrack_all()
