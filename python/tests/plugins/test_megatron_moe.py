@@ -251,6 +251,40 @@ def test_every_router_and_dispatcher_traces_with_the_policys_tokens(ranks, tmp_p
     assert M.model_state_bytes(snap) == M.model_state_bytes(ranks[0])
 
 
+ROUTER_FUSION = ("--moe-score-function", "sigmoid", "--moe-expert-bias", "--moe-router-fusion")
+
+
+def test_router_fusion_runs_te_kernels_stand_ins(tmp_path):
+    """--moe-router-fusion without Transformer Engine: Megatron calls TE's fused top-k and
+    auxiliary-loss kernels, which run as memlens' stand-ins holding what TE 2.10's hold. In
+    layer 0's router, after its GEMM's logits (T x E bf16, T = 256 tokens, E = 4 experts):
+    top-k's probabilities (bf16), routing map (bool) and intermediate (bf16); the auxiliary
+    loss's scores, map and intermediate; the loss (a bf16 scalar) and its constant (an fp32
+    scalar). Kept for backward: top-k's map and intermediate, the scores' intermediate and
+    the loss's constant, as TE's save_for_backward. (Megatron's unfused router keeps the
+    sigmoid's fp32 output, top-k's indices and the gathered scores instead.)"""
+    snap = M.trace(tmp_path, EP, 0, *FLAGS, *ROUTER_FUSION)
+    assert any(n.startswith("Transformer Engine is not installed here: --moe-router-fusion")
+               for n in snap["meta"]["notes"])
+    rows = list(M._rows(snap))
+    backward = min(r["alloc_seq"] for r in rows if r["backward"])
+    router = next(i for i, m in enumerate(snap["modules"])
+                  if m["fqn"].endswith("decoder.layers.0.mlp.router"))
+    made = [r for r in rows if r["module"] == router and r["alloc_seq"] < backward
+            and snap["ops"][r["op"]] == "empty"]
+    te = TOKENS * EXPERTS
+    assert [r["requested_bytes"] for r in made] == [2 * te,  # the GEMM's logits
+                                                   2 * te, te, 2 * te,  # top-k
+                                                   2 * te, te, 2 * te,  # the scores
+                                                   2, 4]  # the loss and its constant
+    kept = [r["requested_bytes"] for r in made
+            if r["free_seq"] == -1 or r["free_seq"] > backward]
+    assert kept == [2 * te,  # the probabilities, which the dispatcher keeps
+                    te, 2 * te, 2 * te,
+                    2,  # the loss, which Megatron's MoEAuxLossAutoScaler keeps
+                    4]
+
+
 def test_policy_counts():
     count = megatron_routing.tokens_per_expert
     assert count(256, 2, 4, range(0, 2), which="balanced") == [128] * 4

@@ -26,7 +26,13 @@ def moe_utils(plugin, mod: ModuleType) -> None:
     tokens routed: the dispatchers hand it that number (`num_out_tokens`), which the
     policy's counts make a host value: its outputs have that size. That is up to 0.18;
     0.19's permute cuts an argsort at that number itself (and returns five values), and runs
-    as it is."""
+    as it is.
+    - `--moe-router-fusion` calls TE's fused router kernels, which moe_utils sets None where
+    TE is absent: they run as memlens' stand-ins (fused_router.py)."""
+    if find_spec("transformer_engine") is None:
+        from . import fused_router
+
+        fused_router.install(plugin, mod)
     if getattr(mod, "te_general_gemm", None) is None and find_spec("transformer_engine") is None \
             and hasattr(mod, "RouterGatingLinearFunction"):
         from .te_gemm import general_gemm

@@ -57,6 +57,11 @@ p.add_argument("--moe-experts", type=int, default=None)
 p.add_argument("--moe-topk", type=int, default=2)
 p.add_argument("--moe-router-load-balancing-type", default="aux_loss",
                choices=("aux_loss", "seq_aux_loss", "sinkhorn", "none"))
+p.add_argument("--moe-score-function", choices=("softmax", "sigmoid"), default="softmax")
+p.add_argument("--moe-expert-bias", action="store_true",
+               help="aux-loss-free balancing by a per-expert bias (needs sigmoid scores)")
+p.add_argument("--moe-router-fusion", action="store_true",
+               help="the router's top-k, scores and auxiliary loss in TE's fused kernels")
 p.add_argument("--moe-dispatcher", choices=("alltoall", "allgather", "flex"), default="alltoall")
 p.add_argument("--grouped-gemm", action="store_true", help="the experts' GEMMs grouped "
                "(TEGroupedMLP with the TE spec)")
@@ -114,6 +119,9 @@ if args.moe_experts:
                moe_router_load_balancing_type=args.moe_router_load_balancing_type,
                moe_ffn_hidden_size=2 * args.hidden, moe_grouped_gemm=args.grouped_gemm,
                moe_router_pre_softmax=args.moe_topk == 1,  # Megatron asks it of top-1
+               moe_router_score_function=args.moe_score_function,
+               moe_router_enable_expert_bias=args.moe_expert_bias,
+               moe_router_fusion=args.moe_router_fusion,
                # Sinkhorn balances without an auxiliary loss (Megatron refuses one)
                moe_aux_loss_coeff=0.0 if args.moe_router_load_balancing_type in ("sinkhorn", "none")
                else 1e-2)
