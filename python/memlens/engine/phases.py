@@ -12,6 +12,10 @@ evaluate_after_iter_N       an evaluation a library plugin recognises (the Huggi
                             `evaluate`) after iteration N's optimizer step, to the next forward;
                             `evaluate_before_training` before the first step. Its forwards start
                             no iteration: one iteration is one optimizer step.
+cuda_graph_capture_after_iter_N
+                            CUDA graphs captured between steps (Megatron's Transformer Engine
+                            graphs): the layers' warm-up and capture, which start no iteration
+                            either.
 
 What ends an iteration is what the script has: an optimizer step if the script made a torch
 optimizer, else a backward pass, else the next forward of the model. After the requested number
@@ -53,7 +57,7 @@ class PhaseTracker:
         self.iteration = 0
         self.in_step = 0  # nesting depth of optimizer.step()
         self.stop_held = 0  # nesting depth of a plugin's hold_stop()
-        self.in_evaluation = 0  # nesting depth of an evaluation (plugins: begin_evaluation)
+        self.aside = 0  # nesting depth of an evaluation or capture (plugins: begin_aside)
         self.stop_pending = False  # the accountant stops the script at its next op
         self.interrupt_requested = False  # Ctrl-C: stop at the next op, even after a step
         self.optimizers = 0  # torch optimizers the script has made
@@ -97,7 +101,7 @@ class PhaseTracker:
         schedule such as Megatron's, which stands for the whole model)."""
         if self.stop_pending:
             raise self._stop()
-        if self.in_evaluation:
+        if self.aside:
             return
         if self.state == SETUP:
             self._begin_iteration(module)
@@ -197,14 +201,17 @@ class PhaseTracker:
         if stop and self.may_stop:
             raise self._stop()
 
-    def begin_evaluation(self) -> None:
-        self.in_evaluation += 1
-        if self.in_evaluation == 1:
-            self.begin(f"evaluate_after_iter_{self.iteration}" if self.state == OPTIMIZER
-                       else "evaluate_before_training")
+    def begin_aside(self, what: str = "evaluate") -> None:
+        """Work between steps that runs the model but is no iteration (`evaluate`, a
+        `cuda_graph_capture`): a phase `<what>_after_iter_N` (`<what>_before_training`)
+        whose forwards start no iteration, until `end_aside`."""
+        self.aside += 1
+        if self.aside == 1:
+            self.begin(f"{what}_after_iter_{self.iteration}" if self.state == OPTIMIZER
+                       else f"{what}_before_training")
 
-    def end_evaluation(self) -> None:
-        self.in_evaluation = max(0, self.in_evaluation - 1)
+    def end_aside(self) -> None:
+        self.aside = max(0, self.aside - 1)
 
     def request_interrupt(self) -> None:
         """Stop the script at its next op (Ctrl-C arrived while memlens was busy)."""

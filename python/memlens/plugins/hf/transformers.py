@@ -141,11 +141,11 @@ class Plugin(LibraryPlugin):
 
             @functools.wraps(original)
             def evaluation(self, *args, __original=original, **kwargs):
-                phases.begin_evaluation()
+                phases.begin_aside("evaluate")
                 try:
                     return __original(self, *args, **kwargs)
                 finally:
-                    phases.end_evaluation()
+                    phases.end_aside()
 
             self.patcher.setattr(mod.Trainer, name, evaluation)
         self._saves(mod.Trainer)
