@@ -1,7 +1,9 @@
 """Megatron's CUDA RNG tracker on the simulated GPU.
 
 Megatron keeps its RNG states through `torch.cuda.default_generators`; these functions keep them
-through `torch.cuda.get_rng_state`/`set_rng_state`, which the simulation answers. `fork` is the
+through `torch.cuda.get_rng_state`/`set_rng_state`, which the simulation answers (graph-safe
+states, which Megatron's tracker keeps as generators where CUDA graphs are captured, in
+generators of the simulated GPU). `fork` is the
 tracker's own, without its check that the CPU generator did not move (it compares the states'
 values, which a trace does not have, and only ever logs a warning).
 """
@@ -12,14 +14,22 @@ import contextlib
 
 
 def get_state(device=-1, clone=False, graph_safe=False):
+    """The state as a tensor; graph-safe (the tracker of a job with CUDA graphs, which seeds
+    its states with `manual_seed`), as a generator of the simulated GPU holding it, as CUDA's
+    `clone_state` gives one."""
     import torch
 
-    return torch.cuda.get_rng_state(_cuda_device(device))
+    state = torch.cuda.get_rng_state(_cuda_device(device))
+    if not graph_safe:
+        return state
+    return torch.Generator(device=_cuda_device(device)).set_state(state)
 
 
 def set_state(new_state, device=-1, graph_safe=False):
     import torch
 
+    if not isinstance(new_state, torch.Tensor):  # a graph-safe state: a generator
+        new_state = new_state.get_state()
     torch.cuda.set_rng_state(new_state, _cuda_device(device))
 
 
