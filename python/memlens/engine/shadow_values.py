@@ -184,3 +184,11 @@ def give_values(t, values: tuple) -> None:
     """`t` (a fake tensor a replay made) carries `values`, as the traced one did."""
     with unset_fake_temporarily(), torch._C._DisableTorchDispatch():
         setattr(t, SHADOW, torch.tensor(values, dtype=t.dtype).reshape(t.shape))
+
+
+def share_values(alias, t) -> None:
+    """`alias`, a fake tensor standing for `t`'s memory (a CUDA graph's weak reference to its
+    static output), carries `t`'s values: the graph's replays write the same there."""
+    real = shadow_of(t)
+    if isinstance(real, torch.Tensor) and tuple(real.shape) == tuple(alias.shape):
+        setattr(alias, SHADOW, real)

@@ -328,16 +328,37 @@ def test_fp4_without_transformer_engine_is_refused_not_traced_in_bf16():
 
 
 @needs_megatron
-@pytest.mark.parametrize("impl", ["local", "transformer_engine"])
-def test_megatrons_cuda_graphs_are_refused_by_name_not_traced_without_them(impl):
-    """--cuda-graph-impl (what --enable-cuda-graph becomes after validate_args) would hold a
-    private pool a trace without graphs leaves out: an error naming the flag, not a smaller
+@pytest.mark.parametrize("impl", ["local", "full_iteration"])
+def test_megatrons_own_cuda_graphs_are_refused_by_name_not_traced_without_them(impl):
+    """--cuda-graph-impl local (what --enable-cuda-graph becomes after validate_args) would hold
+    a private pool a trace without graphs leaves out: an error naming the flag, not a smaller
     job."""
     from memlens.errors import MemlensError
 
     with pytest.raises(MemlensError, match=f"--cuda-graph-impl {impl} captures the layers"):
         megatron_args.set_up(_args(cuda_graph_impl=impl), 2)
     megatron_args.set_up(_args(cuda_graph_impl="none"), 2)  # the default traces
+
+
+@needs_megatron
+@pytest.mark.parametrize("warmup, iterations, traced, warmup_traced", [
+    (3, 2, 3, 2),  # Megatron's default warm-up: the first eager step, a steady one, a graphed
+    (1, 2, 2, 1),  # the capture within the requested iterations: as asked
+    (2, 2, 3, 2),
+    (10, 5, 5, 4),  # more iterations asked: the warm-up cut to all but the last
+    (0, 2, 2, 0)])
+def test_te_cuda_graphs_are_traced_through_the_capture_and_a_graphed_step(
+        warmup, iterations, traced, warmup_traced):
+    """--cuda-graph-impl transformer_engine captures after --cuda-graph-warmup-steps eager
+    steps: the trace runs as many as it takes to reach the capture and one graphed step,
+    cutting the warm-up to the first eager step and a steady one (each later eager step holds
+    what the second does), and says so."""
+    args = _args(cuda_graph_impl="transformer_engine", cuda_graph_warmup_steps=warmup)
+    assert megatron_args.traced_iterations(args, iterations) == traced
+    notes = megatron_args.set_up(args, traced)
+    assert args.cuda_graph_warmup_steps == warmup_traced and args.train_iters == traced
+    assert any(n.startswith("--cuda-graph-impl transformer_engine: the layers are captured")
+               and f"{traced} iterations" in n for n in notes)
 
 
 @needs_megatron

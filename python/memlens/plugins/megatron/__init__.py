@@ -16,6 +16,8 @@ of which module gets which patch. The patches live by what they are about:
 - activation_offload.py: Megatron's fine-grained activation offloading in a trace;
 - fp8_linear.py, fp8_params.py: `--fp8-format` without Transformer Engine:
   GEMMs and FP8 parameters holding what TE's hold (the recipes' tensors: fp8.py);
+- te_graphs.py: `--cuda-graph-impl transformer_engine` without TE: TE's make_graphed_callables
+  (graphed_callables.py) on memlens' simulated CUDA graphs;
 - moe.py: mixture of experts: the tokens per expert fixed by memlens' routing policy
   (routing.py), so shapes do not depend on router values a trace does not have;
 - training.py: Megatron-LM's `megatron.training` (when present), set up for a trace
@@ -81,13 +83,15 @@ class MegatronPlugin:
                        fp8_params as megatron_fp8_params,
                        grouped_linear as megatron_grouped_linear, mamba as megatron_mamba,
                        moe as megatron_moe, recompute as megatron_recompute,
-                       stand_ins as megatron_stand_ins, training as megatron_training)
+                       stand_ins as megatron_stand_ins, te_graphs as megatron_te_graphs,
+                       training as megatron_training)
 
         return [(name, functools.partial(patch, self))
                 for part in (megatron_core, megatron_stand_ins, megatron_recompute,
                              megatron_fp8_linear, megatron_fp8_params,
                              megatron_grouped_linear, megatron_moe,
-                             megatron_mamba, megatron_offload, megatron_training)
+                             megatron_mamba, megatron_offload, megatron_te_graphs,
+                             megatron_training)
                 for name, patch in part.PATCHES.items()]
 
     def replace(self, module: ModuleType, name: str, new) -> None:

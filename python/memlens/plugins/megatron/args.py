@@ -64,7 +64,7 @@ def set_up(args: Any, iterations: int) -> list[str]:
              "logging services or profiler, no NaN/inf, spiky-loss or --test-mode checks (they "
              "read values a trace does not have), dataset helpers not compiled"]
     megatron_batch.check(args)
-    _cuda_graphs(args)
+    notes.append(_cuda_graphs(args, iterations))
     notes.append(_data(args))
     for name, value in _OFF:
         if hasattr(args, name):
@@ -185,20 +185,57 @@ def _wordpiece(args: Any, kind: str, vocab_file: str | None) -> str:
             f"{source}{extra} (mock data needs no text)")
 
 
-def _cuda_graphs(args: Any) -> None:
-    """Megatron's CUDA graphs (`--cuda-graph-impl local|transformer_engine`, validate_args'
-    reading of the deprecated `--enable-cuda-graph` / `--external-cuda-graph`) capture each
-    layer into a private pool that stays reserved: traced without them the job would look
-    smaller than it is, so it is refused by name. (Its CudaGraphManager checks argument types
-    exactly, `type(arg) in {torch.Tensor, ...}`, which a fake tensor is not.)"""
-    impl = getattr(args, "cuda_graph_impl", "none") or "none"
-    if impl != "none":
-        from .optimizer import _megatron_version
+# Eager steps traced before Megatron's TE graphs are captured: the first, and one as every later
+# eager step is (the optimizer's states made).
+EAGER_STEPS = 2
 
+
+def traced_iterations(args: Any, iterations: int) -> int:
+    """The iterations a trace of the job runs: with TE's CUDA graphs, enough to reach the
+    capture after the warm-up steps (`_cuda_graphs` shortens those) and one graphed step."""
+    if _graph_impl(args) != "transformer_engine":
+        return iterations
+    warmup = int(getattr(args, "cuda_graph_warmup_steps", 0) or 0)
+    if iterations > warmup:
+        return iterations
+    return max(iterations, min(warmup, max(EAGER_STEPS, iterations - 1)) + 1)
+
+
+def _graph_impl(args: Any) -> str:
+    return getattr(args, "cuda_graph_impl", "none") or "none"
+
+
+def _cuda_graphs(args: Any, iterations: int) -> str | None:
+    """Megatron's CUDA graphs. `--cuda-graph-impl transformer_engine` (TE's
+    make_graphed_callables, graphed_callables.py where TE is absent) captures each layer after
+    `--cuda-graph-warmup-steps` eager steps: a trace of fewer iterations than that would end
+    before the graphs' pool exists, so the warm-up is cut to what the trace runs
+    (`traced_iterations`). `local` (and 0.19's `full_iteration`, validate_args' reading of the
+    deprecated `--enable-cuda-graph` / `--external-cuda-graph`) is refused by name: Megatron's
+    CudaGraphManager checks argument types exactly, `type(arg) in {torch.Tensor, ...}`, which
+    a fake tensor is not, and traced without the graphs the job would look smaller than it
+    is."""
+    impl = _graph_impl(args)
+    if impl == "none":
+        return None
+    from .optimizer import _megatron_version
+
+    if impl != "transformer_engine":
         raise MemlensError(f"{_megatron_version()}: --cuda-graph-impl {impl} captures the "
                            "layers in CUDA graphs, whose private memory pool memlens does not "
-                           "model for Megatron yet: trace without the flag (the graphs' pool "
-                           "comes on top of the reserved memory reported)")
+                           "model for Megatron's own graphs yet: trace without the flag (the "
+                           "graphs' pool comes on top of the reserved memory reported), or "
+                           "with --cuda-graph-impl transformer_engine")
+    warmup = int(getattr(args, "cuda_graph_warmup_steps", 0) or 0)
+    if warmup < iterations:
+        return (f"--cuda-graph-impl transformer_engine: the layers are captured in CUDA graphs "
+                f"after {warmup} eager step(s) (--cuda-graph-warmup-steps), then replayed: the "
+                f"trace runs {iterations} iterations")
+    args.cuda_graph_warmup_steps = iterations - 1
+    return (f"--cuda-graph-impl transformer_engine: the layers are captured in CUDA graphs after "
+            f"--cuda-graph-warmup-steps {warmup} eager steps; the trace runs {iterations - 1} "
+            f"(the first, and one as each later eager step holds), the capture and one graphed "
+            f"step: {iterations} iterations")
 
 
 def _implementation(args: Any) -> list[str]:

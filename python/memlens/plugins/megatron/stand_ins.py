@@ -412,6 +412,8 @@ def te_version_checks(plugin, mod: ModuleType) -> None:
 PATCHES = {
     "megatron.core.transformer.transformer_config": te_version_checks,
     "megatron.training.arguments": te_version_checks,
+    "megatron.core.transformer.cuda_graphs": te_version_checks,  # what it asks TE's graphs
+    "megatron.core.transformer.transformer_layer": te_version_checks,  # and for their replay
     "megatron.core.transformer.torch_norm": torch_norm,
     "megatron.core.tensor_parallel.layers": tp_layers,
     "megatron.core.models.gpt.gpt_layer_specs": layer_specs,

@@ -24,6 +24,9 @@ def arguments(plugin, mod: ModuleType) -> None:
     def validate_args(args, *rest, **kwargs):
         out = original(args, *rest, **kwargs)  # the user's arguments, as given
         te = getattr(args, "transformer_impl", None) == "transformer_engine"
+        # CUDA graphs captured after eager steps: the trace runs up to the first graphed one.
+        tracer.iterations = tracer.phases.iterations = megatron_args.traced_iterations(
+            args, tracer.iterations)
         for text in megatron_args.set_up(args, tracer.iterations):
             plugin.note(text)
         if te and args.transformer_impl == "local":

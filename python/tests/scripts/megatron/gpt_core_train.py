@@ -81,6 +81,9 @@ p.add_argument("--defer-embedding-wgrad", action="store_true",
 p.add_argument("--megatron-fsdp", action="store_true",
                help="Megatron-FSDP (ZeRO-3: parameters, gradients and optimizer states "
                     "sharded over data-parallel ranks) instead of Megatron's DDP")
+p.add_argument("--te-cuda-graphs", type=int, default=None, metavar="WARMUP",
+               help="Transformer Engine's CUDA graphs of every layer (TECudaGraphHelper), "
+                    "captured after WARMUP eager steps, as Megatron-LM's training loop does")
 p.add_argument("--overlap-grad-reduce", action="store_true")
 p.add_argument("--overlap-param-gather", action="store_true", help="with the distributed optimizer")
 p.add_argument("--offload-modules", nargs="+", default=None,
@@ -110,7 +113,8 @@ parallel_state.initialize_model_parallel(
     tensor_model_parallel_size=args.tp, pipeline_model_parallel_size=args.pp,
     expert_model_parallel_size=args.ep, context_parallel_size=args.cp,
     hierarchical_context_parallel_sizes=args.hierarchical_cp)
-model_parallel_cuda_manual_seed(1234)
+# Graph-safe RNG states (generators) with CUDA graphs, as Megatron-LM's initialize keeps them
+model_parallel_cuda_manual_seed(1234, use_cudagraphable_rng=args.te_cuda_graphs is not None)
 
 moe = {}
 if args.moe_experts:
@@ -154,6 +158,8 @@ config = (MLATransformerConfig if args.mla else TransformerConfig)(
     recompute_num_layers=1 if args.recompute == "full" else None,
     fp8=args.fp8_format, fp8_recipe=args.fp8_recipe,
     fp8_amax_history_len=args.fp8_amax_history_len, fp8_param=args.fp8_param,
+    **(dict(cuda_graph_impl="transformer_engine", cuda_graph_warmup_steps=args.te_cuda_graphs)
+       if args.te_cuda_graphs is not None else {}),
     **moe, **mla)
 
 if args.spec == "modelopt":  # Megatron's ModelOpt spec: local layers, TE's norms and attention
@@ -229,6 +235,19 @@ def forward_step(data_iterator, model, return_schedule_plan=False):
 forward_backward = get_forward_backward_func()
 data = batches()
 for step in range(args.steps):
+    if step == args.te_cuda_graphs:
+        from megatron.core.num_microbatches_calculator import init_num_microbatches_calculator
+        from megatron.core.transformer.cuda_graphs import TECudaGraphHelper
+
+        dp = parallel_state.get_data_parallel_world_size()
+        init_num_microbatches_calculator(  # the helper asks it, as Megatron-LM sets it up
+            torch.distributed.get_rank(), None,
+            args.micro_batch * (args.microbatches or args.pp) * dp, args.micro_batch, dp)
+        graphs = TECudaGraphHelper(model=[model], config=config, seq_length=args.seq,
+                                   micro_batch_size=args.micro_batch, optimizers=[optimizer])
+        graphs.create_cudagraphs()
+        if args.overlap_param_gather:  # the parameters' all-gathers before a replayed layer
+            graphs.cuda_graph_set_manual_hooks()
     model.zero_grad_buffer()
     optimizer.zero_grad()
     forward_backward(forward_step_func=forward_step, data_iterator=data, model=model,
