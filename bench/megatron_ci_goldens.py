@@ -216,8 +216,10 @@ def trace(case: Path, checkout: Path, python: str, scratch: Path) -> dict:
     if len(logged) == 1:  # a one-step run (--train-iters 1): the first traced step's peak
         peak = max(p["peak_bytes"] for name, p in phases.items()
                    if not name.split("_iter_")[-1].isdigit() or name.endswith("_iter_0"))
+    # After the last step traced: the second, or with TE's CUDA graphs the first graphed one.
+    steps = [name for name in phases if name.startswith("optimizer_step_iter_")]
     result.update(peak=peak,
-                  after=phases.get("optimizer_step_iter_1", {}).get("current_after_bytes"),
+                  after=phases[steps[-1]]["current_after_bytes"] if len(steps) > 1 else None,
                   golden_peak=max((v for v in peaks.values() if isinstance(v, (int, float))),
                                   default=None),
                   golden_after=_last(after))
