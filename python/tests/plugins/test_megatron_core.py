@@ -192,7 +192,7 @@ def test_attention_backend_is_noted_and_runs_its_attention(snapshots, setting, a
 @pytest.mark.parametrize("setting,kept", [("te-spec-unfused", 0), ("te-spec-local", 1)])
 def test_only_megatrons_local_attention_keeps_a_scores_buffer(snapshots, setting, kept):
     """The s x s scores' input buffer (b x heads per TP rank x s x s, bf16): TE's unfused
-    backend allocates it per call and frees it after its baddbmm; Megatron's local attention
+    backend allocates it per call and frees it as its baddbmm returns; Megatron's local attention
     takes it from its global memory buffer, held to the end of the run (one per shape)."""
     snap = snapshots(setting, 0)
     buffer = GPT.micro_batch * GPT.heads // TP * GPT.seq * GPT.seq * 2
@@ -201,6 +201,14 @@ def test_only_megatrons_local_attention_keeps_a_scores_buffer(snapshots, setting
                and r["requested_bytes"] == buffer
                and modules[r["module"]]["fqn"].endswith("core_attention")]
     assert empties and sum(free < 0 for free in empties) == kept
+    if not kept:  # TE's is dropped as its baddbmm returns, before the softmax allocates
+        softmax = [r["alloc_seq"] for r in M._rows(snap) if r["module"] is not None and r["module"] >= 0
+                   and modules[r["module"]]["fqn"].endswith("scale_mask_softmax")]
+        scores = sorted(r["alloc_seq"] for r in M._rows(snap)
+                        if r["op"] == snap["ops"].index("baddbmm"))
+        assert len(scores) == len(empties)
+        for made, freed in zip(scores, sorted(empties)):
+            assert made < freed < min(seq for seq in softmax if seq > made)
 
 
 @pytest.mark.parametrize("setting", MLA)

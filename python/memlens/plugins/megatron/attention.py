@@ -5,7 +5,7 @@ that ask for Transformer Engine where it is not installed.
 no s x s scores, and `auto` picks one of them on every GPU memlens simulates (all sm80 or
 newer, which both need); unfused and local keep them, as Megatron's local attention does,
 which then runs itself. For `unfused` it runs as TE's UnfusedDotProductAttention allocates:
-the scores' input buffer is a tensor of the call, freed after its baddbmm, where Megatron's
+the scores' input buffer is a tensor of the call, freed as its baddbmm returns, where Megatron's
 local attention takes a persistent one from its global memory buffer (an s x s buffer per
 micro-batch shape, held for the whole run: 64 MiB at b 4, 8 heads, s 1,024 in bf16).
 
@@ -36,13 +36,28 @@ from .ulysses_attention import ulysses_attention_function
 
 class _BuffersOfTheCall:
     """Stands in for Megatron's GlobalMemoryBuffer during one call: each tensor asked for is a
-    new one, freed when the call drops it (TE's `torch.empty(..., device=current_device())`)."""
+    new one (TE's `torch.empty(..., device=current_device())`), freed as soon as the baddbmm
+    that takes it returns: TE rebinds its name to the result, where Megatron's local attention
+    keeps its buffer in a local until the call ends."""
 
-    @staticmethod
-    def get_tensor(shape, dtype, name, mem_alloc_context=None):
+    def __init__(self) -> None:
+        self.handed_out: list = []
+
+    def get_tensor(self, shape, dtype, name, mem_alloc_context=None):
         import torch
 
-        return torch.empty(shape, dtype=dtype, device=torch.cuda.current_device())
+        buffer = torch.empty(shape, dtype=dtype, device=torch.cuda.current_device())
+        self.handed_out.append(buffer)
+        return buffer
+
+    def baddbmm(self, original):
+        def baddbmm(input, *args, **kwargs):
+            out = original(input, *args, **kwargs)
+            if any(input is buffer for buffer in self.handed_out):
+                input.untyped_storage().resize_(0)  # TE's buffer is dropped here
+            return out
+
+        return baddbmm
 
 
 def _take_channels(module, v_channels) -> None:
@@ -70,8 +85,11 @@ def te_unfused_attention_class():
             _take_channels(self, v_channels)  # TE's takes them; the bmm's need no more
 
         def forward(self, *args, **kwargs):
-            with Patcher.swapped(parallel_state, "get_global_memory_buffer",
-                                 lambda: _BuffersOfTheCall):
+            import torch
+
+            buffers = _BuffersOfTheCall()
+            with Patcher.swapped(parallel_state, "get_global_memory_buffer", lambda: buffers), \
+                    Patcher.swapped(torch, "baddbmm", buffers.baddbmm(torch.baddbmm)):
                 return super().forward(*args, **kwargs)
 
     return UnfusedDotProductAttention
