@@ -202,7 +202,8 @@ def test_only_megatrons_local_attention_keeps_a_scores_buffer(snapshots, setting
                and modules[r["module"]]["fqn"].endswith("core_attention")]
     assert empties and sum(free < 0 for free in empties) == kept
     if not kept:  # TE's is dropped as its baddbmm returns, before the softmax allocates
-        softmax = [r["alloc_seq"] for r in M._rows(snap) if r["module"] is not None and r["module"] >= 0
+        softmax = [r["alloc_seq"] for r in M._rows(snap)
+                   if r["module"] is not None and r["module"] >= 0
                    and modules[r["module"]]["fqn"].endswith("scale_mask_softmax")]
         scores = sorted(r["alloc_seq"] for r in M._rows(snap)
                         if r["op"] == snap["ops"].index("baddbmm"))
