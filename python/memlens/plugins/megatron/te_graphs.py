@@ -12,6 +12,7 @@ import sys
 from importlib.util import find_spec
 from types import ModuleType
 
+from ...patches.patcher import Patcher
 from .graphed_callables import make_graphed_callables_stand_in
 
 
@@ -27,13 +28,10 @@ def cuda_graphs(plugin, mod: ModuleType) -> None:
 
     @functools.wraps(init)
     def __init__(self, *args, **kwargs):
-        # HAVE_TE_GRAPHS stays false for the rest of the module: Megatron's local graphs read
-        # TE's other names under it.
-        plugin.patcher.setattr(mod, "HAVE_TE_GRAPHS", True)
-        try:
+        # Its assert only: HAVE_TE_GRAPHS stays false for the rest of the module, where
+        # Megatron's local graphs read TE's other names under it.
+        with Patcher.swapped(mod, "HAVE_TE_GRAPHS", True):
             init(self, *args, **kwargs)
-        finally:
-            mod.HAVE_TE_GRAPHS = False
 
     @functools.wraps(create)
     def create_cudagraphs(self, *args, **kwargs):
@@ -67,13 +65,14 @@ def transformer_layer(plugin, mod: ModuleType) -> None:
 
 @contextlib.contextmanager
 def _empty_te_modules():
-    names = ("transformer_engine", "transformer_engine.pytorch")
-    for name in names:
+    added = [name for name in ("transformer_engine", "transformer_engine.pytorch")
+             if name not in sys.modules]
+    for name in added:
         sys.modules[name] = ModuleType(name, "memlens: TE is not installed; an import only")
     try:
         yield
     finally:
-        for name in names:
+        for name in added:
             sys.modules.pop(name, None)
 
 
