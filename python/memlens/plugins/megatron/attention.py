@@ -72,9 +72,20 @@ def _take_channels(module, v_channels) -> None:
 def te_unfused_attention_class():
     """Megatron's local DotProductAttention holding what TE's UnfusedDotProductAttention
     holds (`transformer_engine/pytorch/attention/dot_product_attention/backends.py`, TE 2.x):
-    the same tensors, and a scores buffer of the call instead of the global memory buffer's."""
+    the same tensors, a scores buffer of the call instead of the global memory buffer's, and
+    TE's fused softmax, whose backward writes in place for every mask (apex's masked one does
+    not)."""
     from megatron.core import parallel_state
+    from megatron.core.fusions import fused_softmax
     from megatron.core.transformer.dot_product_attention import DotProductAttention
+
+    class TEScaledMaskedSoftmax(fused_softmax.ScaledMaskedSoftmax):
+        """TE's fused masked softmax (`tex.scaled_masked_softmax_backward`: "Produce gradients
+        in place"), where apex's, which Megatron's local attention calls, makes a new one."""
+
+        @staticmethod
+        def backward(ctx, output_grads):
+            return output_grads.contiguous(), None, None
 
     class UnfusedDotProductAttention(DotProductAttention):
         """DotProductAttention as TE's unfused backend allocates. Made by memlens for a trace;
@@ -89,7 +100,8 @@ def te_unfused_attention_class():
 
             buffers = _BuffersOfTheCall()
             with Patcher.swapped(parallel_state, "get_global_memory_buffer", lambda: buffers), \
-                    Patcher.swapped(torch, "baddbmm", buffers.baddbmm(torch.baddbmm)):
+                    Patcher.swapped(torch, "baddbmm", buffers.baddbmm(torch.baddbmm)), \
+                    Patcher.swapped(fused_softmax, "ScaledMaskedSoftmax", TEScaledMaskedSoftmax):
                 return super().forward(*args, **kwargs)
 
     return UnfusedDotProductAttention

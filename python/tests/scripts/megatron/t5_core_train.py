@@ -31,6 +31,8 @@ p.add_argument("--micro-batch", type=int, default=2)
 p.add_argument("--vocab", type=int, default=1024)
 p.add_argument("--attention-backend", choices=("flash", "fused", "unfused", "auto"),
                default="auto")
+p.add_argument("--masked-softmax-fusion", action="store_true",
+               help="the fused softmax kernels (Megatron-LM's default)")
 p.add_argument("--steps", type=int, default=2)
 args = p.parse_args()
 
@@ -43,7 +45,8 @@ config = TransformerConfig(
     num_layers=args.layers, hidden_size=args.hidden, num_attention_heads=args.heads,
     ffn_hidden_size=4 * args.hidden, bf16=True, params_dtype=torch.bfloat16,
     pipeline_dtype=torch.bfloat16, tensor_model_parallel_size=args.tp,
-    attention_backend=AttnBackend[args.attention_backend])
+    attention_backend=AttnBackend[args.attention_backend],
+    masked_softmax_fusion=args.masked_softmax_fusion)
 model = T5Model(
     config=config, encoder_config=config,
     transformer_encoder_layer_spec=get_t5_encoder_with_transformer_engine_block_spec(args.layers),
