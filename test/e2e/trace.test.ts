@@ -256,7 +256,7 @@ test('an interpreter without memlens is named in a notification; fixing the sett
     .allInnerTexts();
   assert.deepEqual(buttons.map((b) => b.trim()), ['Install memlens into this interpreter', 'Select Interpreter', 'Open Settings']);
   await session.capture('14-interpreter-without-memlens');
-  assert.deepEqual(await session.workbench.codeLenses(), [], 'no server, no CodeLens');
+  assert.deepEqual(await session.workbench.waitForNoCodeLens(), [], 'no server, no CodeLens');
 
   // Back to the repository's interpreter: the server restarts, the CodeLens and annotations return.
   writeFileSync(settingsFile, '{}\n');

@@ -262,6 +262,16 @@ export class Workbench {
     );
   }
 
+  /** Waits until the active editor shows no CodeLens (its provider gone with the server:
+   * VS Code drops the stale ones on its next render, after the server's notification). */
+  async waitForNoCodeLens(): Promise<string[]> {
+    return this.poll(
+      'no CodeLens',
+      async () => ((await this.codeLenses()).length === 0 ? [] : undefined),
+      () => this.codeLenses(),
+    );
+  }
+
   async waitForCodeLens(text: string | RegExp): Promise<string[]> {
     const matches = (t: string): boolean => (typeof text === 'string' ? t === text : text.test(t));
     return this.poll(
