@@ -30,6 +30,7 @@ import copy
 import functools
 
 from ...patches import Patcher
+from .kernels import backward_in_place
 from .ring_attention import ring_attention_function
 from .ulysses_attention import ulysses_attention_function
 
@@ -85,7 +86,7 @@ def te_unfused_attention_class():
 
         @staticmethod
         def backward(ctx, output_grads):
-            return output_grads.contiguous(), None, None
+            return backward_in_place(output_grads, None), None, None
 
     class UnfusedDotProductAttention(DotProductAttention):
         """DotProductAttention as TE's unfused backend allocates. Made by memlens for a trace;

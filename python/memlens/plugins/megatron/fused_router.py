@@ -96,6 +96,8 @@ def _autograd_functions():
 def install(plugin, mod: ModuleType) -> None:
     """Set the three names in Megatron's moe_utils (None or missing where TE is absent) to
     the stand-ins; a call notes them."""
+    if not hasattr(mod, "HAVE_TE"):
+        return  # a Megatron without router fusion
     topk_fn, scores_fn, aux_fn = _autograd_functions()
 
     def noted():
@@ -119,14 +121,12 @@ def install(plugin, mod: ModuleType) -> None:
         noted()
         return aux_fn.apply(probs, tokens_per_expert, total_num_tokens, num_experts, topk, coeff)
 
-    if not hasattr(mod, "HAVE_TE"):
-        return  # a Megatron without router fusion
     # moe_utils checks `not HAVE_TE or <kernel> is None` before each of TE's fused kernels:
     # HAVE_TE is made true, the other kernels' names stay (0.16: are set) None, so that their
     # check still refuses them with Megatron's own message.
     plugin.patcher.setattr(mod, "HAVE_TE", True)
     for name in OTHER_TE_KERNELS:
-        if getattr(mod, name, None) is None:
+        if not hasattr(mod, name):
             plugin.patcher.setattr(mod, name, None)
     for function in (fused_topk_with_score_function, fused_compute_score_for_moe_aux_loss,
                      fused_moe_aux_loss):

@@ -6,8 +6,8 @@ Megatron-LM enables `masked_softmax_fusion` by default; its fused kernels (apex'
 `scaled_softmax_cuda`) return the probabilities in a new tensor of the input's shape and keep
 that tensor for backward, which writes the input gradient into the output gradient in place
 (causal and unmasked) or into a new tensor (masked; apex's csrc/megatron at its main branch):
-that is all a memory trace needs of them. Imported by name inside Megatron's functions, so they are put in `sys.modules` for the
-trace only. `get_batch_per_block` follows the kernels' launch arithmetic (it decides whether
+that is all a memory trace needs of them. Imported by name inside Megatron's functions, so they
+are put in `sys.modules` for the trace only. `get_batch_per_block` follows the kernels' launch arithmetic (it decides whether
 Megatron takes the fused path).
 """
 
@@ -27,22 +27,22 @@ def _forward(inputs, *rest):
     return torch.empty_like(inputs)
 
 
-def _backward_new(output_grads, softmax_results, *rest):
+def backward_new(output_grads, softmax_results, *rest):
     """apex's scaled_masked_softmax: the input gradient in a new tensor."""
     import torch
 
     return torch.empty_like(output_grads)
 
 
-def _backward_in_place(output_grads, softmax_results, *rest):
+def backward_in_place(output_grads, softmax_results, *rest):
     """apex's scaled_upper_triang_masked_softmax and scaled_softmax: "backward pass is
     completely in-place", into the output gradient (made contiguous first)."""
     return output_grads.contiguous()
 
 
-BACKWARDS = {"scaled_masked_softmax_cuda": _backward_new,
-             "scaled_upper_triang_masked_softmax_cuda": _backward_in_place,
-             "scaled_softmax_cuda": _backward_in_place}
+BACKWARDS = {"scaled_masked_softmax_cuda": backward_new,
+             "scaled_upper_triang_masked_softmax_cuda": backward_in_place,
+             "scaled_softmax_cuda": backward_in_place}
 
 
 def _batch_per_block(query_seq_len: int, key_seq_len: int, batches: int, attn_heads: int) -> int:
