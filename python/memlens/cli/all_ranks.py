@@ -77,6 +77,7 @@ def worker_argv(args, spec, rank: int, snapshot: Path | None,
         iterations=args.iterations, options=(("--max-allocations", args.max_allocations),
                                              ("--dynamic-sizes", args.dynamic_sizes),
                                              ("--sdpa-backend", args.sdpa_backend)),
+        extra=("--no-layer-replay",) if getattr(args, "no_layer_replay", False) else (),
         debug=args.debug).args()
 
 

@@ -8,6 +8,7 @@ is the rank's log.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections import deque
@@ -43,7 +44,8 @@ def run_worker(argv: list[str], rank: int, on_progress: Callable[[int, str], Non
                 pass
 
     # One thread per worker, as torchrun does for several processes per node.
-    process = warm.worker_process([sys.executable, "-m", "memlens", *argv], None,
+    # In the command's directory: a forked worker would start in the warm process's ("/").
+    process = warm.worker_process([sys.executable, "-m", "memlens", *argv], os.getcwd(),
                                   rank_env(env), on_stderr_line=stderr_line)
     try:
         process.start()

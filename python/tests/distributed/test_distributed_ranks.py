@@ -16,11 +16,13 @@ from support.ranks import DEVICE, SCRIPTS, model_state_bytes
 pytestmark = pytest.mark.slow  # traces in fresh processes
 
 
-def _all(tmp_path, world, script, *args, jobs="2"):
+def _all(tmp_path, world, script, *args, jobs="2", relative=False):
+    """`relative`: the script named from its own folder, the command's working directory."""
     snap = tmp_path / "job.json"
     out = run_memlens("run", "--device", DEVICE, "--world-size", str(world), "--ranks", "all",
-                      "--jobs", jobs, "--snapshot", str(snap), "--", str(SCRIPTS / script),
-                      *args, cwd=tmp_path)
+                      "--jobs", jobs, "--snapshot", str(snap), "--",
+                      script if relative else str(SCRIPTS / script), *args,
+                      cwd=SCRIPTS if relative else tmp_path)
     index_path = tmp_path / "job.ranks" / "index.json"
     index = json.loads(index_path.read_text()) if index_path.exists() else None
     return out, index
@@ -73,7 +75,9 @@ def test_a_failing_rank_is_reported_with_its_message(tmp_path):
 
 
 def test_pipeline_job_traces_every_stage(tmp_path):
-    out, index = _all(tmp_path, 4, "pp_train.py")
+    # Named as a user in its folder names it: each rank's worker (forked from the warm process,
+    # which runs in "/") finds it in the command's directory.
+    out, index = _all(tmp_path, 4, "pp_train.py", relative=True)
     assert out.returncode == 0, out.stderr[-3000:]
     assert [(r["rank"], r["role"]) for r in index["ranks"]] == [
         (s, f"pp {s}/4") for s in range(4)]
@@ -148,3 +152,19 @@ def test_a_rank_whose_script_leaves_a_detached_child_answers_with_its_error(tmp_
     while pid_alive(child) and time.monotonic() < deadline:  # SIGKILL lands asynchronously
         time.sleep(0.05)
     assert not pid_alive(child)
+
+
+def test_each_ranks_worker_traces_as_the_command_asks():
+    """A rank's worker gets the command's own choices: `--no-layer-replay` too."""
+    from pathlib import Path
+
+    from memlens.cli.all_ranks import worker_argv
+    from memlens.cli.parser import build_parser
+    from memlens.distributed.env import RankSpec
+
+    args = build_parser().parse_args(["run", "--device", "h100-80gb", "--world-size", "8",
+                                      "--ranks", "all", "--no-layer-replay", "--", "train.py"])
+    assert worker_argv(args, RankSpec(8, 0), 3, Path("rank-3.json")) == [
+        "run", "--json", "--progress", "json", "--device", "h100-80gb", "--world-size", "8",
+        "--nproc-per-node", "8", "--rank", "3", "--snapshot", "rank-3.json",
+        "--no-layer-replay", "--", "train.py"]
