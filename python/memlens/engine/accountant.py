@@ -167,9 +167,10 @@ class Accountant(TorchDispatchMode):
         if func is _WAIT_TENSOR:
             # Eager wait_tensor hands back its input; the fake kernel makes a new tensor that
             # would be booked as a second copy of every functional collective's output.
-            self.unreplayable_ops += 1
-            if self.tracer.collectives is not None:
+            if self.tracer.collectives is not None:  # noted for layer replay (nccl_work.py)
                 self.tracer.collectives.wait_tensor(args[0])
+            else:
+                self.unreplayable_ops += 1
             return args[0]
         if func is _RECORD_STREAM:
             self.unreplayable_ops += 1
@@ -210,8 +211,8 @@ class Accountant(TorchDispatchMode):
             self.unreplayable_ops += 1
             self.pinned.mark(out)
         if func.namespace in COLLECTIVE_NAMESPACES and self.tracer.collectives is not None:
-            self.unreplayable_ops += 1
-            # Which NCCL stream it runs on and what its work keeps alive (nccl_work.py).
+            # Which NCCL stream it runs on and what its work keeps alive (nccl_work.py, which
+            # notes it for layer replay).
             self.tracer.collectives.issued(func, args, kwargs, out)
         return booked
 

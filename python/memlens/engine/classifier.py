@@ -188,11 +188,15 @@ class Classifier:
         checkpointing's cache): an activation, whichever saved it."""
         self.mark(t, C.ACTIVATION, only_from=(C.TEMPORARY,))
 
-    def pack(self, t: torch.Tensor):
-        """The saved-tensor pack hook (public: code that saves without it recognises it)."""
+    def saved_by_autograd(self, t: torch.Tensor) -> None:
+        """`t` is saved for backward by an autograd node, with or without the pack hook."""
         self.mark_saved(t)
         if self.on_pack is not None:
             self.on_pack(t)
+
+    def pack(self, t: torch.Tensor):
+        """The saved-tensor pack hook (public: code that saves without it recognises it)."""
+        self.saved_by_autograd(t)
         if t.grad_fn is None:  # a leaf or a tensor outside autograd: no cycle possible
             return t
         # A detached alias: returning `t` itself would make a saved output reference its own

@@ -43,6 +43,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from .attribute_reads import AttributeReads
+from .declared_hooks import DeclaredHooks
 from .layer_cache import BlockCaches, EntryBefore
 from .layer_groups import Group, differing_attributes, find_groups, own_state, _MISSING
 from .layer_tape import (CONSTANTS, PLAIN, Backward, Slots, Traced, Unsupported, autocast_on,
@@ -50,6 +51,7 @@ from .layer_tape import (CONSTANTS, PLAIN, Backward, Slots, Traced, Unsupported,
 from .replayed_block import ReplayRun, ReplayedNode
 
 _current_node = torch._C._current_autograd_node
+_COUNTED = 6  # LayerReplay._counts(): how many of its items are counts
 _top_saved_hooks = torch._C._autograd._top_saved_tensors_default_hooks
 
 
@@ -69,20 +71,26 @@ class LayerReplay:
         self.cast_runs: list[ReplayRun] = []  # replayed blocks with casts in autocast's cache
         self.caches = BlockCaches(self.ledger)  # caches a block may write its own entry of
         self.reads = AttributeReads(self.caches)
+        self.hooks = DeclaredHooks(self.ledger, tracer.accountant, self._counts, _COUNTED)
 
     # -- lifecycle -----------------------------------------------------------------------
     def scan(self, root: nn.Module) -> None:
-        """At a top-level forward: the model's groups of identical blocks, found once. Not in
-        a distributed job: DDP's reducer and ZeRO hook each parameter's gradient accumulator
-        in C++, where no hook can be seen, and a replayed block's parameters get their
-        gradients without it."""
+        """At a top-level forward: the model's groups of identical blocks, found once. In a
+        distributed job, only where every parameter's gradient hooks are declared
+        (`gradient_hook`): DDP's reducer, ZeRO and FSDP hook each parameter's gradient
+        accumulator, in C++ or in Python, where no hook can be seen, and a replayed block's
+        parameters would get their gradients without them."""
         if id(root) in self._scanned:
             return
         self._scanned.add(id(root))
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            self.off = "a distributed job: gradient hooks in C++ may wait for every parameter"
+        groups = find_groups(root, self.tracer.modules, self._own_hook)
+        if torch.distributed.is_available() and torch.distributed.is_initialized() and any(
+                p.requires_grad and self.hooks.hook_of(p) is None
+                for g in groups for b in g.blocks for p in b.parameters()):
+            self.off = "a distributed job whose gradient hooks memlens does not know (DDP's " \
+                       "reducer, ZeRO, FSDP): they may wait for every parameter"
             return
-        for group in find_groups(root, self.tracer.modules, self._own_hook):
+        for group in groups:
             self.groups.append(group)
             for i, block in enumerate(group.blocks):
                 self._members[id(block)] = (weakref.ref(block), group, i)
@@ -151,6 +159,13 @@ class LayerReplay:
     def _name(self, group: Group) -> str:
         entry = self.tracer.modules.names.get(group.module_lists[0][0])
         return entry[1].rpartition(".")[0] if entry else type(group.blocks[0]).__name__
+
+    # -- gradient hooks a plugin declares (declared_hooks.py) ----------------------------
+    def gradient_hook(self, param: torch.Tensor, hook):
+        """`hook`, which a library (Megatron's DDP) puts on `param`'s gradient accumulator and
+        which reads none of its arguments, as the hook to register instead (declared_hooks.py):
+        a replayed block calls it where the recorded block's ran."""
+        return self.hooks.declare(param, hook)
 
     # -- a block's call ------------------------------------------------------------------
     def _call(self, group: Group, i: int, original, *args, **kwargs):
@@ -413,6 +428,8 @@ class LayerReplay:
             state["before"] = tuple(p.grad is not None for p in params)
             state["sdpa"] = dict(self.tracer.sdpa.calls)  # a checkpoint's recompute calls it
             state["tape"] = ledger.tap = []
+            self.hooks.record(params)
+            state["counts"] = self._counts()
             return None
 
         def ended(grad):
@@ -420,7 +437,11 @@ class LayerReplay:
             if tape is None or ledger.tap is not tape:
                 return None
             ledger.tap = None
+            self.hooks.record(None)
             try:
+                if self._counted_since(state["counts"]):
+                    raise Unsupported("host values, notes, streams, collectives or shared "
+                                      "buffers")
                 back = self._backward_of(state["slots"], tape, grad, params, state["before"],
                                          traced.rng_states)
                 back.sdpa = self._sdpa_since(state["sdpa"])
@@ -468,8 +489,21 @@ class LayerReplay:
             self.abandon("block 1's backward differs from the replayed ones'", raise_now=False)
         group.unverified_backward = 0
 
+    def _counted_since(self, before: tuple) -> bool:
+        """Something `_counts` counts happened since `before`, in a block's backward, besides
+        what its declared gradient hooks did."""
+        now = self._counts()
+        return now[_COUNTED:] != before[_COUNTED:] or any(
+            n - by_hooks != b for n, by_hooks, b in zip(now, self.hooks.by_hooks, before))
+
     def _counts(self) -> tuple:
+        """What a replay cannot do again: host values, notes, stream events of the script's,
+        shared buffers, ops it cannot replay; then attention kernels that fell through or were
+        disabled. The first _COUNTED are counts."""
         accountant = self.tracer.accountant
+        collectives = self.tracer.collectives  # their stream events are replayed (nccl_work.py)
+        streams = len(self.ledger.stream_events) - (collectives.stream_events_made
+                                                     if collectives is not None else 0)
         return (len(accountant.placeholders), len(self.tracer.notes),
-                len(self.ledger.stream_events), len(self.ledger.shares), accountant.unreplayable_ops,
+                streams, len(self.ledger.shares), accountant.unreplayable_ops,
                 self.tracer.sdpa.pin_fell_through, frozenset(self.tracer.sdpa.disabled))

@@ -62,7 +62,20 @@ class Slots:
         out: list[tuple] = []
         known = dict(self.known)
         records = self.ledger.records
+        works: dict[int, int] = {}  # id(NCCL work) -> its index among the block's
+        waiting: set[int] = set()
         for op in raw:
+            if op[0] == "nccl":
+                out.append(_collective(op, works, waiting))
+                continue
+            if op[0] == "hook":  # a declared gradient hook (declared_hooks.py)
+                # its parameter's gradient: the block's, or a buffer outside it (TE's dummy
+                # weight gradient, which every layer's parameters are given)
+                grad = None if op[2] is None else known.get(op[2], ("outside", op[2]))
+                out.append(("hook", op[1], grad, op[3]))
+                continue
+            if op[0] == "unsupported":
+                raise Unsupported(op[1])
             if op[1] in first_use:
                 continue
             if op[0] == "alloc":
@@ -78,6 +91,8 @@ class Slots:
                 out.append(("cat", self._slot(known, op[1]), op[2], self._module(op[3]), op[4]))
             else:
                 raise Unsupported(f"the ledger's {op[0]}")
+        if waiting:
+            raise Unsupported("a collective it does not wait for")
         return out, new, known
 
     @staticmethod
@@ -92,6 +107,25 @@ class Slots:
             return module
         rel = self.modules.get(module)
         return ("m", rel) if rel is not None else module
+
+
+def _collective(op: tuple, works: dict[int, int], waiting: set[int]) -> tuple:
+    """A collective's entry (kernels/nccl_work.py `_tape`), its work named by its index among
+    the block's: a wait for a work issued outside the block cannot be replayed."""
+    kind = op[1]
+    if kind == "unsupported":
+        raise Unsupported(op[2])
+    if kind == "async":
+        k = works[id(op[4])] = len(works)
+        waiting.add(k)
+        return ("nccl", "async", op[2], op[3])
+    if kind == "wait":
+        k = works.get(id(op[2]))
+        if k is None:
+            raise Unsupported("a wait for a collective issued before it")
+        waiting.discard(k)
+        return ("nccl", "wait", k)
+    return op
 
 
 def autocast_on(device: str) -> bool:

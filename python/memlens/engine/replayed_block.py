@@ -106,18 +106,38 @@ class ReplayRun:
         rid = rid_of(replay.ledger, grad)
         if rid is not None:
             bound[("gout", 0)] = rid
-        new = apply_ops(replay, back.ops, bound, group, self.index)
+        new = apply_ops(replay, back.ops, bound, group, self.index, self._run_hook)
         replay.count_sdpa(back.sdpa)
         kind, k = back.grad_input
         result = grad if kind == "gout" else make_tensor(replay.tracer, back.grad_input_meta, new[k])
         for p, outcome in zip(self.params, back.param_grads):
-            if isinstance(outcome, tuple):
+            # (a gradient a declared hook was called on is the parameter's already)
+            if isinstance(outcome, tuple) and \
+                    rid_of(replay.ledger, p.grad) != new[outcome[0][1]]:
                 p.grad = make_tensor(replay.tracer, outcome[1], new[outcome[0][1]])
         self.held = []
         self.backward_done = True
         group.unverified_backward += 1
         replay.replayed_backward += 1
         return result
+
+    def _run_hook(self, j: int, grad, meta) -> None:
+        """The declared gradient hook of parameter j (declared_hooks.py), where the
+        recorded block's ran, on the gradient AccumulateGrad gave the parameter: a tensor on
+        the replay's record of it (the hook may let it go: its record is freed then), or the
+        buffer outside the block the recorded block's parameter was given (`grad`: a rid, or
+        ("outside", rid))."""
+        replay = self.replay
+        p = self.params[j]
+        if isinstance(grad, tuple):
+            t = replay.hooks.gradient_outside(grad[1], meta)
+            if t is None:
+                replay.abandon("a replayed block's gradient buffer is gone")
+            p.grad = t
+            del t
+        elif grad is not None and rid_of(replay.ledger, p.grad) != grad:
+            p.grad = make_tensor(replay.tracer, meta, grad)
+        replay.hooks.hook_of(p)()
 
     def watch_graph(self, ctx) -> None:
         """Its autograd node (`ctx`) let go without a backward: a full trace frees what the
@@ -135,15 +155,26 @@ class ReplayRun:
 # -- booking a recording -------------------------------------------------------------------
 
 def apply_ops(replay, ops: list[tuple], bound: dict[tuple, int], group: Group,
-              index: int) -> list[int]:
+              index: int, run_hook=None) -> list[int]:
     """Book a recording's operations (layer_tape.Slots) for block `index` of the group: its
-    allocations (new records), and frees and category changes of the memory `bound` names."""
+    allocations (new records), and frees and category changes of the memory `bound` names;
+    its collectives' streams and works done again (kernels/nccl_work.py), and its parameters'
+    declared gradient hooks called (`run_hook(j, rid, meta)`)."""
     ledger = replay.ledger
     mods = group.module_lists[index]
     phase = replay.tracer.phases.index
     new: list[int] = []
+    works: list = []
     for op in ops:
         kind = op[0]
+        if kind == "nccl":
+            replay.tracer.collectives.replayed(op, works)
+            continue
+        if kind == "hook":
+            slot = op[2]
+            run_hook(op[1], slot if slot is None or slot[0] == "outside" else
+                     new[slot[1]] if slot[0] == "new" else bound.get(slot), op[3])
+            continue
         if kind == "alloc":
             _, nbytes, device, dtype, shape, category, mod, opid, stack, stream, bwd, sub = op
             rid = ledger.alloc(nbytes, device, dtype, shape, category,

@@ -34,6 +34,10 @@ does it (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp), applied to the trace
 - Functional collectives (`_c10d_functional.*`, DTensor's redistributions) call the group with
   the default asyncOp=true: output (allocated on the current stream) and input are stashed
   until `wait_tensor` on the output (Functional.cpp register_work / wait_tensor -> work.wait()).
+- Layer replay (engine/layer_replay.py): while a block is recorded, each collective notes what it
+  does beyond the ledger (the enqueue that unstashes the group's completed works, the syncStream
+  and work of an asynchronous one, its wait) among the block's ledger operations, and
+  `replayed` does it again for a replayed block. Sends and receives are not replayed.
 """
 
 from __future__ import annotations
@@ -86,6 +90,9 @@ class NcclWorks:
         self._by_seq: dict[int, _Work] = {}  # FakeWork.seq_id -> work, until waited for
         self._by_rid: dict[int, _Work] = {}  # functional output's allocation -> work
         self._batch: list[_Work] | None = None  # inside batch_isend_irecv
+        # Stream events this model appended to the ledger: a recorded block's (layer replay)
+        # are its collectives', which the replay runs again (`replayed`), not the script's.
+        self.stream_events_made = 0
 
     # -- streams ---------------------------------------------------------------------------
     def _stream(self, group, device: int, pair: str | None) -> int:
@@ -100,31 +107,39 @@ class NcclWorks:
     # -- ops -------------------------------------------------------------------------------
     def issued(self, func, args: tuple, kwargs: dict, out) -> None:
         """A c10d op (or functional collective) has run its fake kernel."""
+        before = len(self.ledger.stream_events)
+        try:
+            self._issued(func, args, kwargs, out)
+        finally:
+            self.stream_events_made += len(self.ledger.stream_events) - before
+
+    def _issued(self, func, args: tuple, kwargs: dict, out) -> None:
         name = func._schema.name.partition("::")[2]
         tensors = [t for t in _tensors(args, []) if t.device.type == "cuda"]
         group = _process_group(args)
         if group is None or not tensors:
             return
         device = tensors[0].device.index or 0
-        self._unstash_earlier(group)  # workEnqueue: shelves of completed works
         functional = func.namespace != "c10d"
         if name in _P2P:
+            self._tape("unsupported", "point-to-point sends and receives")
+            self._unstash_earlier(group)
             self._point_to_point(group, device, tensors, args, out)
             return
+        self._tape("enqueue", group)
+        self._unstash_earlier(group)  # workEnqueue: shelves of completed works
         async_op = True if functional else _argument(func, args, kwargs, "async_op", True)
         temporaries = self._own_buffers(name, args, tensors[0].device)
         if not async_op:  # on the current stream; nothing held past the op
             for rid in temporaries:
                 self.ledger.free(rid)
             if name == "barrier":  # a synchronous barrier: currentStream.synchronize()
+                self._tape("barrier", device)
                 STREAMS.waited(device, HOST, STREAMS.current_id(device), None)
             return
-        stream = self._stream(group, device, None)
-        current = STREAMS.current_id(device)
-        STREAMS.waited(device, stream, current, None)  # syncStream
         held = tensors + ([t for t in _tensors(out, []) if t.device.type == "cuda"]
                           if functional else [])
-        work = self._issue(group, device, stream, held, temporaries)
+        work = self._enqueue_async(group, device, held, temporaries)
         if functional:
             for t in held[len(tensors):]:
                 rid = self.ledger.storage_rid(t.untyped_storage())
@@ -153,6 +168,14 @@ class NcclWorks:
             self._batch.append(work)
         else:
             self._register(out, work)
+
+    def _enqueue_async(self, group, device: int, held: list, temporaries: list) -> _Work:
+        """An asynchronous collective on the group's NCCL stream, after syncStream."""
+        stream = self._stream(group, device, None)
+        STREAMS.waited(device, stream, STREAMS.current_id(device), None)  # syncStream
+        work = self._issue(group, device, stream, held, temporaries)
+        self._tape("async", group, device, work)
+        return work
 
     def _issue(self, group, device, stream, held, temporaries) -> _Work:
         previous = self._last.get(stream)
@@ -202,6 +225,14 @@ class NcclWorks:
         """synchronizeStream: the current stream waits for the end event, then unstash. The end
         event covers the stream's work up to the next op issued on it (nothing else runs on an
         NCCL stream), everything so far when there is none."""
+        before = len(self.ledger.stream_events)
+        self._tape("wait", work)
+        try:
+            self._wait_for(work)
+        finally:
+            self.stream_events_made += len(self.ledger.stream_events) - before
+
+    def _wait_for(self, work: _Work) -> None:
         STREAMS.waited(work.device, STREAMS.current_id(work.device), work.stream,
                        work.next_issue)
         self._unstash(work)
@@ -234,6 +265,32 @@ class NcclWorks:
             seq = getattr(w, "seq_id", None)
             if seq is not None and batch:
                 self._by_seq[seq] = _Batch(batch)
+
+    # -- layer replay (engine/layer_replay.py) ----------------------------------------------
+    def _tape(self, kind: str, *what) -> None:
+        """While a block is recorded, what a collective does beyond the ledger is noted among
+        its ledger operations, for `replayed` to do again in a replayed block."""
+        tap = self.ledger.tap
+        if tap is not None:
+            tap.append(("nccl", kind, *what))
+
+    def replayed(self, entry: tuple, works: list) -> None:
+        """A recorded block's collective (`_tape`), done again for a replayed block: the
+        streams' waits and the works' bookkeeping. What it allocated and freed is among the
+        recording's ledger operations; a replayed work holds no tensors. `works`: the block's
+        replayed works, in order; an entry names its work by index."""
+        before = len(self.ledger.stream_events)
+        kind = entry[1]
+        if kind == "enqueue":
+            self._unstash_earlier(entry[2])
+        elif kind == "barrier":
+            device = entry[2]
+            STREAMS.waited(device, HOST, STREAMS.current_id(device), None)
+        elif kind == "async":
+            works.append(self._enqueue_async(entry[2], entry[3], [], []))
+        elif kind == "wait":
+            self._wait_for(works[entry[2]])
+        self.stream_events_made += len(self.ledger.stream_events) - before
 
     def close(self) -> None:
         """The trace is over: let go of every stash."""

@@ -3,58 +3,20 @@ snapshot a full trace (`--no-layer-replay`) writes, field by field; where the bl
 provably one program it traces them in full and says why in `meta.layer_replay`; where a replay
 is found wrong, or the script fails after one, the whole trace runs again in full and says so.
 
-Both traces of a pair run with PYTHONHASHSEED fixed: tensors dropped together (a dict of them
-let go) are freed in the order of Python's hashes, which differs from process to process.
+The pairs of traces and their comparison are support/snapshot_pairs.py's.
 """
 
 import bisect
-import json
 
 import pytest
 
 from support.paths import TESTS
-from support.runs import run_memlens
+from support.snapshot_pairs import differences, pair
 
 pytestmark = pytest.mark.slow  # traces in fresh processes
 
 GPT = TESTS / "scripts" / "layer_replay_gpt.py"
 LLAMA = TESTS / "scripts" / "hf" / "llama_loop.py"
-# What differs between two runs of one trace: when and how long, the command line, and the
-# replay's own record (compared on its own below).
-PER_RUN = {"created", "duration_s", "command", "layer_replay"}
-
-
-def trace(folder, name: str, script, *args: str, replay: bool = True) -> dict:
-    snap = folder / f"{name}-{'replay' if replay else 'full'}.json"
-    flags = [] if replay else ["--no-layer-replay"]
-    out = run_memlens("run", "--device", "h100-80gb", "--progress", "none", *flags,
-                      "--snapshot", str(snap), "--", str(script), *args, cwd=folder,
-                      env={"PYTHONHASHSEED": "0"})
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(snap.read_text())
-
-
-def differences(a, b, path: str = "") -> list[str]:
-    """The paths where two snapshots differ (the per-run meta fields aside)."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        found = []
-        for key in sorted(set(a) | set(b)):
-            if path == ".meta" and key in PER_RUN:
-                continue
-            if key not in a or key not in b:
-                found.append(f"{path}.{key}")
-            else:
-                found += differences(a[key], b[key], f"{path}.{key}")
-        return found
-    if isinstance(a, list) and isinstance(b, list):
-        if len(a) != len(b):
-            return [f"{path}: {len(a)} items against {len(b)}"]
-        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{path}[{i}]")]
-    return [] if a == b else [f"{path}: {a!r:.80} against {b!r:.80}"]
-
-
-def pair(folder, name: str, script, *args: str) -> tuple[dict, dict]:
-    return (trace(folder, name, script, *args), trace(folder, name, script, *args, replay=False))
 
 
 # (name, script arguments, forward replays, backward replays). 8 blocks: 0, 1, 6 and 7 are

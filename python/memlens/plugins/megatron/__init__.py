@@ -79,7 +79,7 @@ class MegatronPlugin:
         """(module name, what to patch in it once it is imported), in order; a module may be
         patched by several parts."""
         from . import (activation_offload as megatron_offload, core as megatron_core,
-                       fp8_linear as megatron_fp8_linear,
+                       ddp_hooks as megatron_ddp_hooks, fp8_linear as megatron_fp8_linear,
                        fp8_params as megatron_fp8_params,
                        grouped_linear as megatron_grouped_linear, mamba as megatron_mamba,
                        moe as megatron_moe, recompute as megatron_recompute,
@@ -87,8 +87,8 @@ class MegatronPlugin:
                        training as megatron_training)
 
         return [(name, functools.partial(patch, self))
-                for part in (megatron_core, megatron_stand_ins, megatron_recompute,
-                             megatron_fp8_linear, megatron_fp8_params,
+                for part in (megatron_core, megatron_ddp_hooks, megatron_stand_ins,
+                             megatron_recompute, megatron_fp8_linear, megatron_fp8_params,
                              megatron_grouped_linear, megatron_moe,
                              megatron_mamba, megatron_offload, megatron_te_graphs,
                              megatron_training)

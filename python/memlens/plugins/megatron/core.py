@@ -197,7 +197,7 @@ def linear_keeps_its_weight(plugin, mod: ModuleType) -> None:
             hooks._push_saved_tensors_default_hooks(*top)
         if out.grad_fn is not None:
             for saved in out.grad_fn.saved_tensors:
-                classifier.mark_saved(saved)
+                classifier.saved_by_autograd(saved)
         return out
 
     plugin.patcher.setattr(cls, "apply", classmethod(apply))

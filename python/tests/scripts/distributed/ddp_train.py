@@ -1,4 +1,4 @@
-"""DDP training script: `torchrun --nproc_per_node 4 ddp_train.py [--bucket-view]`.
+"""DDP training script: `torchrun --nproc_per_node 4 ddp_train.py [--bucket-view] [--layers N]`.
 
 Model: 4 Linear(512, 512) layers with biases: 4 x 262,656 = 1,050,624 parameters (4,202,496
 bytes in fp32). DDP keeps the gradients of each bucket in one flat buffer: a second copy of the
@@ -17,6 +17,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--bucket-view", action="store_true", help="gradient_as_bucket_view=True")
 p.add_argument("--bucket-mb", type=float, default=25.0)
 p.add_argument("--steps", type=int, default=5)
+p.add_argument("--layers", type=int, default=4)
 args = p.parse_args()
 
 cuda = torch.cuda.is_available()
@@ -26,7 +27,7 @@ if cuda:
     torch.cuda.set_device(local_rank)
 device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
 
-model = nn.Sequential(*[nn.Linear(512, 512) for _ in range(4)]).to(device)
+model = nn.Sequential(*[nn.Linear(512, 512) for _ in range(args.layers)]).to(device)
 model = DDP(model, device_ids=[local_rank] if cuda else None,
             bucket_cap_mb=args.bucket_mb, gradient_as_bucket_view=args.bucket_view)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)

@@ -1,0 +1,75 @@
+"""Layer replay in Megatron jobs (engine/layer_replay.py): Megatron's DDP hooks are declared
+(plugins/megatron/ddp_hooks.py), and its tensor-parallel collectives are noted among a block's
+operations and done again for a replayed block (kernels/nccl_work.py), so a rank's identical
+transformer layers are replayed, and the snapshot is the full trace's, field by field.
+
+gpt_core_train.py with 6 layers on the last rank: layers 2 and 3 replayed in each forward and
+backward, 2 steps of one micro-batch (4 and 4), or of the pipeline's 2 (8 and 8)."""
+
+import pytest
+
+from support.megatron import NEEDS, SCRIPT
+from support.snapshot_pairs import differences, pair, trace
+from support.paths import TESTS
+
+pytestmark = [pytest.mark.slow, NEEDS]
+
+DDP = TESTS / "scripts" / "distributed" / "ddp_train.py"
+
+
+def job(world: int) -> tuple[str, ...]:
+    return ("--device", "h100-80gb", "--world-size", str(world), "--rank", str(world - 1))
+
+
+# (name, world size, script arguments, forward replays, backward replays)
+REPLAYED = [
+    # The row-parallel layers' synchronous all-reduce in forward; the column-parallel layers'
+    # asynchronous all-reduce of the input gradient in backward, waited for after the weight
+    # gradient's GEMM; DDP's hook on each parameter.
+    ("tp2", 2, ("--tp", "2"), 4, 4),
+    # Sequence parallelism: all-gathers and reduce-scatters into Megatron's global buffer, in
+    # backward asynchronous; DDP's hooks mark each parameter ready, and a complete bucket
+    # starts its reduce-scatter on the data-parallel group's stream.
+    ("sp-overlap", 4, ("--tp", "2", "--sp", "--distributed-optimizer",
+                       "--overlap-grad-reduce"), 4, 4),
+    # The last pipeline stage (5 layers: layer 2 replayed), its 2 micro-batches in flight.
+    # The stages' sends record their tensors on the NCCL streams, so the allocator has events
+    # to wait for: the replayed layers' stream waits for their collectives count here.
+    ("pp2", 4, ("--tp", "2", "--pp", "2", "--layers", "10"), 4, 4),
+    # TE's layers with gradient accumulation fusion: the weight gradient is added to main_grad
+    # in backward, and each parameter is handed TE's one dummy gradient, a buffer outside the
+    # layers, which DDP's hook drops.
+    ("te-fusion", 2, ("--tp", "2", "--spec", "te", "--grad-accum-fusion"), 4, 4),
+]
+
+
+@pytest.mark.parametrize("name,world,args,forward,backward", REPLAYED,
+                         ids=[r[0] for r in REPLAYED])
+def test_a_megatron_rank_replays_its_layers_with_the_full_traces_snapshot(
+        tmp_path, name, world, args, forward, backward):
+    replayed, full = pair(tmp_path, name, SCRIPT, "--layers", "6", *args, "--steps", "2",
+                          flags=job(world))
+    assert differences(replayed, full) == []
+    assert replayed["meta"]["layer_replay"] == {
+        "enabled": True, "groups": [{"module": "module.module.decoder.layers",
+                                     "blocks": 5 if "--pp" in args else 6}],
+        "replayed_forward": forward, "replayed_backward": backward}
+
+
+def test_megatrons_selective_recompute_inside_a_layer_traces_it_in_full(tmp_path):
+    """Megatron's checkpoint of core attention, inside the layer, saves the CPU's RNG state:
+    a host value a replayed layer would not have."""
+    snap = trace(tmp_path, "selective", SCRIPT, "--layers", "6", "--tp", "2", "--recompute",
+                 "selective", "--steps", "1", flags=job(2))
+    assert snap["meta"]["layer_replay"]["groups"] == [{
+        "module": "module.module.decoder.layers", "blocks": 6,
+        "traced_in_full": "its forward makes host values, notes, streams, collectives or "
+                          "shared buffers"}]
+
+
+def test_torch_ddp_keeps_layer_replay_off(tmp_path):
+    """DDP's reducer hooks each parameter's gradient accumulator in C++: a replayed block's
+    parameters would never be marked ready."""
+    snap = trace(tmp_path, "ddp", DDP, "--layers", "6", "--steps", "1", flags=job(2))
+    assert snap["meta"]["layer_replay"]["off"].startswith(
+        "a distributed job whose gradient hooks memlens does not know")
