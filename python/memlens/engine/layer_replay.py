@@ -282,7 +282,11 @@ class LayerReplay:
             # cache entry keeps (a window size moved to the device) is the entry's.
             casts = tuple(k for k in alive if ledger.ops[ledger.records[new[k]].op] == "_to_copy"
                           and autocast_on(ledger.records[new[k]].device) and k not in in_entry)
-            kept = [new[k] for k in alive if new[k] not in packed and k not in casts
+            # Without autograd (no_grad: an evaluation, a checkpoint's first forward) nothing
+            # is held for a backward: what a library's saved-tensor hook saw saved is kept by
+            # something else (a compiled function's outputs, freed after the block returns).
+            held = packed if sig[0] else set()
+            kept = [new[k] for k in alive if new[k] not in held and k not in casts
                     and k not in in_entry]
             # Activation checkpointing keeps the RNG states it saved until the block's backward
             # has recomputed it (held by its graph: the recorded backward must free them).

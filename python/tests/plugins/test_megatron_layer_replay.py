@@ -67,6 +67,20 @@ def test_megatrons_selective_recompute_inside_a_layer_traces_it_in_full(tmp_path
                           "shared buffers"}]
 
 
+def test_megatrons_full_recompute_traces_its_layers_in_full_with_the_same_snapshot(tmp_path):
+    """Full recompute runs each layer's first forward under no_grad inside Megatron's
+    checkpoint: its dropout masks outlive the layer's call, kept by nothing a replay knows (no
+    backward will free them). Replayed, they were never freed (found by Megatron's CI case
+    gpt3_mcore_te_tp1_pp1_resume_torch_dist_uniform_full_recompute, +2.7 % peak)."""
+    replayed, full = pair(tmp_path, "full-recompute", SCRIPT, "--layers", "6", "--tp", "2",
+                          "--recompute", "full", "--steps", "2", flags=job(2))
+    assert differences(replayed, full) == []
+    assert replayed["meta"]["layer_replay"]["groups"] == [{
+        "module": "module.module.decoder.layers", "blocks": 6,
+        "traced_in_full": "its forward makes memory it keeps outside autograd (`native_dropout`, "
+                          "bool [128, 2, 256])"}]
+
+
 def test_torch_ddp_keeps_layer_replay_off(tmp_path):
     """DDP's reducer hooks each parameter's gradient accumulator in C++: a replayed block's
     parameters would never be marked ready."""
