@@ -12,6 +12,8 @@ process (fake CUDA loaded, megatron imported and traced for two iterations, snap
 and is measured from outside: wall time, and the process's peak resident set (getrusage).
 
 Targets: under 60 s and under 4 GiB of RSS per rank. Results go to bench/results/.
+`--compare` runs each trace twice in turn, with layer replay (the default) and with
+`--no-layer-replay`: the ratio of their wall times, and the same device peak from both.
 """
 
 from __future__ import annotations
@@ -35,14 +37,15 @@ SHAPE = ["--layers", "80", "--hidden", "8192", "--ffn", "28672", "--heads", "64"
 TARGET_S, TARGET_RSS = 60.0, 4 * 2**30
 
 
-def run_once(rank: int, tmp: Path) -> dict:
+def run_once(rank: int, tmp: Path, replay: bool = True) -> dict:
     snapshot = tmp / f"rank-{rank}.json"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "python"), env.get("PYTHONPATH"))
                                         if p)
     argv = [sys.executable, "-m", "memlens", "run", "--world-size", "64", "--nproc-per-node",
             "8", "--rank", str(rank), "--json", "--progress", "none", "--snapshot",
-            str(snapshot), "--", str(SCRIPT), *LAYOUT, *SHAPE]
+            str(snapshot), *([] if replay else ["--no-layer-replay"]), "--", str(SCRIPT),
+            *LAYOUT, *SHAPE]
     start = time.perf_counter()
     proc = subprocess.Popen(argv, cwd=tmp, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -51,19 +54,22 @@ def run_once(rank: int, tmp: Path) -> dict:
     if proc.returncode != 0:
         sys.exit(f"trace failed:\n{stderr[-3000:]}")
     summary = json.loads(stdout.strip().splitlines()[-1])
-    return {"rank": rank, "wall_s": round(wall, 2), "peak_bytes": summary["peak_bytes"],
+    meta = json.loads(snapshot.read_text())["meta"]
+    return {"rank": rank, "layer_replay": replay, "wall_s": round(wall, 2),
+            "peak_bytes": summary["peak_bytes"],
             "reserved_peak_bytes": summary.get("reserved_peak_bytes"),
-            "trace_s": json.loads(snapshot.read_text())["meta"]["duration_s"]}
+            "trace_s": meta["duration_s"],
+            "replayed": meta["layer_replay"].get("replayed_forward", 0)}
 
 
-def measure(rank: int, tmp: Path) -> dict:
+def measure(rank: int, tmp: Path, replay: bool = True) -> dict:
     """run_once in a forked child: wait4 reports the largest resident set of the child and its
     reaped descendants, which is the trace process's (each run measured on its own)."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # child: run the trace (a grandchild) and report
         os.close(read)
-        result = run_once(rank, tmp)
+        result = run_once(rank, tmp, replay)
         os.write(write, json.dumps(result).encode())
         os._exit(0)
     os.close(write)
@@ -82,13 +88,26 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rank", type=int, default=0)
     ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--compare", action="store_true",
+                    help="each run also without layer replay, in turn")
     args = ap.parse_args()
+    modes = (True, False) if args.compare else (True,)
     with tempfile.TemporaryDirectory() as tmp:
-        runs = [measure(args.rank, Path(tmp)) for _ in range(args.runs)]
+        runs = [measure(args.rank, Path(tmp), replay) for _ in range(args.runs)
+                for replay in modes]
     for r in runs:
-        print(f"rank {r['rank']}: {r['wall_s']:.1f} s wall ({r['trace_s']:.1f} s traced), "
-              f"max RSS {r['max_rss_bytes'] / 2**30:.2f} GiB, device peak "
+        print(f"rank {r['rank']}{'' if r['layer_replay'] else ' (--no-layer-replay)'}: "
+              f"{r['wall_s']:.1f} s wall ({r['trace_s']:.1f} s traced, {r['replayed']} layer "
+              f"forwards replayed), max RSS {r['max_rss_bytes'] / 2**30:.2f} GiB, device peak "
               f"{r['peak_bytes'] / 2**30:.1f} GiB allocated")
+    if args.compare:
+        for on, off in zip(runs[::2], runs[1::2]):
+            same = on["peak_bytes"] == off["peak_bytes"]
+            print(f"with replay / without: {on['wall_s'] / off['wall_s']:.2f}x wall, "
+                  f"{on['trace_s'] / off['trace_s']:.2f}x traced; "
+                  f"peak {'the same' if same else 'DIFFERS'}")
+            if not same:
+                return 1
     ok = all(r["wall_s"] < TARGET_S and r["max_rss_bytes"] < TARGET_RSS for r in runs)
     print("targets (< 60 s, < 4 GiB RSS):", "met" if ok else "MISSED")
     out = REPO / "bench" / "results"
