@@ -4,7 +4,9 @@
 parameter ready, which starts its bucket's reduction once the bucket is complete. Declared to
 layer replay (engine/layer_replay.py `gradient_hook`): a replayed block calls each parameter's
 hook where the recorded block's ran, so a Megatron job's identical layers may be replayed.
-Written for megatron-core 0.16-0.19, where the hook reads none of its arguments."""
+Written for megatron-core 0.16-0.19, where the hook reads none of its arguments. The hooks
+Megatron calls itself after a layer's backward (`--delay-wgrad-compute`, 0.19's GTP weight
+rematerialisation) are left undeclared."""
 
 from __future__ import annotations
 
@@ -21,7 +23,14 @@ def declare_gradient_hooks(plugin, mod: ModuleType) -> None:
 
     @functools.wraps(original)
     def _make_backward_post_hook(self, param):
-        return replay.gradient_hook(param, original(self, param))
+        hook = original(self, param)
+        if getattr(param, "skip_backward_post_hook", False) or \
+                getattr(param, "is_gtp_weight_remat", False):
+            # Called after the layer's backward (`backward_dw` of --delay-wgrad-compute, a later
+            # node): what the layer keeps for it a replayed layer would not have. Undeclared,
+            # so the job is traced in full.
+            return hook
+        return replay.gradient_hook(param, hook)
 
     plugin.patcher.setattr(cls, "_make_backward_post_hook", _make_backward_post_hook)
 
