@@ -23,7 +23,7 @@ class DeclaredHooks:
     def __init__(self, ledger, accountant, counts: Callable[[], tuple], counted: int):
         self.ledger = ledger
         self.accountant = accountant
-        self._counts = counts  # LayerReplay._counts: what a replay cannot do again
+        self._counts = counts  # LayerReplay.counts: what a replay cannot do again
         self._counted = counted  # how many of its items are counts
         self._hooks: dict[int, tuple] = {}  # id(parameter) -> (weakref, its hook)
         self._gradients: dict[int, Any] = {}  # rid -> weakref to the storage a hook was given

@@ -44,14 +44,15 @@ from torch.utils import _pytree as pytree
 
 from .attribute_reads import AttributeReads
 from .declared_hooks import DeclaredHooks
+from .layer_backward import watch_backward
 from .layer_cache import BlockCaches, EntryBefore
 from .layer_groups import Group, differing_attributes, find_groups, own_state, _MISSING
-from .layer_tape import (CONSTANTS, PLAIN, Backward, Slots, Traced, Unsupported, autocast_on,
+from .layer_tape import (CONSTANTS, PLAIN, Slots, Traced, Unsupported, autocast_on,
                          has_values, rid_of, signature, tensor_meta, tensors)
 from .replayed_block import ReplayRun, ReplayedNode
 
 _current_node = torch._C._current_autograd_node
-_COUNTED = 6  # LayerReplay._counts(): how many of its items are counts
+_COUNTED = 6  # LayerReplay.counts(): how many of its items are counts
 _top_saved_hooks = torch._C._autograd._top_saved_tensors_default_hooks
 
 
@@ -71,7 +72,7 @@ class LayerReplay:
         self.cast_runs: list[ReplayRun] = []  # replayed blocks with casts in autocast's cache
         self.caches = BlockCaches(self.ledger)  # caches a block may write its own entry of
         self.reads = AttributeReads(self.caches)
-        self.hooks = DeclaredHooks(self.ledger, tracer.accountant, self._counts, _COUNTED)
+        self.hooks = DeclaredHooks(self.ledger, tracer.accountant, self.counts, _COUNTED)
 
     # -- lifecycle -----------------------------------------------------------------------
     def scan(self, root: nn.Module) -> None:
@@ -234,7 +235,7 @@ class LayerReplay:
         slots.bind("in", in_rids)
         slots.bind("param", [rid_of(ledger, p) for p in params])
         slots.bind("pgrad", [rid_of(ledger, p.grad) for p in params])
-        before, counts = own_state(block), self._counts()
+        before, counts = own_state(block), self.counts()
         sdpa_before = dict(self.tracer.sdpa.calls)
         tape: list[tuple] = []
         packed: set[int] = set()
@@ -244,9 +245,9 @@ class LayerReplay:
         finally:
             ledger.tap = self._packed = None
         try:
-            if counts != self._counts():
+            if counts != self.counts():
                 raise Unsupported("host values, notes, streams, collectives or shared buffers")
-            sdpa = self._sdpa_since(sdpa_before)
+            sdpa = self.sdpa_since(sdpa_before)
             if own_state(block) != before:
                 raise Unsupported("state it keeps on itself")
             written = None if entries is None else self.caches.written(
@@ -316,7 +317,7 @@ class LayerReplay:
         for kernel, n in counts:
             calls[kernel] = calls.get(kernel, 0) + n
 
-    def _sdpa_since(self, before: dict) -> tuple:
+    def sdpa_since(self, before: dict) -> tuple:
         """The attention calls made since `before`, per kernel (the snapshot counts them)."""
         return tuple(sorted((k, n - before.get(k, 0)) for k, n in self.tracer.sdpa.calls.items()
                             if n != before.get(k, 0)))
@@ -358,7 +359,7 @@ class LayerReplay:
             group.declined = problem  # this call's (signature()): another may be replayed
         elif problem:
             group.disabled = f"its forward makes {problem}"
-        elif traced is not None and self._watch_backward(group, i, traced, out, inputs,
+        elif traced is not None and watch_backward(self, group, i, traced, out, inputs,
                                                          compare=True):
             group.recording = traced
         return out
@@ -376,7 +377,7 @@ class LayerReplay:
             return out
         group.unverified = 0
         if traced.signature[0]:
-            self._watch_backward(group, i, traced, out, inputs, compare=False)
+            watch_backward(self, group, i, traced, out, inputs, compare=False)
         return out
 
     def _replay(self, group: Group, i: int, rec: Traced, args, kwargs, entry):
@@ -394,113 +395,14 @@ class LayerReplay:
         return pytree.tree_unflatten([next(it) if leaf[0] == "tensor" else leaf[1]
                                       for leaf in leaves], spec)
 
-    # -- backward ------------------------------------------------------------------------
-    def _watch_backward(self, group: Group, i: int, traced: Traced, out, inputs,
-                        compare: bool) -> bool:
-        """Record the backward of traced block i, from the gradient of its output to that of
-        its input: block N-2's, for the replays, or block 1's, to compare (`compare`). False:
-        a backward this cannot record (the group is traced in full from now on)."""
-        if not traced.signature[0]:
-            return True  # no autograd: no backward
-        ledger = self.ledger
-        params = list(group.blocks[i].parameters())
-        diff_in = [t for t in inputs if t.requires_grad]
-        diff_out = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)
-                    and t.requires_grad]
-        if len(diff_in) != 1 or len(diff_out) != 1:
-            if diff_out or any(p.requires_grad for p in params):
-                group.disabled = "it takes or returns several differentiable tensors, or none"
-                return False
-            return True
-        x = diff_in[0]
-        y = diff_out[0]
-        rel = group.relative(i)
-        in_rids = traced.in_rids
-        new = traced.new
-        state: dict[str, Any] = {}
-
-        def started(grad):
-            if ledger.tap is not None:
-                return None
-            slots = Slots(ledger, rel)
-            slots.bind("in", in_rids)
-            slots.bind("param", [rid_of(ledger, p) for p in params])
-            slots.bind("pgrad", [rid_of(ledger, p.grad) for p in params])
-            slots.bind("fwd", new)
-            slots.bind("gout", [rid_of(ledger, grad)])
-            state["slots"] = slots
-            state["before"] = tuple(p.grad is not None for p in params)
-            state["sdpa"] = dict(self.tracer.sdpa.calls)  # a checkpoint's recompute calls it
-            state["tape"] = ledger.tap = []
-            self.hooks.record(params)
-            state["counts"] = self._counts()
-            return None
-
-        def ended(grad):
-            tape = state.pop("tape", None)
-            if tape is None or ledger.tap is not tape:
-                return None
-            ledger.tap = None
-            self.hooks.record(None)
-            try:
-                if self._counted_since(state["counts"]):
-                    raise Unsupported("host values, notes, streams, collectives or shared "
-                                      "buffers")
-                back = self._backward_of(state["slots"], tape, grad, params, state["before"],
-                                         traced.rng_states)
-                back.sdpa = self._sdpa_since(state["sdpa"])
-            except Unsupported as e:
-                back = None
-                if not compare:
-                    group.disabled = f"its backward makes {e}"
-            if compare:
-                self._compare_backward(group, back)
-            else:
-                group.backward = back
-            return None
-
-        y.register_hook(started)
-        x.register_hook(ended)
-        return True
-
-    def _backward_of(self, slots: Slots, tape, grad, params, before, rng_states) -> Backward:
-        ops, new, known = slots.normalize(tape, self.tracer.accountant.persistent_rids())
-        freed = {op[1] for op in ops if op[0] == "free"}
-        if any(("fwd", k) not in freed for k in rng_states):
-            raise Unsupported("RNG states that activation checkpointing keeps beyond the "
-                              "block's backward")
-        grad_input = known.get(rid_of(self.ledger, grad))
-        if grad_input is None or grad_input[0] not in ("new", "gout"):
-            raise Unsupported("a gradient from outside the block")
-        param_grads: list = []
-        for p in params:
-            if p.grad is None:
-                param_grads.append(None)
-                continue
-            slot = known.get(rid_of(self.ledger, p.grad))
-            if slot is not None and slot[0] == "pgrad":
-                param_grads.append("kept")
-            elif slot is not None and slot[0] == "new":
-                param_grads.append((slot, tensor_meta(p.grad)))
-            else:
-                raise Unsupported("a parameter gradient from outside the block")
-        return Backward(ops, grad_input, tensor_meta(grad), param_grads, before)
-
-    def _compare_backward(self, group: Group, back: Backward | None) -> None:
-        recorded = group.backward
-        if group.unverified_backward and (back is None or recorded is None
-                                          or back.shape() != recorded.shape()):
-            self.abandon("block 1's backward differs from the replayed ones'", raise_now=False)
-        group.unverified_backward = 0
-
-    def _counted_since(self, before: tuple) -> bool:
-        """Something `_counts` counts happened since `before`, in a block's backward, besides
+    def counted_since(self, before: tuple) -> bool:
+        """Something `counts` counts happened since `before`, in a block's backward, besides
         what its declared gradient hooks did."""
-        now = self._counts()
+        now = self.counts()
         return now[_COUNTED:] != before[_COUNTED:] or any(
             n - by_hooks != b for n, by_hooks, b in zip(now, self.hooks.by_hooks, before))
 
-    def _counts(self) -> tuple:
+    def counts(self) -> tuple:
         """What a replay cannot do again: host values, notes, stream events of the script's,
         shared buffers, ops it cannot replay; then attention kernels that fell through or were
         disabled. The first _COUNTED are counts."""
