@@ -211,8 +211,7 @@ class Accountant(TorchDispatchMode):
             self.unreplayable_ops += 1
             self.pinned.mark(out)
         if func.namespace in COLLECTIVE_NAMESPACES and self.tracer.collectives is not None:
-            # Which NCCL stream it runs on and what its work keeps alive (nccl_work.py, which
-            # notes it for layer replay).
+            # Which NCCL stream it runs on and what its work keeps alive (nccl_work.py).
             self.tracer.collectives.issued(func, args, kwargs, out)
         return booked
 
