@@ -14,6 +14,9 @@ and is measured from outside: wall time, and the process's peak resident set (ge
 Targets: under 60 s and under 4 GiB of RSS per rank. Results go to bench/results/.
 `--compare` runs each trace twice in turn, with layer replay (the default) and with
 `--no-layer-replay`: the ratio of their wall times, and the same device peak from both.
+`--warm` forks each trace from the warm worker, as the editor, `--ranks all` and `memlens fit`
+do (worker/warm.py: torch and memlens already imported; its start is not timed), and measures
+wall time only (the forked trace is not this process's child).
 """
 
 from __future__ import annotations
@@ -39,9 +42,7 @@ TARGET_S, TARGET_RSS = 60.0, 4 * 2**30
 
 def run_once(rank: int, tmp: Path, replay: bool = True) -> dict:
     snapshot = tmp / f"rank-{rank}.json"
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "python"), env.get("PYTHONPATH"))
-                                        if p)
+    env = _env()
     argv = [sys.executable, "-m", "memlens", "run", "--world-size", "64", "--nproc-per-node",
             "8", "--rank", str(rank), "--json", "--progress", "none", "--snapshot",
             str(snapshot), *([] if replay else ["--no-layer-replay"]), "--", str(SCRIPT),
@@ -60,6 +61,44 @@ def run_once(rank: int, tmp: Path, replay: bool = True) -> dict:
             "reserved_peak_bytes": summary.get("reserved_peak_bytes"),
             "trace_s": meta["duration_s"],
             "replayed": meta["layer_replay"].get("replayed_forward", 0)}
+
+
+def run_warm(rank: int, tmp: Path, replay: bool = True) -> dict:
+    """One trace forked from the warm worker (started and ready beforehand)."""
+    from memlens.worker import warm
+
+    snapshot = tmp / f"rank-{rank}.json"
+    argv = [sys.executable, "-m", "memlens", "run", "--world-size", "64", "--nproc-per-node",
+            "8", "--rank", str(rank), "--json", "--progress", "none", "--snapshot",
+            str(snapshot), *([] if replay else ["--no-layer-replay"]), "--", str(SCRIPT),
+            *LAYOUT, *SHAPE]
+    process = warm.worker_process(argv, str(tmp), _env())
+    if not isinstance(process, warm.ForkedWorkerProcess):
+        sys.exit("the warm worker did not start")
+    start = time.perf_counter()
+    process.start()
+    ended = process.wait()
+    wall = time.perf_counter() - start
+    process.stop()
+    if ended.returncode != 0:
+        sys.exit(f"trace failed (exit {ended.returncode})")
+    summary = json.loads(ended.stdout.strip().splitlines()[-1])
+    meta = json.loads(snapshot.read_text())["meta"]
+    return {"rank": rank, "layer_replay": replay, "warm": True, "wall_s": round(wall, 2),
+            "peak_bytes": summary["peak_bytes"], "trace_s": meta["duration_s"],
+            "replayed": meta["layer_replay"].get("replayed_forward", 0), "max_rss_bytes": 0}
+
+
+def rss(run: dict) -> str:
+    """The trace's peak resident set, where it was measured (not for a warm run)."""
+    return "" if run.get("warm") else f"max RSS {run['max_rss_bytes'] / 2**30:.2f} GiB, "
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "python"), env.get("PYTHONPATH"))
+                                        if p)
+    return env
 
 
 def measure(rank: int, tmp: Path, replay: bool = True) -> dict:
@@ -90,15 +129,25 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--compare", action="store_true",
                     help="each run also without layer replay, in turn")
+    ap.add_argument("--warm", action="store_true", help="fork each trace from the warm worker")
     args = ap.parse_args()
     modes = (True, False) if args.compare else (True,)
+    if args.warm:
+        sys.path.insert(0, str(REPO / "python"))
+        from memlens.worker import warm
+
+        server = warm.prestart(sys.executable, _env())
+        if server is None or not server.ready():
+            sys.exit("the warm worker did not start")
+    one = run_warm if args.warm else measure
     with tempfile.TemporaryDirectory() as tmp:
-        runs = [measure(args.rank, Path(tmp), replay) for _ in range(args.runs)
+        runs = [one(args.rank, Path(tmp), replay) for _ in range(args.runs)
                 for replay in modes]
     for r in runs:
-        print(f"rank {r['rank']}{'' if r['layer_replay'] else ' (--no-layer-replay)'}: "
+        print(f"rank {r['rank']}{'' if r['layer_replay'] else ' (--no-layer-replay)'}"
+              f"{' (warm)' if r.get('warm') else ''}: "
               f"{r['wall_s']:.1f} s wall ({r['trace_s']:.1f} s traced, {r['replayed']} layer "
-              f"forwards replayed), max RSS {r['max_rss_bytes'] / 2**30:.2f} GiB, device peak "
+              f"forwards replayed), {rss(r)}device peak "
               f"{r['peak_bytes'] / 2**30:.1f} GiB allocated")
     if args.compare:
         for on, off in zip(runs[::2], runs[1::2]):
