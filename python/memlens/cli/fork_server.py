@@ -70,6 +70,24 @@ def preload(shim: bool = True) -> None:
     import memlens.snapshot.build  # noqa: F401
     import memlens.targets.script  # noqa: F401
     import memlens.targets.session  # noqa: F401
+    _compiler()
+
+
+def _compiler() -> None:
+    """What a script's first torch.compile pays once per process, paid here once for every
+    trace forked from this one: Inductor's compiler imported (about 0.8 s) and triton's source
+    hash (about 0.3 s, which triton caches), named by each generated kernel's metadata.
+    Megatron compiles its fused functions in every trace (`jit_fuser` is torch.compile). It
+    starts no thread and no process. A cold `memlens run` still imports them only when the
+    script compiles (patches/torch_compile.py)."""
+    import torch._inductor.compile_fx  # noqa: F401
+
+    try:
+        from torch._inductor.runtime.triton_compat import triton_key
+
+        triton_key()
+    except Exception:  # noqa: BLE001 - no triton, or none that hashes here: nothing to save
+        pass
 
 
 def main() -> int:
