@@ -165,6 +165,10 @@ def apply_ops(replay, ops: list[tuple], bound: dict[tuple, int], group: Group,
     phase = replay.tracer.phases.index
     new: list[int] = []
     works: list = []
+
+    def rid_at(slot: tuple) -> int | None:
+        return new[slot[1]] if slot[0] == "new" else bound.get(slot)
+
     for op in ops:
         kind = op[0]
         if kind == "nccl":
@@ -172,8 +176,8 @@ def apply_ops(replay, ops: list[tuple], bound: dict[tuple, int], group: Group,
             continue
         if kind == "hook":
             slot = op[2]
-            run_hook(op[1], slot if slot is None or slot[0] == "outside" else
-                     new[slot[1]] if slot[0] == "new" else bound.get(slot), op[3])
+            run_hook(op[1], slot if slot is None or slot[0] == "outside" else rid_at(slot),
+                     op[3])
             continue
         if kind == "alloc":
             _, nbytes, device, dtype, shape, category, mod, opid, stack, stream, bwd, sub = op
@@ -184,8 +188,7 @@ def apply_ops(replay, ops: list[tuple], bound: dict[tuple, int], group: Group,
                 ledger.records[rid].sub = sub
             new.append(rid)
             continue
-        slot = op[1]
-        rid = new[slot[1]] if slot[0] == "new" else bound.get(slot)
+        rid = rid_at(op[1])
         if rid is None:
             replay.abandon("a replayed block's operation names memory it does not have")
         if kind == "free":

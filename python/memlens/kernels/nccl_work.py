@@ -105,13 +105,19 @@ class NcclWorks:
         return sid
 
     # -- ops -------------------------------------------------------------------------------
-    def issued(self, func, args: tuple, kwargs: dict, out) -> None:
-        """A c10d op (or functional collective) has run its fake kernel."""
+    @contextlib.contextmanager
+    def _making_events(self):
+        """The stream events appended inside the block are this model's (stream_events_made)."""
         before = len(self.ledger.stream_events)
         try:
-            self._issued(func, args, kwargs, out)
+            yield
         finally:
             self.stream_events_made += len(self.ledger.stream_events) - before
+
+    def issued(self, func, args: tuple, kwargs: dict, out) -> None:
+        """A c10d op (or functional collective) has run its fake kernel."""
+        with self._making_events():
+            self._issued(func, args, kwargs, out)
 
     def _issued(self, func, args: tuple, kwargs: dict, out) -> None:
         name = func._schema.name.partition("::")[2]
@@ -225,12 +231,9 @@ class NcclWorks:
         """synchronizeStream: the current stream waits for the end event, then unstash. The end
         event covers the stream's work up to the next op issued on it (nothing else runs on an
         NCCL stream), everything so far when there is none."""
-        before = len(self.ledger.stream_events)
         self._tape("wait", work)
-        try:
+        with self._making_events():
             self._wait_for(work)
-        finally:
-            self.stream_events_made += len(self.ledger.stream_events) - before
 
     def _wait_for(self, work: _Work) -> None:
         STREAMS.waited(work.device, STREAMS.current_id(work.device), work.stream,
@@ -279,18 +282,17 @@ class NcclWorks:
         streams' waits and the works' bookkeeping. What it allocated and freed is among the
         recording's ledger operations; a replayed work holds no tensors. `works`: the block's
         replayed works, in order; an entry names its work by index."""
-        before = len(self.ledger.stream_events)
         kind = entry[1]
-        if kind == "enqueue":
-            self._unstash_earlier(entry[2])
-        elif kind == "barrier":
-            device = entry[2]
-            STREAMS.waited(device, HOST, STREAMS.current_id(device), None)
-        elif kind == "async":
-            works.append(self._enqueue_async(entry[2], entry[3], [], []))
-        elif kind == "wait":
-            self._wait_for(works[entry[2]])
-        self.stream_events_made += len(self.ledger.stream_events) - before
+        with self._making_events():
+            if kind == "enqueue":
+                self._unstash_earlier(entry[2])
+            elif kind == "barrier":
+                device = entry[2]
+                STREAMS.waited(device, HOST, STREAMS.current_id(device), None)
+            elif kind == "async":
+                works.append(self._enqueue_async(entry[2], entry[3], [], []))
+            elif kind == "wait":
+                self._wait_for(works[entry[2]])
 
     def close(self) -> None:
         """The trace is over: let go of every stash."""
