@@ -27,6 +27,25 @@ class Patcher:
         setattr(owner, name, value)
         return getattr(owner, name) if original is _MISSING else original
 
+    def set_config(self, config: Any, name: str, value: Any) -> None:
+        """A torch setting (`torch._inductor.config`, `config.triton`, ...) for every thread.
+        Since torch 2.13 an assigned setting holds only in the assigning thread's context;
+        autograd's device threads (a compiled function that a custom backward calls compiles
+        there, as Megatron's fused SwiGLU does) start with none and read the default, or the
+        environment's value. A plain value (bool, int, str): a thread would get its own copy of
+        an object. Torch 2.13 to 2.15's ConfigModule entries."""
+        self.setattr(config, name, value)
+        prefix = vars(config).get("_prefix", "")  # a SubConfigProxy (`config.triton`)
+        module = vars(config)["_config"] if prefix else config
+        entry = vars(module).get("_config", {}).get(prefix + name)
+        if entry is None or not hasattr(entry, "user_override"):
+            return  # one value for every thread
+        from torch.utils._config_module import _UNSET_SENTINEL
+
+        self.setattr(entry, "default", value)
+        if entry.env_value_default is not _UNSET_SENTINEL:  # the environment set it
+            self.setattr(entry, "env_value_default", value)
+
     def defer(self, undo) -> None:
         """Call `undo()` when undoing, in reverse order with the attribute patches (for changes
         that are not attributes, such as operator registrations)."""

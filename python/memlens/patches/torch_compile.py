@@ -197,10 +197,10 @@ def _patch_internals(patcher: Patcher, programs, made_fake, traced, accountant: 
     import torch._inductor.config as inductor_config
     from torch._inductor.async_compile import AsyncCompile
 
-    patcher.setattr(inductor_config, "fx_graph_cache", False)
-    patcher.setattr(inductor_config, "fx_graph_remote_cache", False)
-    patcher.setattr(functorch_config, "enable_autograd_cache", False)
-    patcher.setattr(functorch_config, "graphsafe_rng_functionalization", False)
+    patcher.set_config(inductor_config, "fx_graph_cache", False)
+    patcher.set_config(inductor_config, "fx_graph_remote_cache", False)
+    patcher.set_config(functorch_config, "enable_autograd_cache", False)
+    patcher.set_config(functorch_config, "graphsafe_rng_functionalization", False)
     patcher.setattr(AsyncCompile, "cpp_pybinding", lambda self, argtypes, source: _no_kernel)
     patcher.setattr(AsyncCompile, "cpp", lambda self, source: _no_kernel)
 

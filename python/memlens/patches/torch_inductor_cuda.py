@@ -103,10 +103,10 @@ def apply(patcher: Patcher, made_fake, capability: tuple[int, int], clear_cublas
     for name in ("max_autotune", "max_autotune_pointwise", "max_autotune_gemm",
                  "coordinate_descent_tuning", "benchmark_kernel", "shape_padding",
                  "joint_graph_constant_folding"):
-        patcher.setattr(inductor_config, name, False)
-    patcher.setattr(inductor_config.triton, "cudagraphs", False)  # unless a region's mode asks
+        patcher.set_config(inductor_config, name, False)
+    patcher.set_config(inductor_config.triton, "cudagraphs", False)  # unless a region's mode asks
     _graph_trees(patcher, inductor_config, clear_cublas)
-    patcher.setattr(inductor_config, "compile_threads", 1)  # no pool: no kernel is built
+    patcher.set_config(inductor_config, "compile_threads", 1)  # no pool: no kernel is built
 
 
 def _graph_trees(patcher: Patcher, inductor_config, clear_cublas) -> None:
@@ -135,6 +135,8 @@ def _graph_trees(patcher: Patcher, inductor_config, clear_cublas) -> None:
 
         compiled_graph.current_callable = backward
 
+    # An object: torch would copy it into each thread that reads it (set_config). A compiled
+    # backward runs in the context of the script's `backward()` call, where it is set.
     patcher.setattr(inductor_config, "cudagraph_policy", TREES)
     patcher.setattr(TREES, "clear_cublas", clear_cublas)
     # Inductor graphs only code the caching allocator serves: the simulated one is caching.

@@ -277,3 +277,20 @@ def test_fsdp2_blocks_compiled_per_block_are_inductors_programs(memlens):
     weights = 4 * 2 * 256 * 1024 * 4
     states = data["categories_at_peak"]
     assert (states["parameter"], states["optimizer_state"]) == (weights // 2, weights)
+
+
+def test_a_function_compiled_in_a_backward_sees_the_traces_inductor_settings(memlens, tmp_path):
+    """Autograd runs a CUDA backward on its device thread, where Megatron-style fused activations
+    compile their backward helper; torch 2.13's settings are per context, so that thread saw
+    Inductor's defaults: a pool of compile workers started (seconds of CPU in every Megatron
+    rank's trace), and the on-disk graph cache was read and written. Both helpers are Inductor
+    programs; the backward thread sees one compile thread, no graph cache, and no pool exists."""
+    seen = tmp_path / "seen.json"
+    out = memlens("run", "--json", "--no-snapshot", "--device", "h100-80gb", "--",
+                  str(TESTS / "scripts" / "compiled_in_backward.py"), str(seen))
+    assert out.returncode == 0, out.stderr[-3000:]
+    regions = json.loads(out.stdout)["compiled_regions"]
+    assert sorted((r["call"], r["compiled_as"], r["graphs"]) for r in regions) == [
+        ("torch.compile(bias_gelu)", "inductor", 1), ("torch.compile(bias_gelu_back)", "inductor", 1)]
+    assert json.loads(seen.read_text()) == {"other_thread": True, "compile_threads": 1,
+                                            "fx_graph_cache": False, "pools": 0}
