@@ -1,8 +1,9 @@
 """A traced block's backward recorded for layer replay (engine/layer_replay.py): from the
 gradient of its output to that of its input, its ledger operations relative to the block
 (layer_tape.Slots), the gradients it gives its parameters, and its declared gradient hooks'
-calls (declared_hooks.py). Block N-2's recording is replayed for the blocks before it; block
-1's is compared with it."""
+calls (declared_hooks.py). The first is kept (block N-2's, the first a pass runs after the
+last block's) and replayed for the blocks before it; each later one (block 1's, or N-2's in a
+later pass) is compared with the one kept for the same gradients held before it."""
 
 from __future__ import annotations
 
@@ -15,11 +16,10 @@ from .layer_groups import Group, own_state
 from .layer_tape import Backward, Slots, Traced, Unsupported, rid_of, tensor_meta
 
 
-def watch_backward(replay, group: Group, i: int, traced: Traced, out, inputs,
-                   compare: bool) -> bool:
-    """Record the backward of traced block i: block N-2's, for the replays, or block 1's, to
-    compare (`compare`). False: a backward this cannot record (the group is traced in full
-    from now on). `replay` is the tracer's LayerReplay."""
+def watch_backward(replay, group: Group, i: int, traced: Traced, out, inputs) -> bool:
+    """Record the backward of traced block i, and keep it or compare it with the one kept
+    (`_check`). False: a backward this cannot record (the group is traced in full from now
+    on). `replay` is the tracer's LayerReplay."""
     if not traced.signature[0]:
         return True  # no autograd: no backward
     ledger = replay.ledger
@@ -36,6 +36,8 @@ def watch_backward(replay, group: Group, i: int, traced: Traced, out, inputs,
     x = diff_in[0]
     y = diff_out[0]
     rel = group.relative(i)
+    pass_ = group.pass_
+    backwards = pass_.program.backwards  # those of this forward's recording
     in_rids = traced.in_rids
     new = traced.new
     state: dict[str, Any] = {}
@@ -73,12 +75,8 @@ def watch_backward(replay, group: Group, i: int, traced: Traced, out, inputs,
             back.sdpa = replay.sdpa_since(state["sdpa"])
         except Unsupported as e:
             back = None
-            if not compare:
-                group.disabled = f"its backward makes {e}"
-        if compare:
-            _compare(replay, group, back)
-        else:
-            group.backward = back
+            group.disabled = f"its backward makes {e}"
+        _check(replay, backwards, pass_, back)
         return None
 
     y.register_hook(started)
@@ -111,10 +109,25 @@ def _backward_of(replay, slots: Slots, tape, grad, params, before, rng_states) -
     return Backward(ops, grad_input, tensor_meta(grad), param_grads, before)
 
 
-def _compare(replay, group: Group, back: Backward | None) -> None:
-    """Block 1's backward against the recording the blocks before N-2 replayed."""
-    recorded = group.backward
-    if group.unverified_backward and (back is None or recorded is None
-                                      or back.shape() != recorded.shape()):
-        replay.abandon("block 1's backward differs from the replayed ones'", raise_now=False)
-    group.unverified_backward = 0
+def _check(replay, backwards: dict, pass_, back) -> None:
+    """A traced block's backward (None: one that cannot be recorded) against the recording kept
+    for the gradients its parameters held before it: kept if there is none, counted as a match
+    (the replays that used it are confirmed), or, unlike, kept instead where no replay used the
+    one before."""
+    if back is None:
+        if any(r.pending for r in backwards.values()):
+            replay.abandon("a traced block's backward cannot be recorded, and the replayed "
+                           "ones' was", raise_now=False)
+        return
+    recorded = backwards.get(back.grads_before)
+    if recorded is None:
+        backwards[back.grads_before] = replay.keep(back)
+    elif recorded.back.shape() == back.shape():
+        recorded.checks += 1
+        recorded.pending = 0
+        pass_.backward_checked = True
+    elif recorded.pending:
+        replay.abandon("a traced block's backward differs from the replayed ones'",
+                       raise_now=False)
+    else:
+        backwards[back.grads_before] = replay.keep(back)

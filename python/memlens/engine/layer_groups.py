@@ -27,15 +27,84 @@ class Group:
         self.disabled: str | None = None
         self.declined: str | None = None  # why the last pass's recording was not used
         self.next = 0  # the block expected next in this pass
-        # layer_tape's Traced and Backward (which import this module): block 1's forward and
-        # block N-2's backward in this pass
-        self.recording = None
-        self.backward = None
+        self.pass_: Pass | None = None  # the pass whose forward runs now
+        self.programs: dict[tuple, Program] = {}  # by where the blocks are called from
         self.unverified = 0  # forward replays of this pass not yet compared
-        self.unverified_backward = 0  # backward replays not yet compared
 
     def relative(self, i: int) -> dict[int, int]:
         return {m: k for k, m in enumerate(self.module_lists[i])}
+
+
+class Program:
+    """What a group's blocks do when called from one place (the user stack of the call, which
+    every allocation's stack ends with: a pipeline schedule calls a micro-batch's forward from
+    its warm-up loop or its steady one). `recording`: layer_tape's Traced (which imports this
+    module) of a block's forward, kept across passes while traced blocks match it; `checks`:
+    how many did since it was made; `backwards`: the recordings of its backward, by which
+    parameters held a gradient before it (a micro-batch after the first adds to them)."""
+
+    def __init__(self):
+        self.recording = None
+        self.checks = 0
+        self.backwards: dict[tuple, Recorded] = {}
+
+    def replace(self, traced) -> None:
+        """A forward unlike the recording: recorded anew, with none of its backwards."""
+        self.recording, self.checks, self.backwards = traced, 0, {}
+
+
+class Recorded:
+    """A block's backward recording (layer_tape's Backward): how many traced backwards matched
+    it since, and how many replays used it that no traced backward has confirmed yet."""
+
+    def __init__(self, back):
+        self.back = back
+        self.checks = 0
+        self.pending = 0
+
+
+class Pass:
+    """One forward pass over a group, and the backward it is given:
+    record   blocks 1 and N-2 traced (1 recorded, or compared with the recording), 2..N-3
+             replayed; in backward N-2 recorded (or compared), N-3..2 replayed, 1 compared;
+    checked  the recording has matched a traced block but once: 1..N-3 replayed, N-2 traced
+             and compared, forward and backward (its backward before N-3..1's replays);
+    trusted  the forward recording and the backward's matched traced blocks in two passes:
+             1..N-2 replayed, forward and backward.
+    Blocks 0 and N-1 are traced in every pass (first use; the last block's gradient)."""
+
+    def __init__(self, mode: str, program: Program):
+        self.mode = mode
+        self.program = program
+        self.backward_checked = False  # its block N-2's backward matched the recording
+
+
+def grads_held(block: nn.Module) -> tuple:
+    return tuple(p.grad is not None for p in block.parameters())
+
+
+def next_pass(group: Group, place: tuple) -> Pass:
+    """A pass over the group starting now, its blocks called from `place` (stacks.place)."""
+    program = group.programs.setdefault(place, Program())
+    return Pass(_mode(group, program), program)
+
+
+def _mode(group: Group, program: Program) -> str:
+    """How a pass uses its program's recordings (Pass)."""
+    rec = program.recording
+    if rec is None or differing_attributes(group.blocks) != group.differing:
+        return "record"  # (an attribute set since on some blocks only: read, maybe)
+    if not rec.signature[0] or not program.backwards:
+        # No backward; or none has run yet (the micro-batches a pipeline stage runs before
+        # its first backward): their replays' backwards are confirmed when they run, by
+        # those of the first two passes (replayed_block.ReplayRun.backward).
+        return "trusted" if program.checks >= 2 else "checked"
+    # The gradients the blocks hold now are those they will hold at the backward (the
+    # replays check), unless the backward of an earlier pass is still to run.
+    recorded = program.backwards.get(grads_held(group.blocks[1]))
+    if recorded is None:  # a backward unlike those recorded: block 1's traced to compare
+        return "record"
+    return "trusted" if program.checks >= 2 and recorded.checks >= 2 else "checked"
 
 
 def find_groups(root: nn.Module, tracker, own_hook) -> list[Group]:

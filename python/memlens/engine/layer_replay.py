@@ -7,7 +7,7 @@ relative to the block) are recorded and replayed for the blocks after it, instea
 dispatching every op again. An autograd node stands for each replayed block and replays, in
 backward, the operations recorded from a fully traced block's backward.
 
-Per pass over a group of N blocks (N >= MIN_BLOCKS), in forward:
+A pass over a group of N blocks (N >= MIN_BLOCKS) that has no recording yet, in forward:
   block 0      traced (what happens once: a library's first-use memory)
   block 1      traced and recorded
   2 .. N-3     replayed
@@ -19,6 +19,12 @@ and in backward, which runs from the last block to the first:
   N-3 .. 2     replayed
   block 1      traced, and compared with the recording
   block 0      traced.
+The recordings are kept for the passes after it (each micro-batch, each step) that call the
+blocks from the same place (layer_groups.Program). A pass whose recordings have matched a
+traced block once replays blocks 1 to N-3 and still traces block N-2 to compare, forward and
+backward; once they have matched twice, it replays blocks 1 to N-2 (layer_groups.Pass). A
+backward is recorded per set of parameters that held a gradient before it (a micro-batch
+after the first adds to them).
 A replay that a later comparison contradicts, or a script that fails after a replay, abandons
 the replay: the caller runs the trace again in full (targets/session.py, cli/trace_command.py).
 
@@ -46,7 +52,8 @@ from .attribute_reads import AttributeReads
 from .declared_hooks import DeclaredHooks
 from .layer_backward import watch_backward
 from .layer_cache import BlockCaches, EntryBefore
-from .layer_groups import Group, differing_attributes, find_groups, own_state, _MISSING
+from .layer_groups import (Group, Recorded, differing_attributes, find_groups, next_pass,
+                           own_state, _MISSING)
 from .layer_tape import (CONSTANTS, PLAIN, Slots, Traced, Unsupported, autocast_on,
                          has_values, rid_of, signature, tensor_meta, tensors)
 from .replayed_block import ReplayRun, ReplayedNode
@@ -73,6 +80,7 @@ class LayerReplay:
         self.caches = BlockCaches(self.ledger)  # caches a block may write its own entry of
         self.reads = AttributeReads(self.caches)
         self.hooks = DeclaredHooks(self.ledger, tracer.accountant, self.counts, _COUNTED)
+        self._kept: list[Recorded] = []  # every backward recording kept (layer_backward.py)
 
     # -- lifecycle -----------------------------------------------------------------------
     def scan(self, root: nn.Module) -> None:
@@ -137,9 +145,12 @@ class LayerReplay:
         self.reads.unwatch()
         self.cast_runs = []
         for group in self.groups:
-            if group.unverified or group.unverified_backward:
+            if group.unverified:
                 self.abandon("the trace ended before a traced block was compared with the "
                              "replayed ones", raise_now=False)
+        if any(r.pending for r in self._kept):
+            self.abandon("the trace ended before a traced block's backward was compared with "
+                         "the replayed ones'", raise_now=False)
 
     def abandon(self, why: str, raise_now: bool = True) -> None:
         if self.abandoned is None:
@@ -177,7 +188,8 @@ class LayerReplay:
             if group.unverified:
                 self.abandon("a pass ended before its last block was compared with the "
                              "replayed ones")
-            group.recording, group.next = None, 0
+            group.next = 0
+            group.pass_ = next_pass(group, self.tracer.stacks.place())
         if i != group.next:
             if group.unverified:
                 self.abandon("the blocks of a group were called out of order")
@@ -190,18 +202,22 @@ class LayerReplay:
             group.declined = "it runs under another library's saved-tensor hooks (activation " \
                              "checkpointing, offloading)"
             return original(*args, **kwargs)
-        if i == 1:
+        mode, program = group.pass_.mode, group.pass_.program
+        if i == 1 and mode == "record":
             return self._record(group, i, original, args, kwargs)
-        if i == group.n - 2:
+        if i == group.n - 2 and mode != "trusted":
             return self._verify(group, i, original, args, kwargs)
-        rec = group.recording
-        if 2 <= i < group.n - 2 and rec is not None and \
+        rec = program.recording
+        if 1 <= i < group.n - 1 and rec is not None and \
                 signature(group.blocks[i], self._own_hook, args, kwargs,
                           self.caches.layers_of) == rec.signature:
             entry = None if rec.cache is None else \
                 self.caches.entry_for(list(group.blocks[i].modules()), rec.cache, args, kwargs)
             if rec.cache is None or entry is not None:
                 return self._replay(group, i, rec, args, kwargs, entry)
+        if i == 1:  # not the recorded program: recorded anew
+            group.pass_.mode = "record"
+            return self._record(group, i, original, args, kwargs)
         return original(*args, **kwargs)
 
     @property
@@ -359,13 +375,25 @@ class LayerReplay:
             group.declined = problem  # this call's (signature()): another may be replayed
         elif problem:
             group.disabled = f"its forward makes {problem}"
-        elif traced is not None and watch_backward(self, group, i, traced, out, inputs,
-                                                         compare=True):
-            group.recording = traced
+        elif traced is not None:
+            program = group.pass_.program
+            if program.recording is not None and traced.shape() == program.recording.shape():
+                program.checks += 1  # the program recorded before: its backwards hold
+            else:
+                program.replace(traced)
+            if not watch_backward(self, group, i, traced, out, inputs):
+                program.replace(None)
         return out
 
+    def keep(self, back) -> Recorded:
+        """A backward recording kept for replays (layer_backward.py)."""
+        recorded = Recorded(back)
+        self._kept.append(recorded)
+        return recorded
+
     def _verify(self, group: Group, i: int, original, args, kwargs):
-        rec = group.recording
+        program = group.pass_.program
+        rec = program.recording
         out, traced, problem, inputs = self._trace(group, i, original, args, kwargs,
                                                    rec.cache[0] if rec and rec.cache else None)
         if rec is None:
@@ -373,17 +401,18 @@ class LayerReplay:
         if traced is None or traced.shape() != rec.shape():
             if group.unverified:
                 self.abandon("the last block's forward differs from the replayed ones'")
-            group.recording = None
+            program.replace(None)
             return out
         group.unverified = 0
-        if traced.signature[0]:
-            watch_backward(self, group, i, traced, out, inputs, compare=False)
+        program.checks += 1
+        watch_backward(self, group, i, traced, out, inputs)
         return out
 
     def _replay(self, group: Group, i: int, rec: Traced, args, kwargs, entry):
         inputs = tensors((args, kwargs))
         run = ReplayRun(self, group, i, rec, inputs, entry)
-        group.unverified += 1
+        if group.pass_.mode != "trusted":
+            group.unverified += 1
         self.replayed += 1
         diff_in = [t for t in inputs if t.requires_grad]
         if rec.signature[0] and diff_in:

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import torch
 from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import _disable_current_modes
 
 from .layer_groups import PLAIN, structure
-from .shadow_values import SHADOW
+from .shadow_values import SHADOW, shadow_of
 
 CONSTANTS = (type(None), bool, int, float, str, torch.dtype, torch.device)
 
@@ -153,8 +154,8 @@ def signature(block, own_hook, args, kwargs, cache_layers=lambda obj: None) -> t
             if type(leaf) not in PLAIN or leaf.layout != torch.strided:
                 return "its inputs include a tensor subclass"
             # Values known to the trace (positions made from host data, shadow_values.py)
-            # may decide sizes: the same tensor, not only the same shape.
-            valued = id(leaf) if has_values(leaf) else None
+            # may decide sizes: the same values, not only the same shape.
+            valued = _values(leaf) if has_values(leaf) else None
             parts.append((type(leaf), tensor_meta(leaf), valued))
         elif isinstance(leaf, CONSTANTS):
             parts.append((type(leaf), leaf))
@@ -166,6 +167,15 @@ def signature(block, own_hook, args, kwargs, cache_layers=lambda obj: None) -> t
             torch.is_inference_mode_enabled(),
             torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"),
             torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"))
+
+
+def _values(t: torch.Tensor) -> tuple:
+    """A tensor's values (a real host tensor's), compared between calls: outside the trace's
+    modes, which would book the copy of a strided one (an expanded mask)."""
+    real = shadow_of(t)
+    with _disable_current_modes():
+        flat = real.contiguous().reshape(-1).view(torch.uint8)
+        return (real.dtype, tuple(real.shape), flat.numpy().tobytes())
 
 
 class Traced:

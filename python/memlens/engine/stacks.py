@@ -127,6 +127,17 @@ class StackTable:
             self.stacks.append(stack)
         return sid
 
+    def place(self, frame: FrameType | None = None) -> tuple[tuple[int, int], ...]:
+        """The user frames of the current Python stack as (id(code), line), interning nothing
+        (the snapshot holds only the stacks allocations have): a key for where a call is."""
+        f = frame if frame is not None else sys._getframe(1)
+        out = []
+        while f is not None and len(out) < _MAX_DEPTH:
+            if self.is_user_code(f.f_code):
+                out.append((id(f.f_code), f.f_lineno))
+            f = f.f_back
+        return tuple(out)
+
     def top_frame(self, stack_id: int) -> tuple[str, int, str] | None:
         """The innermost user frame of a stack: the line a tensor is attributed to."""
         stack = self.stacks[stack_id]

@@ -19,18 +19,24 @@ GPT = TESTS / "scripts" / "layer_replay_gpt.py"
 LLAMA = TESTS / "scripts" / "hf" / "llama_loop.py"
 
 
-# (name, script arguments, forward replays, backward replays). 8 blocks: 0, 1, 6 and 7 are
-# traced, 2..5 replayed, 4 a pass; the trace stops after its 2 iterations.
+# (name, script arguments, forward replays, backward replays). 8 blocks. The first pass traces
+# 0, 1, 6 and 7 and replays 2..5 (4); a pass whose recording has matched a traced block once
+# traces 0, 6 and 7 (5); once twice, forward and backward, 0 and 7 (6: layer_groups.Pass). The
+# trace stops after its 2 iterations.
 REPLAYED = [
-    # 2 steps of one forward and backward each: 8 and 8.
-    ("plain", (), 8, 8),
-    # 2 steps of 2 micro-batches (the second adds to the gradients the first made): 16 and 16;
-    # the evaluation forward under no_grad after step 1 replays 4 more and has no backward
-    # (the one after step 2 is not reached: the trace stops at the end of step 2).
-    ("accumulate-evaluate", ("--accumulate", "2", "--evaluate"), 20, 16),
+    # 2 steps of one forward and backward each: 4 + 5, forward and backward.
+    ("plain", (), 9, 9),
+    # 2 steps of 2 micro-batches (the second adds to the gradients the first made, a backward
+    # of its own: recorded as in a first pass), and an evaluation forward under no_grad after
+    # step 1, called from another line (a program of its own, layer_groups.Program): step 1
+    # 4 + 4, the evaluation 4, step 2 5 + 5 (22; the evaluation after step 2 is not reached);
+    # backward 4 + 4 + 5 + 5.
+    ("accumulate-evaluate", ("--accumulate", "2", "--evaluate"), 22, 18),
+    # 2 steps of 4 micro-batches. Step 1: 4 (a first pass), 4 (the first to add to gradients),
+    # 5 (its recording matched once), 6; step 2: 5 (the first micro-batch's backward matched
+    # once), 6, 6, 6.
+    ("accumulate-4", ("--accumulate", "4"), 42, 42),
 ]
-
-
 @pytest.mark.parametrize("name,args,forward,backward", REPLAYED, ids=[r[0] for r in REPLAYED])
 def test_a_replayed_trace_writes_the_full_traces_snapshot(tmp_path, name, args, forward,
                                                           backward):
@@ -57,21 +63,22 @@ def frees_by_burst(snapshot: dict) -> dict:
 def test_autocast_blocks_replay_with_their_cached_weight_casts(tmp_path):
     """fp32 weights under bf16 autocast: each block's weight casts stay in autocast's cache
     (the weights' also saved for backward, the biases' only there) until autocast exits. 2 steps
-    and an evaluation forward after the first: 12 forward replays, 8 backward."""
+    and an evaluation forward after the first: 4 + 4 + 5 forward replays, 4 + 5 backward."""
     replayed, full = pair(tmp_path, "autocast", GPT, "--autocast", "--evaluate")
     assert differences(frees_by_burst(replayed), frees_by_burst(full)) == []
     assert replayed["meta"]["layer_replay"] == {
         "enabled": True, "groups": [{"module": "h", "blocks": 8}],
-        "replayed_forward": 12, "replayed_backward": 8}
+        "replayed_forward": 13, "replayed_backward": 9}
 
 
 def test_a_hugging_face_llama_without_its_cache_replays_its_decoder_layers(tmp_path):
-    # 6 layers, 2 steps: layers 2 and 3 replayed, forward and backward.
+    # 6 layers, 2 steps: layers 2 and 3 replayed in the first, 1 to 3 in the second (its
+    # position ids a new tensor of the same values), forward and backward.
     replayed, full = pair(tmp_path, "llama", LLAMA)
     assert differences(replayed, full) == []
     assert replayed["meta"]["layer_replay"] == {
         "enabled": True, "groups": [{"module": "model.layers", "blocks": 6}],
-        "replayed_forward": 4, "replayed_backward": 4}
+        "replayed_forward": 5, "replayed_backward": 5}
 
 
 TRACED_IN_FULL = [
@@ -99,24 +106,27 @@ def test_a_llama_that_writes_its_cache_per_layer_replays_each_entry(tmp_path, ar
     writes its own entry of it (a copy of its keys and values), found by its `layer_idx`
     handed to the cache's `update`. A replayed layer writes its entry as the recorded one did:
     freed with the cache where autograd no longer holds them (the output kept until the next
-    forward, `cache-kept`), in the backward where the cache went first (`cache-dropped`)."""
+    forward, `cache-kept`), in the backward where the cache went first (`cache-dropped`).
+    Layers 2 and 3 replayed in the first step, 1 to 3 in the second."""
     replayed, full = pair(tmp_path, "llama-cache", LLAMA, "--use-cache", *args)
     assert differences(replayed, full) == []
     assert replayed["meta"]["layer_replay"] == {
         "enabled": True, "groups": [{"module": "model.layers", "blocks": 6}],
-        "replayed_forward": 4, "replayed_backward": 4}
+        "replayed_forward": 5, "replayed_backward": 5}
 
 
 def test_generate_replays_its_prefill_and_each_decode_step(tmp_path):
     """`generate` before each training step: a prefill, then decode steps that each
     concatenate a layer's new keys and values onto its cache entry (the entry's old tensors
     freed by the layer, by place). 4 forwards of generate and 1 of training per step, 2 layers
-    replayed in each: 20 forward replays, 4 backward."""
+    replayed in each of step 1's; in step 2's the prefill and the training forward replay 3
+    (their recordings matched a traced layer once), the decode steps 2 (each entry longer than
+    the step before's): 22 forward replays, 2 + 3 backward."""
     replayed, full = pair(tmp_path, "llama-generate", LLAMA, "--use-cache", "--generate", "4")
     assert differences(replayed, full) == []
     assert replayed["meta"]["layer_replay"] == {
         "enabled": True, "groups": [{"module": "model.layers", "blocks": 6}],
-        "replayed_forward": 20, "replayed_backward": 4}
+        "replayed_forward": 22, "replayed_backward": 5}
 
 
 def test_a_layer_index_used_for_more_than_the_cache_traces_the_layers_in_full(tmp_path):
@@ -163,7 +173,9 @@ def test_the_corpus_mistral_replays_its_sliding_window_layers(tmp_path):
     layers instead of 2. Each layer's cache entry keeps its window size as a one-element tensor
     moved to the device on first use, with its value: the replayed entry holds the same, until
     the cache goes (not with autocast's cached weight casts). The trace's 2 steps of 2
-    micro-batches: layers 2 and 3 replayed in each of the 4 forwards and backwards."""
+    micro-batches: layers 2 and 3 replayed in step 1's forwards and backwards (the second
+    micro-batch's backward adds to gradients: recorded as in a first pass), 1 to 3 in step 2's
+    (each recording matched a traced block once before)."""
     source = (TESTS / "scripts" / "corpus" / "hf_mistral_accum.py").read_text()
     assert source.count("num_hidden_layers=2") == 1
     script = tmp_path / "hf_mistral_6_layers.py"
@@ -172,7 +184,7 @@ def test_the_corpus_mistral_replays_its_sliding_window_layers(tmp_path):
     assert differences(replayed, full) == []
     assert replayed["meta"]["layer_replay"] == {
         "enabled": True, "groups": [{"module": "model.layers", "blocks": 6}],
-        "replayed_forward": 8, "replayed_backward": 8}
+        "replayed_forward": 10, "replayed_backward": 10}
 
 
 ABANDONED = [

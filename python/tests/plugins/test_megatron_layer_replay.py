@@ -3,8 +3,9 @@
 operations and done again for a replayed block (kernels/nccl_work.py), so a rank's identical
 transformer layers are replayed, and the snapshot is the full trace's, field by field.
 
-gpt_core_train.py with 6 layers on the last rank: layers 2 and 3 replayed in each forward and
-backward, 2 steps of one micro-batch (4 and 4), or of the pipeline's 2 (8 and 8)."""
+gpt_core_train.py with 6 layers on the last rank, 2 steps: layers 2 and 3 replayed in the first
+pass, forward and backward, 1 to 3 in the second (the recording matched a traced layer once);
+with two micro-batches a step, 1 to 4 from the third (twice: layer_groups.Pass)."""
 
 import pytest
 
@@ -17,38 +18,48 @@ pytestmark = [pytest.mark.slow, NEEDS]
 DDP = TESTS / "scripts" / "distributed" / "ddp_train.py"
 
 
-def job(world: int) -> tuple[str, ...]:
-    return ("--device", "h100-80gb", "--world-size", str(world), "--rank", str(world - 1))
+def job(world: int, rank: int | None = None) -> tuple[str, ...]:
+    """The last rank, unless `rank`."""
+    return ("--device", "h100-80gb", "--world-size", str(world),
+            "--rank", str(world - 1 if rank is None else rank))
 
 
-# (name, world size, script arguments, forward replays, backward replays)
+# (name, world size, rank (None: the last), script arguments, forward replays, backward
+# replays)
 REPLAYED = [
     # The row-parallel layers' synchronous all-reduce in forward; the column-parallel layers'
     # asynchronous all-reduce of the input gradient in backward, waited for after the weight
     # gradient's GEMM; DDP's hook on each parameter.
-    ("tp2", 2, ("--tp", "2"), 4, 4),
+    ("tp2", 2, None, ("--tp", "2"), 5, 5),
     # Sequence parallelism: all-gathers and reduce-scatters into Megatron's global buffer, in
     # backward asynchronous; DDP's hooks mark each parameter ready, and a complete bucket
     # starts its reduce-scatter on the data-parallel group's stream.
-    ("sp-overlap", 4, ("--tp", "2", "--sp", "--distributed-optimizer",
-                       "--overlap-grad-reduce"), 4, 4),
-    # The last pipeline stage (5 layers: layer 2 replayed), its 2 micro-batches in flight.
-    # The stages' sends record their tensors on the NCCL streams, so the allocator has events
-    # to wait for: the replayed layers' stream waits for their collectives count here.
-    ("pp2", 4, ("--tp", "2", "--pp", "2", "--layers", "10"), 4, 4),
+    ("sp-overlap", 4, None, ("--tp", "2", "--sp", "--distributed-optimizer",
+                             "--overlap-grad-reduce"), 5, 5),
+    # The last pipeline stage (5 layers), 2 micro-batches a step, each forward followed by its
+    # backward: layer 2 replayed, then 1 and 2, then 1 to 3 in the two passes after (9). The
+    # stages' sends record their tensors on the NCCL streams, so the allocator has events to
+    # wait for: the replayed layers' stream waits for their collectives count here.
+    ("pp2", 4, None, ("--tp", "2", "--pp", "2", "--layers", "10"), 9, 9),
+    # The first of 4 stages (5 layers), 6 micro-batches: it calls the first 3 forwards from the
+    # schedule's warm-up loop, before any backward, and the others from its steady loop, each
+    # after a backward: two programs (layer_groups.Program), each recorded (layer 2 replayed),
+    # checked (1 and 2), then trusted (1 to 3) in step 1, its passes' backwards confirmed in
+    # the same order when they run; trusted in step 2: 6 + 6 + 18.
+    ("pp4-first", 4, 0, ("--pp", "4", "--layers", "20", "--microbatches", "6"), 30, 30),
     # TE's layers with gradient accumulation fusion: the weight gradient is added to main_grad
     # in backward, and each parameter is handed TE's one dummy gradient, a buffer outside the
     # layers, which DDP's hook drops.
-    ("te-fusion", 2, ("--tp", "2", "--spec", "te", "--grad-accum-fusion"), 4, 4),
+    ("te-fusion", 2, None, ("--tp", "2", "--spec", "te", "--grad-accum-fusion"), 5, 5),
 ]
 
 
-@pytest.mark.parametrize("name,world,args,forward,backward", REPLAYED,
+@pytest.mark.parametrize("name,world,rank,args,forward,backward", REPLAYED,
                          ids=[r[0] for r in REPLAYED])
 def test_a_megatron_rank_replays_its_layers_with_the_full_traces_snapshot(
-        tmp_path, name, world, args, forward, backward):
+        tmp_path, name, world, rank, args, forward, backward):
     replayed, full = pair(tmp_path, name, SCRIPT, "--layers", "6", *args, "--steps", "2",
-                          flags=job(world))
+                          flags=job(world, rank))
     assert differences(replayed, full) == []
     assert replayed["meta"]["layer_replay"] == {
         "enabled": True, "groups": [{"module": "module.module.decoder.layers",
