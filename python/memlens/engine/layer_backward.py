@@ -16,10 +16,12 @@ from .layer_groups import Group, own_state
 from .layer_tape import Backward, Slots, Traced, Unsupported, rid_of, tensor_meta
 
 
-def watch_backward(replay, group: Group, i: int, traced: Traced, out, inputs) -> bool:
+def watch_backward(replay, group: Group, i: int, traced: Traced, out, inputs,
+                   edge: bool = False) -> bool:
     """Record the backward of traced block i, and keep it or compare it with the one kept
     (`_check`). False: a backward this cannot record (the group is traced in full from now
-    on). `replay` is the tracer's LayerReplay."""
+    on). `edge`: block 0 or N-1 of a checked pass, only compared (a backward unlike the
+    recording is no fault there). `replay` is the tracer's LayerReplay."""
     if not traced.signature[0]:
         return True  # no autograd: no backward
     ledger = replay.ledger
@@ -29,6 +31,8 @@ def watch_backward(replay, group: Group, i: int, traced: Traced, out, inputs) ->
     diff_out = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)
                 and t.requires_grad]
     if len(diff_in) != 1 or len(diff_out) != 1:
+        if edge:
+            return False
         if diff_out or any(p.requires_grad for p in params):
             group.disabled = "it takes or returns several differentiable tensors, or none"
             return False
@@ -75,12 +79,26 @@ def watch_backward(replay, group: Group, i: int, traced: Traced, out, inputs) ->
             back.sdpa = replay.sdpa_since(state["sdpa"])
         except Unsupported as e:
             back = None
-            group.disabled = f"its backward makes {e}"
-        _check(replay, backwards, pass_, back)
+            if not edge:
+                group.disabled = f"its backward makes {e}"
+        if edge:
+            recorded = backwards.get(back.grads_before) if back is not None else None
+            if recorded is not None and recorded.back.shape() == back.shape():
+                recorded.edges.add(i)
+        else:
+            _check(replay, backwards, pass_, back)
         return None
 
-    y.register_hook(started)
+    # A tensor's hooks run in the order they were added: the end of this backward goes before
+    # the start of the watched block's before it, whose output `x` is (both traced: block N-1
+    # compared in a checked pass, block N-2 compared after it).
+    before = replay.backward_starts.get(x)
+    if before is not None:
+        before[1].remove()
     x.register_hook(ended)
+    if before is not None:
+        replay.backward_starts[x] = (before[0], x.register_hook(before[0]))
+    replay.backward_starts[y] = (started, y.register_hook(started))
     return True
 
 

@@ -47,10 +47,21 @@ class Program:
         self.recording = None
         self.checks = 0
         self.backwards: dict[tuple, Recorded] = {}
+        self.edges: set[int] = set()  # blocks 0 and N-1 where a traced forward matched
 
     def replace(self, traced) -> None:
         """A forward unlike the recording: recorded anew, with none of its backwards."""
-        self.recording, self.checks, self.backwards = traced, 0, {}
+        self.recording, self.checks, self.backwards, self.edges = traced, 0, {}, set()
+
+    def edge_replayed(self, group: Group, i: int) -> bool:
+        """Block 0 or N-1 (`i`) matched the recording in a checked pass, forward and, with the
+        gradients the blocks hold now, backward."""
+        if i not in self.edges:
+            return False
+        if not self.recording.signature[0]:
+            return True
+        recorded = self.backwards.get(grads_held(group.blocks[i]))
+        return recorded is not None and i in recorded.edges
 
 
 class Recorded:
@@ -61,6 +72,7 @@ class Recorded:
         self.back = back
         self.checks = 0
         self.pending = 0
+        self.edges: set[int] = set()  # blocks 0 and N-1 whose traced backward matched it
 
 
 class Pass:
@@ -71,7 +83,8 @@ class Pass:
              and compared, forward and backward (its backward before N-3..1's replays);
     trusted  the forward recording and the backward's matched traced blocks in two passes:
              1..N-2 replayed, forward and backward.
-    Blocks 0 and N-1 are traced in every pass (first use; the last block's gradient)."""
+Blocks 0 and N-1 are traced (first use; the last block's gradient), and in checked passes
+compared with the recordings: trusted passes replay those that matched (Program.edges)."""
 
     def __init__(self, mode: str, program: Program):
         self.mode = mode

@@ -22,7 +22,8 @@ and in backward, which runs from the last block to the first:
 The recordings are kept for the passes after it (each micro-batch, each step) that call the
 blocks from the same place (layer_groups.Program). A pass whose recordings have matched a
 traced block once replays blocks 1 to N-3 and still traces block N-2 to compare, forward and
-backward; once they have matched twice, it replays blocks 1 to N-2 (layer_groups.Pass). A
+backward, and compares blocks 0 and N-1 too; once they have matched twice, it replays blocks
+1 to N-2, and 0 and N-1 where those matched (layer_groups.Pass). A
 backward is recorded per set of parameters that held a gradient before it (a micro-batch
 after the first adds to them).
 A replay that a later comparison contradicts, or a script that fails after a replay, abandons
@@ -47,6 +48,7 @@ from typing import Any
 import torch
 from torch import nn
 from torch.utils import _pytree as pytree
+from torch.utils.weak import WeakIdKeyDictionary
 
 from .attribute_reads import AttributeReads
 from .declared_hooks import DeclaredHooks
@@ -81,6 +83,8 @@ class LayerReplay:
         self.reads = AttributeReads(self.caches)
         self.hooks = DeclaredHooks(self.ledger, tracer.accountant, self.counts, _COUNTED)
         self._kept: list[Recorded] = []  # every backward recording kept (layer_backward.py)
+        # a watched block's output -> (the hook that starts recording its backward, handle)
+        self.backward_starts = WeakIdKeyDictionary()
 
     # -- lifecycle -----------------------------------------------------------------------
     def scan(self, root: nn.Module) -> None:
@@ -203,12 +207,16 @@ class LayerReplay:
                              "checkpointing, offloading)"
             return original(*args, **kwargs)
         mode, program = group.pass_.mode, group.pass_.program
+        edge = i in (0, group.n - 1)
         if i == 1 and mode == "record":
             return self._record(group, i, original, args, kwargs)
         if i == group.n - 2 and mode != "trusted":
             return self._verify(group, i, original, args, kwargs)
+        if edge and mode == "checked":
+            return self._compare_edge(group, i, original, args, kwargs)
         rec = program.recording
-        if 1 <= i < group.n - 1 and rec is not None and \
+        if (not edge or mode == "trusted" and program.edge_replayed(group, i)) and \
+                rec is not None and \
                 signature(group.blocks[i], self._own_hook, args, kwargs,
                           self.caches.layers_of) == rec.signature:
             entry = None if rec.cache is None else \
@@ -406,6 +414,22 @@ class LayerReplay:
         group.unverified = 0
         program.checks += 1
         watch_backward(self, group, i, traced, out, inputs)
+        return out
+
+    def _compare_edge(self, group: Group, i: int, original, args, kwargs):
+        """Block 0 or N-1 in a checked pass: traced, and compared with the recording, forward
+        and backward. Where both match, trusted passes replay it too (the first block's
+        first-use memory was taken in the first pass; the last block's gradient is like the
+        others'); where not, nothing is abandoned: it is traced in every pass."""
+        program = group.pass_.program
+        rec = program.recording
+        out, traced, _, inputs = self._trace(group, i, original, args, kwargs,
+                                             rec.cache[0] if rec and rec.cache else None)
+        if traced is not None and rec is not None and traced.shape() == rec.shape():
+            program.edges.add(i)
+            watch_backward(self, group, i, traced, out, inputs, edge=True)
+        else:
+            program.edges.discard(i)
         return out
 
     def _replay(self, group: Group, i: int, rec: Traced, args, kwargs, entry):

@@ -104,7 +104,8 @@ class ReplayRun:
         # two passes before a trusted one (layer_groups.Pass); else by one still to come.
         mode = self.pass_.mode
         if not (mode == "checked" and self.pass_.backward_checked
-                or mode == "trusted" and recorded.checks >= 2):
+                or mode == "trusted" and recorded.checks >= 2
+                and (0 < self.index < group.n - 1 or self.index in recorded.edges)):
             recorded.pending += 1
         bound = self.bindings()
         # One output is differentiable (the recording checked): its gradient is the one given.

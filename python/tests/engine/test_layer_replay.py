@@ -21,8 +21,8 @@ LLAMA = TESTS / "scripts" / "hf" / "llama_loop.py"
 
 # (name, script arguments, forward replays, backward replays). 8 blocks. The first pass traces
 # 0, 1, 6 and 7 and replays 2..5 (4); a pass whose recording has matched a traced block once
-# traces 0, 6 and 7 (5); once twice, forward and backward, 0 and 7 (6: layer_groups.Pass). The
-# trace stops after its 2 iterations.
+# traces 0, 6 and 7 (5), comparing 0 and 7 too; once twice, forward and backward, none where
+# 0 and 7 matched (8: layer_groups.Pass). The trace stops after its 2 iterations.
 REPLAYED = [
     # 2 steps of one forward and backward each: 4 + 5, forward and backward.
     ("plain", (), 9, 9),
@@ -33,9 +33,9 @@ REPLAYED = [
     # backward 4 + 4 + 5 + 5.
     ("accumulate-evaluate", ("--accumulate", "2", "--evaluate"), 22, 18),
     # 2 steps of 4 micro-batches. Step 1: 4 (a first pass), 4 (the first to add to gradients),
-    # 5 (its recording matched once), 6; step 2: 5 (the first micro-batch's backward matched
-    # once), 6, 6, 6.
-    ("accumulate-4", ("--accumulate", "4"), 42, 42),
+    # 5 (its recording matched once), 8; step 2: 5 (the first micro-batch's backward matched
+    # once), 8, 8, 8.
+    ("accumulate-4", ("--accumulate", "4"), 50, 50),
 ]
 @pytest.mark.parametrize("name,args,forward,backward", REPLAYED, ids=[r[0] for r in REPLAYED])
 def test_a_replayed_trace_writes_the_full_traces_snapshot(tmp_path, name, args, forward,

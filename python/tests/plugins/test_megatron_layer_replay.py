@@ -5,7 +5,8 @@ transformer layers are replayed, and the snapshot is the full trace's, field by 
 
 gpt_core_train.py with 6 layers on the last rank, 2 steps: layers 2 and 3 replayed in the first
 pass, forward and backward, 1 to 3 in the second (the recording matched a traced layer once);
-with two micro-batches a step, 1 to 4 from the third (twice: layer_groups.Pass)."""
+with two micro-batches a step, 1 to 4 from the third (twice: layer_groups.Pass), and the first
+or last layer too where it matched the recordings in the second."""
 
 import pytest
 
@@ -37,16 +38,18 @@ REPLAYED = [
     ("sp-overlap", 4, None, ("--tp", "2", "--sp", "--distributed-optimizer",
                              "--overlap-grad-reduce"), 5, 5),
     # The last pipeline stage (5 layers), 2 micro-batches a step, each forward followed by its
-    # backward: layer 2 replayed, then 1 and 2, then 1 to 3 in the two passes after (9). The
+    # backward: layer 2 replayed, then 1 and 2, then 1 to 4 in the two passes after (11: the
+    # first layer's backward, whose input comes from the stage before, is not the others'). The
     # stages' sends record their tensors on the NCCL streams, so the allocator has events to
     # wait for: the replayed layers' stream waits for their collectives count here.
-    ("pp2", 4, None, ("--tp", "2", "--pp", "2", "--layers", "10"), 9, 9),
+    ("pp2", 4, None, ("--tp", "2", "--pp", "2", "--layers", "10"), 11, 11),
     # The first of 4 stages (5 layers), 6 micro-batches: it calls the first 3 forwards from the
     # schedule's warm-up loop, before any backward, and the others from its steady loop, each
     # after a backward: two programs (layer_groups.Program), each recorded (layer 2 replayed),
     # checked (1 and 2), then trusted (1 to 3) in step 1, its passes' backwards confirmed in
-    # the same order when they run; trusted in step 2: 6 + 6 + 18.
-    ("pp4-first", 4, 0, ("--pp", "4", "--layers", "20", "--microbatches", "6"), 30, 30),
+    # the same order when they run; trusted in step 2, with one of the first and last layers,
+    # which matched the recordings in the checked passes: 6 + 6 + 6 x 4.
+    ("pp4-first", 4, 0, ("--pp", "4", "--layers", "20", "--microbatches", "6"), 36, 36),
     # TE's layers with gradient accumulation fusion: the weight gradient is added to main_grad
     # in backward, and each parameter is handed TE's one dummy gradient, a buffer outside the
     # layers, which DDP's hook drops.
