@@ -11,13 +11,15 @@ done here:
   trace's own mode, of a floating-point dtype, holding no value FakeTensorMode keeps
   (`constant`: it would have to forget it);
 - every other tensor argument is one of the same mode on the same device, with the updated
-  tensor's shape (a foreach list: position by position) and dtype, or a 0-dim one; the other
-  arguments are plain numbers (or lists of them);
+  tensor's shape (a foreach list: position by position) and dtype, or a 0-dim one; for a
+  single op any floating-point dtype (the kernel casts as it reads: Megatron's DDP hook adds
+  each bf16 gradient into its fp32 `main_grad`, `copy_` casts); the other arguments are plain
+  numbers (or lists of them);
 - the op is a foreach op whose name ends in `_`, or an in-place op that writes its first
   argument and returns it and is pointwise, or one of the fills (`zero_`, `fill_`, `normal_`,
-  `uniform_`) or a `copy_` between floating-point tensors (a cast allocates nothing either).
+  `uniform_`) or a `copy_`.
 
-Anything else (broadcasting, mixed devices or dtypes, host tensors, views that change shape,
+Anything else (broadcasting, mixed devices, integer operands, host tensors, views that change shape,
 `resize_`, `set_`) goes through FakeTensorMode as before, with its errors. The accountant books
 the op the same way either way.
 """
@@ -67,10 +69,9 @@ def answered(func, args, kwargs, mode):
     self = args[0]
     if not _updatable(self, mode):
         return False, None
-    copy = func._opname == "copy_"
     for arg in args[1:]:
         if isinstance(arg, torch.Tensor):
-            if not _alike(arg, self, mode, any_float=copy):
+            if not _alike(arg, self, mode, any_float=True):
                 return False, None
         elif not _number(arg):
             return False, None
@@ -85,7 +86,7 @@ def _updatable(t, mode) -> bool:
 def _alike(t, like, mode, any_float: bool = False) -> bool:
     if not isinstance(t, FakeTensor) or t.fake_mode is not mode or t.device != like.device:
         return False
-    if t.dim() == 0 and not any_float:
+    if t.dim() == 0:
         return not t.dtype.is_complex  # a scalar tensor of the device
     same_dtype = t.dtype == like.dtype or (any_float and t.dtype.is_floating_point)
     return same_dtype and t.shape == like.shape

@@ -51,6 +51,10 @@ def test_answered_only_where_fake_tensor_mode_cannot_fail():
         assert done(aten.zero_.default, x)
         assert done(aten.add_.Tensor, x, fake(4, 3), alpha=2)
         assert done(aten.copy_.default, fake(4, 3, dtype=torch.bfloat16), x)  # a cast
+        # Megatron DDP's hook: a bf16 gradient added into its fp32 main_grad (cast as read)
+        assert done(aten.add_.Tensor, x, fake(4, 3, dtype=torch.bfloat16))
+        assert done(aten.mul_.Tensor, x, fake(dtype=torch.float64))  # a 0-dim factor
+        assert not done(aten.add_.Tensor, x, fake(4, 3, dtype=torch.long))  # not floating
         assert not done(aten.add_.Tensor, x, fake(3))  # broadcasting: FakeTensorMode checks
         assert not done(aten.add_.Tensor, x, torch.ones(4, 3))  # a host tensor
         assert not done(aten.add_.Tensor, fake(4, 3, dtype=torch.long), fake(4, 3,
