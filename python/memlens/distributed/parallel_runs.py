@@ -1,7 +1,10 @@
 """`memlens run --ranks all`: trace every rank whose role differs, in parallel worker processes.
 
 1. Rank 0 is traced first: what it builds (meshes, groups, who used them) decides which ranks
-   are alike (roles.py).
+   are alike (roles.py). With two workers or more, the last rank is traced beside it: most
+   often a role of its own (the last pipeline stage, the short end of an uneven shard), on a
+   core that would wait otherwise; it represents its group (alike ranks answer for each
+   other), and where it is alike rank 0 it is not used.
 2. One rank of every other group is traced, `--jobs` workers at a time.
 3. A per-rank table is printed; each traced rank's snapshot is written to `<stamp>.ranks/
    rank-R.json` with `index.json` naming them, and the worst rank's snapshot is also put at the
@@ -47,6 +50,12 @@ class Outputs:
     def rank_log(self, rank: int) -> Path | None:
         return self.directory / f"rank-{rank}.log" if self.directory else None
 
+    def discard(self, rank: int) -> None:
+        """A rank traced but not used: its files go."""
+        for path in (self.rank_snapshot(rank), self.rank_log(rank)):
+            if path is not None:
+                path.unlink(missing_ok=True)
+
 
 def run_all(spec: RankSpec, worker_argv, jobs: int, outputs: Outputs, progress_mode: str,
             console, command: list[str], device, group: bool = True,
@@ -68,11 +77,23 @@ def run_all(spec: RankSpec, worker_argv, jobs: int, outputs: Outputs, progress_m
             first, *rest = launch(list(range(spec.world_size)), jobs)
             groups = [RankGroup(r, [r]) for r in range(spec.world_size)]
         else:
-            first = launch([0], 1)[0]
+            last = spec.world_size - 1
+            ahead = [last] if jobs >= 2 and last > 0 else []
+            first, *early = launch([0, *ahead], 1 + len(ahead))
             if first.ok:
                 groups = group_ranks(first.output.get("parallel") or {}, spec.world_size)
-                rest = launch([g.representative for g in groups if g.representative != 0], jobs)
+                if ahead and last not in groups[0].ranks:
+                    groups = [RankGroup(last, g.ranks) if last in g.ranks else g
+                              for g in groups]
+                else:  # alike rank 0 (or not traced): not used
+                    for rank in ahead:
+                        outputs.discard(rank)
+                    early = []
+                rest = early + launch([g.representative for g in groups
+                                       if g.representative not in (0, *ahead)], jobs)
             else:  # without rank 0's layout there is no grouping: report its failure
+                for rank in ahead:
+                    outputs.discard(rank)
                 groups, rest = [RankGroup(0, [0])], []
     results = {r.rank: r for r in [first, *rest]}
     rows = [_row(g, results[g.representative], outputs) for g in groups]

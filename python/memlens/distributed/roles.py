@@ -11,7 +11,8 @@ alike when, in every family of process groups that the job used,
 A family that a library declared symmetric (Megatron's TP, DP, CP, EP: it checks that they
 divide evenly) never separates ranks, whatever collectives run over it.
 Families nobody used (a mesh dimension made but never used) do not separate ranks. Each group
-of alike ranks is traced once, by its lowest rank; rank 0 represents its own group, and since
+of alike ranks is traced once, by its lowest rank (or the last rank of the job, traced beside
+rank 0: parallel_runs.py); rank 0 represents its own group, and since
 scripts tend to do extra work on rank 0 (logging, checkpoints), it is the group's worst case.
 
 What this cannot see: a script that branches on its rank outside any parallel structure

@@ -83,8 +83,8 @@ class Pass:
              and compared, forward and backward (its backward before N-3..1's replays);
     trusted  the forward recording and the backward's matched traced blocks in two passes:
              1..N-2 replayed, forward and backward.
-Blocks 0 and N-1 are traced (first use; the last block's gradient), and in checked passes
-compared with the recordings: trusted passes replay those that matched (Program.edges)."""
+    Blocks 0 and N-1 are traced (first use; the last block's gradient), and in checked passes
+    compared with the recordings: trusted passes replay those that matched (Program.edges)."""
 
     def __init__(self, mode: str, program: Program):
         self.mode = mode

@@ -23,9 +23,8 @@ The recordings are kept for the passes after it (each micro-batch, each step) th
 blocks from the same place (layer_groups.Program). A pass whose recordings have matched a
 traced block once replays blocks 1 to N-3 and still traces block N-2 to compare, forward and
 backward, and compares blocks 0 and N-1 too; once they have matched twice, it replays blocks
-1 to N-2, and 0 and N-1 where those matched (layer_groups.Pass). A
-backward is recorded per set of parameters that held a gradient before it (a micro-batch
-after the first adds to them).
+1 to N-2, and 0 and N-1 where those matched (layer_groups.Pass). A backward is recorded per
+set of parameters that held a gradient before it (a micro-batch after the first adds to them).
 A replay that a later comparison contradicts, or a script that fails after a replay, abandons
 the replay: the caller runs the trace again in full (targets/session.py, cli/trace_command.py).
 

@@ -55,6 +55,9 @@ def test_evenly_split_fsdp_job_is_one_group(tmp_path):
     out, index = _all(tmp_path, 8, "fsdp2_train.py", "--vocab", "1024")
     assert out.returncode == 0, out.stderr[-3000:]
     assert [(r["rank"], r["alike"]) for r in index["ranks"]] == [(0, list(range(8)))]
+    # The last rank, traced beside rank 0, is alike it: its files are not kept.
+    assert sorted(p.name for p in (tmp_path / "job.ranks").iterdir()) == [
+        "index.json", "rank-0.json", "rank-0.log"]
 
 
 def test_a_failing_rank_is_reported_with_its_message(tmp_path):
@@ -109,17 +112,18 @@ def test_grouping_rule():
 
 def test_fsdp_over_tensor_parallel_groups_ranks_by_tp_coordinate(tmp_path):
     """Mesh dp x tp = 4 x 2: FSDP over dp (even chunks), TP over tp. Ranks with the same TP
-    coordinate are alike, whatever their dp coordinate: two roles, traced by ranks 0 and 1."""
+    coordinate are alike, whatever their dp coordinate: two roles, traced by rank 0 and by
+    the last rank (traced beside rank 0: parallel_runs.py)."""
     out, index = _all(tmp_path, 8, "fsdp_tp_train.py", "--tp", "2")
     assert out.returncode == 0, out.stderr[-3000:]
     assert [(r["rank"], r["alike"], r["role"]) for r in index["ranks"]] == [
-        (0, [0, 2, 4, 6], "dp 0/4 · tp 0/2"), (1, [1, 3, 5, 7], "dp 0/4 · tp 1/2")]
-    snap = json.loads((tmp_path / "job.ranks" / "rank-1.json").read_text())
+        (0, [0, 2, 4, 6], "dp 0/4 · tp 0/2"), (7, [1, 3, 5, 7], "dp 3/4 · tp 1/2")]
+    snap = json.loads((tmp_path / "job.ranks" / "rank-7.json").read_text())
     # Per block: LayerNorm (512) and down's bias (256) replicated over tp; up (1024 x 256 + 1024)
     # and down's weight (256 x 1024) split over tp; then everything split over 4 dp ranks.
     per_tp_rank = 512 + (1024 * 256 + 1024) // 2 + 256 * 1024 // 2 + 256
     assert model_state_bytes(snap)["parameter"] == 2 * 4 * per_tp_rank // 4
-    assert snap["meta"]["device_key"] == ("cpu" if DEVICE == "cpu" else "cuda:1")
+    assert snap["meta"]["device_key"] == ("cpu" if DEVICE == "cpu" else "cuda:7")
 
 
 def test_a_rank_whose_script_leaves_a_detached_child_answers_with_its_error(tmp_path):

@@ -473,16 +473,17 @@ def test_te_grouped_gemm_experts_keep_their_four_workspaces(memlens, tmp_path):
 @needs_megatron
 @pytest.mark.slow  # traces in a fresh process
 def test_entry_point_every_rank(memlens, tmp_path):
-    out = memlens("run", "--world-size", "4", "--ranks", "all", "--progress", "none",
-                  "--snapshot", str(tmp_path / "s.json"), "--", str(STUB),
+    out = memlens("run", "--world-size", "4", "--ranks", "all", "--jobs", "2", "--progress",
+                  "none", "--snapshot", str(tmp_path / "s.json"), "--", str(STUB),
                   "--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
                   "--vocab-size", "1000", "--bf16", "--lr-warmup-iters", "10",
                   "--train-iters", "100", cwd=tmp_path, env=TP_ENV)
     assert out.returncode == 0, out.stderr[-3000:]
     index = json.loads((tmp_path / "s.ranks" / "index.json").read_text())
-    # Megatron's layout, declared by the plugin: a rank per pipeline stage answers for its TP.
-    assert [(r["rank"], r["alike"]) for r in index["ranks"]] == [(0, [0, 1]), (2, [2, 3])]
-    snap = json.loads((tmp_path / "s.ranks" / "rank-2.json").read_text())
+    # Megatron's layout, declared by the plugin: a rank per pipeline stage answers for its TP;
+    # the last rank, traced beside rank 0, for the last stage.
+    assert [(r["rank"], r["alike"]) for r in index["ranks"]] == [(0, [0, 1]), (3, [2, 3])]
+    snap = json.loads((tmp_path / "s.ranks" / "rank-3.json").read_text())
     names = [p["name"] for p in snap["phases"] if p["device"] == snap["meta"]["device_key"]]
     assert names == ["setup_model_and_optimizer", "forward_backward_iter_0",
                      "optimizer_step_iter_0", "forward_backward_iter_1", "optimizer_step_iter_1"]
@@ -531,12 +532,14 @@ def test_a_launch_script_as_shipped(memlens, tmp_path):
     Megatron checks in the rank's environment (CUDA_DEVICE_MAX_CONNECTIONS for TP 2, NCCL_ALGO
     for --deterministic-mode: the stand-in's validate_args asserts both), a blended --data-path
     with --split and --data-cache-path, checkpoints to save and load."""
-    out = memlens("run", "--ranks", "all", "--progress", "none", "--snapshot",
+    out = memlens("run", "--ranks", "all", "--jobs", "2", "--progress", "none", "--snapshot",
                   str(tmp_path / "s.json"), "--from-script", str(LAUNCH), "--",
                   "/data/corpus", str(tmp_path / "ckpt"), cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     index = json.loads((tmp_path / "s.ranks" / "index.json").read_text())
-    assert [(r["rank"], r["alike"]) for r in index["ranks"]] == [(0, [0, 1]), (2, [2, 3])]
+    assert [(r["rank"], r["alike"]) for r in index["ranks"]] == [(0, [0, 1]), (3, [2, 3])]
+    assert sorted(p.name for p in (tmp_path / "s.ranks").glob("rank-*.json")) == [
+        "rank-0.json", "rank-3.json"]
     notes = " ".join(json.loads((tmp_path / "s.ranks" / "rank-0.json").read_text())
                      ["meta"]["notes"])
     assert "replacing --data-path, --data-cache-path, --split: a trace reads no data" in notes
