@@ -20,6 +20,7 @@ from .. import categories as C
 from ..cuda.pinned_memory import PinnedFakeStorages, pinning_available
 from ..kernels.cuda import COLLECTIVE_NAMESPACES
 from .accountant_host import AccountantHost
+from .alias_ops import answered as answered_alias
 from .composite_ops import decompose_here
 from .dynamic_sizes import bounded_result
 from .healthy_values import HEALTHY_OPS, note_healthy_value
@@ -153,7 +154,9 @@ class Accountant(TorchDispatchMode):
                 func, types, args, kwargs, sys._getframe(2), self._copying_real > 0):
             return self._run_on_host(func, args, kwargs)
         if func in _PASSTHROUGH:
-            out = func(*args, **kwargs)
+            done, out = answered_alias(func, args, kwargs, getattr(self.tracer, "fake_mode", None))
+            if not done:
+                out = func(*args, **kwargs)
             if func in _VIEWS:  # a view of host-made values shows them (shadow_values.py)
                 carry(func, args, kwargs, out)
             return out
