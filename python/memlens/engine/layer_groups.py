@@ -48,10 +48,12 @@ class Program:
         self.checks = 0
         self.backwards: dict[tuple, Recorded] = {}
         self.edges: set[int] = set()  # blocks 0 and N-1 where a traced forward matched
+        self.state: tuple | None = None  # settled(block 1) when the recording was made
 
-    def replace(self, traced) -> None:
+    def replace(self, traced, state: tuple | None = None) -> None:
         """A forward unlike the recording: recorded anew, with none of its backwards."""
         self.recording, self.checks, self.backwards, self.edges = traced, 0, {}, set()
+        self.state = state
 
     def edge_replayed(self, group: Group, i: int) -> bool:
         """Block 0 or N-1 (`i`) matched the recording in a checked pass, forward and, with the
@@ -105,8 +107,11 @@ def next_pass(group: Group, place: tuple) -> Pass:
 def _mode(group: Group, program: Program) -> str:
     """How a pass uses its program's recordings (Pass)."""
     rec = program.recording
-    if rec is None or differing_attributes(group.blocks) != group.differing:
-        return "record"  # (an attribute set since on some blocks only: read, maybe)
+    if rec is None or differing_attributes(group.blocks) != group.differing or \
+            settled(group.blocks[1]) != program.state:
+        # an attribute set since: on some blocks only (read, maybe), or on all of them (a
+        # dropout probability, a flag of the config they share)
+        return "record"
     if not rec.signature[0] or not program.backwards:
         # No backward; or none has run yet (the micro-batches a pipeline stage runs before
         # its first backward): their replays' backwards are confirmed when they run, by
@@ -201,6 +206,28 @@ def differing_attributes(blocks) -> set[tuple[type, str]]:
                 if not same:
                     differing.add((type(m), name))
     return differing
+
+
+def settled(block: nn.Module) -> tuple:
+    """What a block's forward may read that the script can change between passes: its
+    attributes (a dropout probability, a flag), and the plain values of the objects they hold
+    (a config the blocks share, whose flags a script may set in place). Integers held by the
+    modules themselves are left out: a schedule numbers the micro-batch on every layer
+    (Megatron's `current_microbatch`), which the program does not depend on."""
+    parts = []
+    for m in block.modules():
+        for k, v in m.__dict__.items():
+            if k in MODULE_STATE or k == "forward" or type(v) is int or \
+                    isinstance(v, (nn.Module, torch.Tensor)):  # ("forward": ours, for a call)
+                continue
+            fields = getattr(v, "__dict__", None)
+            plain = () if not isinstance(fields, dict) else tuple(
+                (f, x) for f, x in fields.items() if isinstance(x, _PLAIN_VALUES))
+            parts.append((k, v if isinstance(v, _PLAIN_VALUES) else id(v), plain))
+    return tuple(parts)
+
+
+_PLAIN_VALUES = (bool, int, float, str, type(None))
 
 
 def own_state(block: nn.Module) -> tuple:

@@ -54,7 +54,7 @@ from .declared_hooks import DeclaredHooks
 from .layer_backward import watch_backward
 from .layer_cache import BlockCaches, EntryBefore
 from .layer_groups import (Group, Recorded, differing_attributes, find_groups, next_pass,
-                           own_state, _MISSING)
+                           own_state, settled, _MISSING)
 from .layer_tape import (CONSTANTS, PLAIN, Slots, Traced, Unsupported, autocast_on,
                          has_values, rid_of, signature, tensor_meta, tensors)
 from .replayed_block import ReplayRun, ReplayedNode
@@ -386,8 +386,9 @@ class LayerReplay:
             program = group.pass_.program
             if program.recording is not None and traced.shape() == program.recording.shape():
                 program.checks += 1  # the program recorded before: its backwards hold
+                program.state = settled(group.blocks[i])
             else:
-                program.replace(traced)
+                program.replace(traced, settled(group.blocks[i]))
             if not watch_backward(self, group, i, traced, out, inputs):
                 program.replace(None)
         return out

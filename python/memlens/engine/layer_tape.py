@@ -166,7 +166,17 @@ def signature(block, own_hook, args, kwargs, cache_layers=lambda obj: None) -> t
     return (torch.is_grad_enabled(), shape, str(spec), tuple(parts),
             torch.is_inference_mode_enabled(),
             torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"),
-            torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"))
+            torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"),
+            _attention_backends())
+
+
+def _attention_backends() -> tuple:
+    """What decides which attention kernel a block's SDPA runs (and so what it keeps): a
+    recording kept across passes must not serve a pass under another `sdpa_kernel`."""
+    c = torch._C
+    return (tuple(c._get_sdp_priority_order()), c._get_flash_sdp_enabled(),
+            c._get_mem_efficient_sdp_enabled(), c._get_math_sdp_enabled(),
+            c._get_cudnn_sdp_enabled(), torch.are_deterministic_algorithms_enabled())
 
 
 def _values(t: torch.Tensor) -> tuple:

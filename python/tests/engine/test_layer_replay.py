@@ -36,6 +36,15 @@ REPLAYED = [
     # 5 (its recording matched once), 8; step 2: 5 (the first micro-batch's backward matched
     # once), 8, 8, 8.
     ("accumulate-4", ("--accumulate", "4"), 50, 50),
+    # The same, the last micro-batch of each step under sdpa_kernel(MATH), from the same line:
+    # another attention kernel, another program (math attention keeps its scores), recorded
+    # anew, and the next pass's flash attention recorded anew after it: step 1 4, 4, 5, 4;
+    # step 2 4, 4, 5, 4.
+    ("math-attention", ("--accumulate", "4", "--math-attention", "4"), 34, 34),
+    # The same with dropout after each block's MLP, set to 0 on every block for step 2 (no
+    # more masks): the blocks' settings changed since the recording, recorded anew: step 1 4,
+    # 4, 5, 8; step 2 4, 4, 5, 8.
+    ("dropout-off", ("--accumulate", "4", "--dropout-off", "1"), 42, 42),
 ]
 @pytest.mark.parametrize("name,args,forward,backward", REPLAYED, ids=[r[0] for r in REPLAYED])
 def test_a_replayed_trace_writes_the_full_traces_snapshot(tmp_path, name, args, forward,

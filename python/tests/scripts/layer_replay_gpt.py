@@ -8,6 +8,10 @@ variations a layer replay must get right or refuse (tests/engine/test_layer_repl
     --keep-graph          one forward whose graph is dropped without a backward, first
     --grad-of-params      gradients by torch.autograd.grad instead of backward()
     --autocast            fp32 weights, forward under torch.autocast(bfloat16)
+    --math-attention K    every K-th micro-batch under sdpa_kernel(MATH), from the same line:
+                          attention keeps its scores
+    --dropout-off S       dropout (0.1) after each block's MLP, set to 0 on every block from
+                          step S on (as a schedule would): no more masks
 """
 
 import argparse
@@ -16,6 +20,7 @@ import contextlib
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.checkpoint import checkpoint
 
 parser = argparse.ArgumentParser()
@@ -33,6 +38,8 @@ parser.add_argument("--branch-every", type=int, default=0)
 parser.add_argument("--keep-graph", action="store_true")
 parser.add_argument("--grad-of-params", action="store_true")
 parser.add_argument("--autocast", action="store_true")
+parser.add_argument("--math-attention", type=int, default=0)
+parser.add_argument("--dropout-off", type=int, default=None)
 args = parser.parse_args()
 
 
@@ -46,6 +53,7 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(args.dim)
         self.fc = nn.Linear(args.dim, 4 * args.dim)
         self.out = nn.Linear(4 * args.dim, args.dim)
+        self.drop = nn.Dropout(0.1) if args.dropout_off is not None else nn.Identity()
 
     def forward(self, x):
         if args.branch_every and self.index % args.branch_every == args.branch_every - 1:
@@ -55,7 +63,7 @@ class Block(nn.Module):
         q, k, v = (z.view(b, t, args.heads, d // args.heads).transpose(1, 2) for z in (q, k, v))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
-        return x + self.out(F.gelu(self.fc(self.ln_2(x))))
+        return x + self.drop(self.out(F.gelu(self.fc(self.ln_2(x)))))
 
 
 class GPT(nn.Module):
@@ -88,6 +96,12 @@ def autocast():
     return torch.autocast(device_type=device, dtype=torch.bfloat16)
 
 
+def attention(n: int):
+    if not args.math_attention or n % args.math_attention:
+        return contextlib.nullcontext()
+    return sdpa_kernel([SDPBackend.MATH])
+
+
 def batch():
     idx = torch.randint(0, args.vocab, (args.batch, args.seq + 1), device=device)
     return idx[:, :-1], idx[:, 1:]
@@ -98,8 +112,11 @@ if args.keep_graph:
     del dropped
 
 for step in range(args.steps):
+    if step == args.dropout_off:
+        for block in model.h:
+            block.drop.p = 0.0
     for micro in range(args.accumulate):
-        with autocast():
+        with autocast(), attention(step * args.accumulate + micro + 1):
             loss = model(*batch()) / args.accumulate
         if args.grad_of_params:
             params = [p for p in model.parameters()]
