@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from .layer_groups import Group, own_state
+from .layer_groups import Group, grads_held, own_state
 from .layer_tape import Backward, Slots, Traced, Unsupported, rid_of, tensor_meta
 
 
@@ -56,7 +56,7 @@ def watch_backward(replay, group: Group, i: int, traced: Traced, out, inputs,
         slots.bind("fwd", new)
         slots.bind("gout", [rid_of(ledger, grad)])
         state["slots"] = slots
-        state["before"] = tuple(p.grad is not None for p in params)
+        state["before"] = grads_held(block)
         state["sdpa"] = dict(replay.tracer.sdpa.calls)  # a checkpoint's recompute calls it
         state["tape"] = ledger.tap = []
         replay.hooks.record(params)

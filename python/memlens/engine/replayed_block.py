@@ -10,7 +10,7 @@ import weakref
 import torch
 
 from .layer_cache import entry_tensors, write_entry
-from .layer_groups import Group
+from .layer_groups import Group, grads_held
 from .layer_tape import Traced, rid_of
 
 
@@ -95,7 +95,7 @@ class ReplayRun:
     def backward(self, grads):
         replay, group = self.replay, self.group
         self.backward_pending = False
-        recorded = self.backwards.get(tuple(p.grad is not None for p in self.params))
+        recorded = self.backwards.get(grads_held(group.blocks[self.index]))
         if recorded is None:
             replay.abandon("a replayed block's backward ran before a traced block's was "
                            "recorded with the gradients its parameters hold")
