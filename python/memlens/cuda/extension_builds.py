@@ -21,8 +21,6 @@ import functools
 import sys
 from typing import Callable
 
-import torch.utils.cpp_extension as cpp_extension
-
 from ..errors import MemlensError
 from ..patches.patcher import Patcher, check_tested
 
@@ -60,6 +58,10 @@ def caller_library(skip: int = 2) -> str:
 
 
 def apply(patcher: Patcher, add_note: Callable[[str], None]) -> None:
+    """Called when the script imports torch.utils.cpp_extension (it imports setuptools: about
+    0.1 s that a trace building no extension should not pay)."""
+    import torch.utils.cpp_extension as cpp_extension
+
     check_tested("cuda_extension_builds", sys.modules["torch"].__version__)
 
     def refuse(name: str, call: str) -> MemlensError:

@@ -7,6 +7,8 @@ One trace of scripts/platform/jit_extension.py (an MLP whose bias-GeLU comes fro
 beside it, fused_kernels/, that JIT-builds a CUDA kernel) on a simulated H100."""
 
 import re
+import subprocess
+import sys
 
 import pytest
 import torch.utils.cpp_extension as cpp_extension
@@ -75,3 +77,21 @@ def test_only_builds_with_cuda_are_refused(monkeypatch):
         patcher.undo()
     assert built == ["cpu_ops", "cpu_inline"]
     assert len(notes) == 3
+
+
+@pytest.mark.slow  # a fresh interpreter: what a trace imports
+def test_a_trace_that_builds_nothing_does_not_import_the_builder():
+    # torch.utils.cpp_extension imports setuptools (about 0.1 s of every trace); the refusal is
+    # applied when the script imports it
+    code = ("import sys\n"
+            "from memlens.cuda.build import ensure_fake_cuda_support\n"
+            "ensure_fake_cuda_support()\n"
+            "import torch\n"
+            "from memlens import Tracer\n"
+            "with Tracer('h100-80gb'):\n"
+            "    torch.ones(4, device='cuda')\n"
+            "print(sorted({'torch.utils.cpp_extension', 'setuptools'} & set(sys.modules)))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=TESTS.parent, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines()[-1] == "[]"
