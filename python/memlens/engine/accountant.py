@@ -23,6 +23,7 @@ from .accountant_host import AccountantHost
 from .alias_ops import answered as answered_alias
 from .composite_ops import decompose_here
 from .dynamic_sizes import bounded_result
+from .factory_ops import answered as answered_factory
 from .healthy_values import HEALTHY_OPS, note_healthy_value
 from .host_compute import runs_on_host
 from .inplace_ops import answered
@@ -33,6 +34,7 @@ from .phases import SETUP
 
 aten = torch.ops.aten
 _local_scalar_dense = aten._local_scalar_dense.default
+_DEVICE = torch.ops.prim.device.default
 _ITEM = aten.item.default
 _PASSTHROUGH = {torch.ops.prim.device.default, aten.sym_size.default, aten.sym_stride.default,
                 aten.sym_numel.default, aten.sym_storage_offset.default, aten.is_contiguous.default,
@@ -135,6 +137,10 @@ class Accountant(TorchDispatchMode):
             self._copying_real -= 1
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is _DEVICE and type(args[0]) is _FakeTensor:
+            # A fake tensor's device, asked by C++ (setting `.grad`, grouping a foreach op's
+            # tensors): thousands a step, answered as FakeTensorMode answers it.
+            return args[0].fake_device
         # Autograd runs backward on one thread per device: with several simulated GPUs (a
         # DataParallel step) they run at once, and FakeTensorMode keeps its state in itself,
         # not per thread. One op at a time, as the ledger wants too.
@@ -190,11 +196,14 @@ class Accountant(TorchDispatchMode):
             return NotImplemented
         try:
             # Done here where the result needs no FakeTensorMode: in-place ops that cannot
-            # fail (inplace_ops.py), new tensors like their input (like_ops.py).
+            # fail (inplace_ops.py), new tensors like their input (like_ops.py) or made from
+            # sizes alone (factory_ops.py).
             mode = getattr(self.tracer, "fake_mode", None)
             done, out = answered(func, args, kwargs, mode)
             if not done:
                 done, out = answered_like(func, args, kwargs, mode)
+            if not done:
+                done, out = answered_factory(func, args, kwargs, mode)
             if not done:
                 out = func(*args, **kwargs)
         except Exception as e:

@@ -9,6 +9,7 @@ import functools
 import weakref
 import torch
 
+from .factory_ops import empty_strided
 from .layer_cache import entry_tensors, write_entry
 from .layer_groups import Group, grads_held
 from .layer_tape import Traced, rid_of
@@ -215,16 +216,14 @@ def make_tensor(tracer, meta, rid: int, bases: dict | None = None) -> torch.Tens
     span = 1 + sum((n - 1) * st for n, st in zip(shape, stride)) if all(shape) else 0
     if offset == 0 and span * dtype.itemsize == nbytes and (bases is None
                                                             or rid not in bases):
-        with accountant.unbooked():
-            t = torch.empty_strided(shape, stride, dtype=dtype, device=device)
+        t = empty_strided(tracer.fake_mode, shape, stride, dtype, device)
         tracer.ledger.track_storage(t.untyped_storage(), rid)
         if bases is not None:
             bases[rid] = t
         return t
     base = bases.get(rid) if bases is not None else None
     if base is None:
-        with accountant.unbooked():
-            base = torch.empty(nbytes // dtype.itemsize, dtype=dtype, device=device)
+        base = empty_strided(tracer.fake_mode, (nbytes // dtype.itemsize,), (1,), dtype, device)
         tracer.ledger.track_storage(base.untyped_storage(), rid)
         if bases is not None:
             bases[rid] = base
