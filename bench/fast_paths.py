@@ -56,7 +56,9 @@ def main() -> None:
     transformers.LlamaForCausalLM  # noqa: B018  (its module imported before any trace)
     import memlens.engine.accountant as accountant
 
-    fast = {"answered": accountant.answered, "answered_like": accountant.answered_like}
+    fast = {"answered": accountant.answered, "answered_like": accountant.answered_like,
+            "answered_factory": accountant.answered_factory,
+            "answered_alias": accountant.answered_alias}
     slow = {name: (lambda *a: (False, None)) for name in fast}
     best: dict[str, list[float]] = {}
     peaks: dict[str, int] = {}
