@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 
 import pytest
+import torch
 
 from support import megatron as M
 
@@ -282,14 +283,44 @@ with Tracer("h100-80gb") as t:
     mlp = te.mlp.keywords["submodules"] if hasattr(te.mlp, "keywords") else te.mlp.submodules
     fc1 = mlp.linear_fc1  # 0.19 builds the MLP with functools.partial
     local = b.bert_layer_local_spec.submodules.self_attention.submodules.core_attention
+    from megatron.core.models.bert import bert_model
     print("ATTENTION", attention.core_attention.__name__, "LOCAL", local.__name__,
           "TE_GEMMS", getattr(attention.linear_qkv, "memlens_te_gemm", False),
           getattr(fc1, "memlens_te_gemm", False), "NOTED", any("Transformer Engine is not "
-          "installed" in n for n in t.notes))
+          "installed" in n for n in t.notes),
+          "B11S", bert_model.is_te_min_version("1.10.0"))
 """
     out = _python(code)
+    # B11S: BertModel asks TE's version to shape its padding mask, [b, 1, 1, s] from TE 1.10
     assert ("ATTENTION FlashDotProductAttention LOCAL DotProductAttention TE_GEMMS True True "
-            "NOTED True") in out, out
+            "NOTED True B11S True") in out, out
+
+
+def test_tes_full_padding_mask_is_made_per_layer_and_kept_by_the_masked_fill():
+    """TE's unfused attention with a padding mask ([b, 1, 1, s], True where padded): its
+    `get_full_mask` masks a query row or a key column of padding, and the masked_fill that
+    zeroes the padded rows after the softmax keeps that [b, 1, s, s] mask for its backward."""
+    from memlens.plugins.megatron.attention import _pad_rows_zeroed, te_full_padding_mask
+
+    lengths = [5, 8, 3]
+    padded = torch.tensor([[i >= n for i in range(8)] for n in lengths])
+    full = te_full_padding_mask(padded.view(3, 1, 1, 8), 8, 8)
+    assert full.shape == (3, 1, 8, 8) and full.dtype == torch.bool
+    for b, n in enumerate(lengths):
+        rows, cols = torch.meshgrid(torch.arange(8), torch.arange(8), indexing="ij")
+        assert torch.equal(full[b, 0], (rows >= n) | (cols >= n)), b
+
+    class Softmax(torch.nn.Module):
+        def forward(self, x):
+            return x.softmax(-1)
+
+    scores = torch.randn(3, 2, 8, 8, requires_grad=True)
+    with _pad_rows_zeroed(Softmax, full):
+        probs = Softmax()(scores)
+    assert probs.grad_fn.name() == "MaskedFillBackward0"
+    assert torch.equal(probs.grad_fn._saved_mask, full)
+    assert (probs[2, :, 3:] == 0).all() and (probs[0, :, :5, :5] > 0).all()
+    assert Softmax()(scores).grad_fn.name() == "SoftmaxBackward0"  # undone after the call
 
 
 def test_megatron_fsdp_on_a_second_tensor_parallel_rank_shards_adam(tmp_path):

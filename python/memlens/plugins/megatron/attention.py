@@ -26,6 +26,7 @@ an all-to-all within the inner group of the hierarchy (context_parallel_a2a.py),
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 
@@ -73,9 +74,10 @@ def _take_channels(module, v_channels) -> None:
 def te_unfused_attention_class():
     """Megatron's local DotProductAttention holding what TE's UnfusedDotProductAttention
     holds (`transformer_engine/pytorch/attention/dot_product_attention/backends.py`, TE 2.x):
-    the same tensors, a scores buffer of the call instead of the global memory buffer's, and
-    TE's fused softmax, whose backward writes in place for every mask (apex's masked one does
-    not)."""
+    the same tensors, a scores buffer of the call instead of the global memory buffer's, TE's
+    fused softmax, whose backward writes in place for every mask (apex's masked one does not),
+    and with a padding mask in self-attention (BERT, T5's encoder) TE's full mask made per layer
+    and the masked_fill of the softmax's padded rows, which keeps it."""
     from megatron.core import parallel_state
     from megatron.core.fusions import fused_softmax
     from megatron.core.transformer.dot_product_attention import DotProductAttention
@@ -96,16 +98,63 @@ def te_unfused_attention_class():
             super().__init__(*args, **kwargs)
             _take_channels(self, v_channels)  # TE's takes them; the bmm's need no more
 
-        def forward(self, *args, **kwargs):
+        def forward(self, query, key, value, attention_mask, attn_mask_type=None, *args,
+                    **kwargs):
             import torch
 
+            mask_type = attn_mask_type if attn_mask_type is not None else self.attn_mask_type
+            full = None
+            if "padding" in mask_type.name and self.attention_type == "self" and \
+                    isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 4 \
+                    and attention_mask.shape[1:3] == (1, 1):
+                # TE's softmax takes the full mask
+                full = attention_mask = te_full_padding_mask(attention_mask, query.size(0),
+                                                             key.size(0))
             buffers = _BuffersOfTheCall()
             with Patcher.swapped(parallel_state, "get_global_memory_buffer", lambda: buffers), \
                     Patcher.swapped(torch, "baddbmm", buffers.baddbmm(torch.baddbmm)), \
-                    Patcher.swapped(fused_softmax, "ScaledMaskedSoftmax", TEScaledMaskedSoftmax):
-                return super().forward(*args, **kwargs)
+                    Patcher.swapped(fused_softmax, "ScaledMaskedSoftmax", TEScaledMaskedSoftmax), \
+                    _pad_rows_zeroed(type(self.scale_mask_softmax), full):
+                return super().forward(query, key, value, attention_mask, attn_mask_type,
+                                       *args, **kwargs)
 
     return UnfusedDotProductAttention
+
+
+def te_full_padding_mask(mask, sq: int, sk: int):
+    """TE's `get_full_mask` for a self-attention padding mask (bool, True where masked, [b, 1,
+    1, s], as Megatron's BERT and T5 hand TE >= 1.10; `dot_product_attention/utils.py`, TE
+    2.x), as its unfused backend calls it in each layer: the mask widened to the padded rows,
+    [b, 1, s, s], and its sliding-window term (no window: nothing masked, but its
+    [b, 1, s, s] int32 bounds are made all the same). The result is a new mask per layer, which
+    the masked_fill after the softmax keeps for its backward."""
+    import torch
+
+    mask = torch.logical_or(mask.squeeze(1).unsqueeze(3), mask)
+    kept = mask.logical_not()
+    seqlens_q, seqlens_kv = kept[:, 0, :, 0].sum(dim=1), kept[:, 0, 0, :].sum(dim=1)
+    device = mask.device  # (TE's "cuda": the current device, the mask's)
+    distance = torch.arange(sq, dtype=torch.int32, device=device).view(1, 1, sq, 1) - \
+        torch.arange(sk, dtype=torch.int32, device=device).view(1, 1, 1, sk)
+    b = mask.shape[0]
+    # window (-1, -1) is (sk, sq); bottom-right aligned, as TE's default
+    left = distance.expand(b, 1, sq, sk) + (seqlens_kv - seqlens_q - sk).view(b, 1, 1, 1)
+    right = distance.expand(b, 1, sq, sk) + (seqlens_kv - seqlens_q + sq).view(b, 1, 1, 1)
+    window = torch.logical_not((left <= 0) & ~(right < 0))
+    return torch.logical_or(window, mask)
+
+
+def _pad_rows_zeroed(softmax_class, full):
+    """TE's unfused attention zeroes the padded rows of the softmax's output with an
+    out-of-place masked_fill (which saves the full mask) where the mask type is a padding one."""
+    if full is None:
+        return contextlib.nullcontext()
+    forward = softmax_class.forward
+
+    def masked(module, *args, **kwargs):
+        return forward(module, *args, **kwargs).masked_fill(full, 0)
+
+    return Patcher.swapped(softmax_class, "forward", masked)
 
 
 @functools.cache

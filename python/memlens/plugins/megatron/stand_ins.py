@@ -414,6 +414,8 @@ PATCHES = {
     "megatron.training.arguments": te_version_checks,
     "megatron.core.transformer.cuda_graphs": te_version_checks,  # what it asks TE's graphs
     "megatron.core.transformer.transformer_layer": te_version_checks,  # and for their replay
+    # BERT's attention mask: [b, 1, 1, s] for TE >= 1.10's padding mask, as on a GPU with TE
+    "megatron.core.models.bert.bert_model": te_version_checks,
     "megatron.core.transformer.torch_norm": torch_norm,
     "megatron.core.tensor_parallel.layers": tp_layers,
     "megatron.core.models.gpt.gpt_layer_specs": layer_specs,
