@@ -76,8 +76,10 @@ def te_unfused_attention_class():
     holds (`transformer_engine/pytorch/attention/dot_product_attention/backends.py`, TE 2.x):
     the same tensors, a scores buffer of the call instead of the global memory buffer's, TE's
     fused softmax, whose backward writes in place for every mask (apex's masked one does not),
-    and with a padding mask in self-attention (BERT, T5's encoder) TE's full mask made per layer
-    and the masked_fill of the softmax's padded rows, which keeps it."""
+    and with a [b, 1, 1, s] padding mask in self-attention (BERT's) TE's full mask made per
+    layer and the masked_fill of the softmax's padded rows, which keeps it. (T5's dataset asks
+    TE's version through `get_te_version`, which a trace answers as no TE: its masks are the
+    [b, 1, s, s] ones of TE < 1.7, run as before.)"""
     from megatron.core import parallel_state
     from megatron.core.fusions import fused_softmax
     from megatron.core.transformer.dot_product_attention import DotProductAttention
@@ -123,8 +125,8 @@ def te_unfused_attention_class():
 
 def te_full_padding_mask(mask, sq: int, sk: int):
     """TE's `get_full_mask` for a self-attention padding mask (bool, True where masked, [b, 1,
-    1, s], as Megatron's BERT and T5 hand TE >= 1.10; `dot_product_attention/utils.py`, TE
-    2.x), as its unfused backend calls it in each layer: the mask widened to the padded rows,
+    1, s], as Megatron's BERT hands TE >= 1.10; `dot_product_attention/utils.py`, TE 2.x), as
+    its unfused backend calls it in each layer: the mask widened to the padded rows,
     [b, 1, s, s], and its sliding-window term (no window: nothing masked, but its
     [b, 1, s, s] int32 bounds are made all the same). The result is a new mask per layer, which
     the masked_fill after the softmax keeps for its backward."""
