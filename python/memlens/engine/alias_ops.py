@@ -23,6 +23,8 @@ import torch
 from torch._subclasses.fake_tensor import (FakeTensor, in_kernel_invocation_manager,
                                            unset_fake_temporarily)
 
+from .like_ops import plain_fake
+
 aten = torch.ops.aten
 _ALIASES = frozenset({aten.detach.default, aten.alias.default})
 _VIEWS = frozenset({aten.view.default, aten._unsafe_view.default, aten.t.default,
@@ -60,11 +62,9 @@ def _view(func, args, kwargs, mode):
 
 
 def _plain(t, mode) -> bool:
-    """A fake tensor of the trace's mode: strided, of static shape, no value of its own kept
-    (`constant`), neither conjugated nor negated."""
-    return type(t) is FakeTensor and t.fake_mode is mode and t.constant is None and \
-        t.layout is torch.strided and not t.is_conj() and not t.is_neg() and \
-        all(type(n) is int for n in t.shape)
+    """A plain fake tensor of the trace's mode (like_ops.plain_fake) with no value of its own
+    kept (`constant`), neither conjugated nor negated."""
+    return plain_fake(t, mode) and t.constant is None and not t.is_conj() and not t.is_neg()
 
 
 def _int_argument(a) -> bool:

@@ -64,7 +64,7 @@ def _like(func, args, kwargs, mode):
             return None
     elif extra:
         return None
-    if not _plain(self, mode) or not set(kwargs) <= _LIKE_KWARGS:
+    if not plain_fake(self, mode) or not set(kwargs) <= _LIKE_KWARGS:
         return None
     if kwargs.get("layout") not in (None, torch.strided) or kwargs.get("pin_memory"):
         return None
@@ -94,15 +94,15 @@ def _foreach_checked(args, mode) -> bool:
     if not isinstance(first, (list, tuple)) or not first:
         return False
     device = first[0].device
-    if not all(_plain(t, mode) and t.dtype.is_floating_point and t.device == device
+    if not all(plain_fake(t, mode) and t.dtype.is_floating_point and t.device == device
                and t.is_contiguous() for t in first):
         return False
     return foreach_operands(
-        args[1:], first, lambda t, s: _plain(t, mode) and t.device == device and
+        args[1:], first, lambda t, s: plain_fake(t, mode) and t.device == device and
         t.dtype == s.dtype and t.shape == s.shape, lambda t: False)
 
 
-def _plain(t, mode) -> bool:
+def plain_fake(t, mode) -> bool:
     """A fake tensor of the trace's mode with a static shape and a strided layout."""
     return type(t) is FakeTensor and t.fake_mode is mode and t.layout is torch.strided and \
         all(type(n) is int for n in t.shape)
