@@ -49,8 +49,13 @@ def answered(func, args, kwargs, mode):
 
 def empty_strided(mode, shape, stride, dtype: torch.dtype, device: torch.device) -> FakeTensor:
     """A new fake tensor of `mode`, as `torch.empty_strided` under it makes one (a replayed
-    block's outputs and gradients: replayed_block.make_tensor)."""
-    with unset_fake_temporarily():
+    block's outputs and gradients: replayed_block.make_tensor).
+
+    Called outside any mode's dispatch, where the accountant is still active: with every
+    mode and subclass off, the meta tensor is made by the meta kernel alone (through the
+    modes it became a fake tensor of its own, which FakeTensor() then detached through
+    FakeTensorMode: a third of a replayed block's cost)."""
+    with torch._C._DisableTorchDispatch():
         meta = torch.empty_strided(shape, stride, dtype=dtype, device=_META)
     return FakeTensor(mode, meta, device)
 
