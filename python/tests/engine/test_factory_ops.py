@@ -92,3 +92,27 @@ def test_what_is_left_to_fake_tensor_mode():
         assert not done(aten.arange.default, 4, device=cpu)
         assert not factory_ops.answered(aten.empty.memory_format, ([4],), {"device": cpu},
                                         None)[0]
+
+
+def test_a_replayed_blocks_tensor_is_made_past_every_mode():
+    """`empty_strided` runs outside any mode's dispatch, where the accountant (or any mode) is
+    still active: the meta tensor is the meta kernel's alone, not a mode's fake tensor that
+    FakeTensor() would then detach through FakeTensorMode."""
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen = []
+
+    class Log(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    with FakeTensorMode() as mode, Log():
+        t = factory_ops.empty_strided(mode, (4, 3), (1, 4), torch.bfloat16,
+                                      torch.device("cpu"))
+    assert seen == []
+    assert type(t) is FakeTensor and t.fake_mode is mode
+    assert (t.shape, t.stride(), t.dtype, t.device) == ((4, 3), (1, 4), torch.bfloat16,
+                                                       torch.device("cpu"))
+    assert t.untyped_storage().nbytes() == 12 * 2
