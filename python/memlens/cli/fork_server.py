@@ -4,8 +4,9 @@ once, which forks a fresh child per trace (copy-on-write) and runs `memlens <arg
 
 `python -m memlens.cli.fork_server FD`, FD a SOCK_SEQPACKET socket to the parent:
 
-- it sends `{"ready": ..., "watch": [[path, mtime_ns], ...]}` once imported (the files whose
-  change means a restart: memlens' sources, torch's and the site-packages folders);
+- it sends `{"ready": ..., "watch": [[path, stamp], ...]}` once imported (what changes when a
+  restart is due: memlens' sources and folders, torch's and the site-packages folders;
+  worker/source_stamps.py);
 - each request `{"id", "args", "cwd", "env", "memory_limit"}` comes with two descriptors (the
   child's stdout and stderr); it answers `{"id", "pid"}` (or `{"id", "error"}`), and
   `{"exited": pid, "returncode": n}` (Popen's sign convention) when the child ends.
@@ -43,17 +44,16 @@ def receive(sock: socket.socket) -> tuple[dict | None, list[int]]:
 
 
 def watched_files() -> list[list]:
-    """What the parent checks before each fork: memlens' own sources (newest mtime, its folder
-    and shim.cpp), torch's install and the site-packages folder holding it (pip writes there)."""
+    """What the parent checks before each fork: memlens' own sources and folders (shim.cpp
+    too), torch's install and the site-packages folder holding it (worker/source_stamps.py)."""
     import memlens
     import torch
 
-    package = os.path.dirname(memlens.__file__)
-    paths = [os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(torch.__file__))]
-    for folder, _, names in os.walk(package):
-        paths.append(folder)
-        paths.extend(os.path.join(folder, n) for n in names if n.endswith((".py", ".cpp")))
-    return [[p, os.stat(p).st_mtime_ns] for p in paths]
+    from memlens.worker.source_stamps import watched
+
+    torch_folder = os.path.dirname(torch.__file__)
+    return watched(os.path.dirname(memlens.__file__),
+                   [torch_folder, os.path.dirname(torch_folder)])
 
 
 def preload(shim: bool = True) -> None:

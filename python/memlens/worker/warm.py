@@ -30,6 +30,7 @@ import threading
 from typing import Callable
 
 from .process_tree import MARK, _PR_SET_PDEATHSIG, _PRCTL, WorkerProcess
+from .source_stamps import changed
 
 ENABLE_ENV = "MEMLENS_WARM_WORKER"
 READY_TIMEOUT_S = 300.0  # the warm process imports what a cold worker would: as long at worst
@@ -101,13 +102,7 @@ class ForkServer:
 
     def stale(self) -> bool:
         """memlens or torch changed on disk since the warm process imported them."""
-        for path, mtime in self._watch:
-            try:
-                if os.stat(path).st_mtime_ns != mtime:
-                    return True
-            except OSError:
-                return True
-        return False
+        return any(changed(path, stamp) for path, stamp in self._watch)
 
     def serves(self, python: str, env: dict[str, str]) -> bool:
         return python == self.python and import_time_env(env) == import_time_env(self.env)

@@ -236,6 +236,42 @@ def test_what_the_warm_process_cannot_stand_for_runs_cold(server, tmp_path):
         server._watch = saved
 
 
+def test_the_bytecode_cache_leaves_the_warm_process_current_and_a_new_source_does_not(tmp_path):
+    """Python writes `__pycache__` into an editable install's folders as modules are first
+    imported: that changes a folder's time, not its sources, and must not make the warm
+    process stale (it was replaced then, and the traces forked from it killed)."""
+    from memlens.worker import source_stamps
+
+    package, other = tmp_path / "pkg", tmp_path / "site"
+    (package / "engine").mkdir(parents=True)
+    other.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "engine" / "tracer.py").write_text("a = 1\n")
+    stamps = source_stamps.watched(str(package), [str(other)])
+    assert {p for p, _ in stamps} == {str(other), str(package), str(package / "__init__.py"),
+                                      str(package / "engine"),
+                                      str(package / "engine" / "tracer.py")}
+    (package / "engine" / "__pycache__").mkdir()
+    (package / "engine" / "__pycache__" / "tracer.cpython-311.pyc").write_bytes(b"\0")
+    assert not any(source_stamps.changed(p, s) for p, s in stamps)
+    (package / "engine" / "replay.py").write_text("b = 2\n")  # a new module
+    assert [p for p, s in stamps if source_stamps.changed(p, s)] == [str(package / "engine")]
+    os.utime(package / "engine" / "tracer.py", ns=(0, 0))  # an edited one
+    assert source_stamps.changed(str(package / "engine" / "tracer.py"),
+                                 dict(stamps)[str(package / "engine" / "tracer.py")])
+    (other / "new-package").mkdir()  # pip installed something beside torch
+    assert source_stamps.changed(str(other), dict(stamps)[str(other)])
+
+
+def test_the_warm_process_watches_memlens_folders_by_their_sources(server):
+    import memlens
+
+    engine = os.path.join(os.path.dirname(memlens.__file__), "engine")
+    stamps = dict(server._watch)
+    assert "tracer.py" in stamps[engine] and "__pycache__" not in stamps[engine]
+    assert not any(p.endswith("__pycache__") for p in stamps) and not server.stale()
+
+
 def test_without_the_warm_process_its_children_end_and_workers_run_cold(tmp_path):
     own = warm.ForkServer(PY, worker_env())
     assert own.ready()
