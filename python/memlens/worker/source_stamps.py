@@ -24,8 +24,8 @@ def watched(package: str, folders: list[str]) -> list[list]:
     for folder, subfolders, names in os.walk(package):
         subfolders[:] = [s for s in subfolders if s != _CACHE]
         stamps.append([folder, _contents(folder)])
-        stamps.extend([os.path.join(folder, n), os.stat(os.path.join(folder, n)).st_mtime_ns]
-                      for n in names if n.endswith(_SOURCES))
+        sources = [os.path.join(folder, n) for n in names if n.endswith(_SOURCES)]
+        stamps.extend([path, os.stat(path).st_mtime_ns] for path in sources)
     return stamps
 
 
@@ -40,5 +40,6 @@ def changed(path: str, stamp) -> bool:
 
 def _contents(folder: str) -> list[str]:
     """The sources and folders in `folder` (not the bytecode cache), sorted."""
-    return sorted(n for n in os.listdir(folder) if n != _CACHE and (
-        n.endswith(_SOURCES) or os.path.isdir(os.path.join(folder, n))))
+    with os.scandir(folder) as entries:  # a folder's entries say whether they are folders
+        return sorted(e.name for e in entries if e.name != _CACHE and (
+            e.name.endswith(_SOURCES) or e.is_dir()))
