@@ -8,7 +8,8 @@ what they start each worker with: a forked child where the warm process can stan
 (the same interpreter, a `-m memlens` command, the same import-time environment, memlens' and
 torch's files unchanged since it started), else a cold process as before. Either is a WorkerProcess:
 its time limit, memory limit, cancel and the ending of every process it starts are the same.
-A warm process whose files changed is replaced; one that cannot start (no compiler for the
+A warm process whose files changed is replaced (and stops once the traces forked from it have
+ended); one that cannot start (no compiler for the
 shim, say) leaves its parent on cold workers. `MEMLENS_WARM_WORKER=0` turns it off.
 
 The fake-CUDA shim is loaded before torch and stays for the process's life: a warm process
@@ -75,6 +76,7 @@ class ForkServer:
         self._next_id = 0
         self._answers: dict[int, queue.Queue] = {}
         self._children: dict[int, ForkedChild] = {}
+        self._retired = False
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self._proc = subprocess.Popen(
@@ -133,6 +135,18 @@ class ForkServer:
             self._proc.kill()
             self._proc.wait()
 
+    def retire(self) -> None:
+        """Stop once every child forked from it has ended: it is being replaced (its files
+        changed, another environment), and stopping it now would end the traces still running
+        from it (their parent-death signal)."""
+        self._retired = True
+        self._stop_if_idle()
+
+    def _stop_if_idle(self) -> None:
+        # A fork asked for is in _answers until its child is in _children: read in that order
+        if self._retired and not self._answers and not self._children:
+            self.stop()
+
     def _read(self) -> None:  # a thread of its own
         while True:
             try:
@@ -150,6 +164,7 @@ class ForkServer:
                 child = self._children.pop(message["exited"], None)
                 if child is not None:  # else an orphan the warm process reaped
                     child.ended(message["returncode"])
+                self._stop_if_idle()
             else:
                 if "pid" in message:  # registered before the child's exit can be read
                     self._children[message["pid"]] = ForkedChild(message["pid"])
@@ -230,7 +245,7 @@ def prestart(python: str, env: dict[str, str], shim: bool = True) -> ForkServer 
                 not (server._ready.is_set() and (not server.alive() or server.stale())):
             return server
         if server is not None:
-            server.stop()
+            server.retire()
         server = _servers[(python, shim)] = ForkServer(python, env, shim)
         return server
 

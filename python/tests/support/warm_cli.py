@@ -20,7 +20,7 @@ from typing import Callable
 
 from memlens.worker import warm
 
-KEPT = 4  # warm processes at most (each ~0.5 GiB), the least recently used stopped first
+KEPT = 4  # warm processes at most (each ~0.5 GiB), the least recently used retired first
 _servers: dict[tuple, warm.ForkServer] = {}
 _seen: set[tuple] = set()
 _lock = threading.Lock()
@@ -48,7 +48,7 @@ def _server(argv: list[str], env: dict[str, str]) -> warm.ForkServer | None:
     with _lock:
         server = _servers.pop(key, None)
         if server is not None and (not server.alive() or server.stale()):
-            server.stop()
+            server.retire()  # ends with the commands still forked from it
             server = None
         if server is None:
             if key not in _seen:
@@ -57,7 +57,7 @@ def _server(argv: list[str], env: dict[str, str]) -> warm.ForkServer | None:
             server = _start(env, shim)
         _servers[key] = server
         while len(_servers) > KEPT:
-            _servers.pop(next(iter(_servers))).stop()
+            _servers.pop(next(iter(_servers))).retire()
     return server if server.ready() else None
 
 

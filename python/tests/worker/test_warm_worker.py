@@ -287,6 +287,42 @@ def test_without_the_warm_process_its_children_end_and_workers_run_cold(tmp_path
     assert not own.ready(0)
 
 
+def test_a_replaced_warm_process_stops_once_the_traces_forked_from_it_end(tmp_path):
+    """A warm process found stale (pip installed something, memlens changed) is replaced
+    before the next trace: the traces still running from it run to their end, and it stops
+    after the last one (an idle one at once)."""
+    own = warm.ForkServer(PY, worker_env())
+    assert own.ready()
+    release = tmp_path / "release"
+    script = _script(tmp_path, f"""
+        import os, time
+        while not os.path.exists({str(release)!r}):
+            time.sleep(0.05)
+        print("finished")
+    """)
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    child = own.fork(["run", "--device", "cpu", "--no-snapshot", "--", str(script)],
+                     str(tmp_path), worker_env(), None, out_w, err_w)
+    os.close(out_w)
+    os.close(err_w)
+    own.retire()
+    time.sleep(1.0)
+    assert own.alive() and child.returncode is None  # the trace runs on
+    release.write_text("")
+    assert child.wait(LIMIT) == 0
+    with os.fdopen(out_r) as out, os.fdopen(err_r) as err:
+        assert "finished" in out.read(), err.read()[-2000:]
+    deadline = time.monotonic() + 30
+    while own.alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not own.alive()
+    idle = warm.ForkServer(PY, worker_env())
+    assert idle.ready()
+    idle.retire()
+    assert not idle.alive()
+
+
 def test_a_child_whose_parent_died_before_it_asked_for_its_death_signal_ends(tmp_path):
     """A parent killed between fork and the child's PR_SET_PDEATHSIG sends no signal: the
     child, seeing another parent once it has asked (here: told to expect pid 1), ends as the
