@@ -126,6 +126,7 @@ class ForkServer:
             raise OSError("the warm worker did not answer") from None
         finally:
             self._answers.pop(request_id, None)
+            self._stop_if_idle()  # retired meanwhile, and this fork made no child
         if "pid" not in reply:
             raise OSError(reply.get("error") or "the warm worker could not fork")
         return self._children[reply["pid"]]
