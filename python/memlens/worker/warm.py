@@ -9,8 +9,8 @@ what they start each worker with: a forked child where the warm process can stan
 torch's files unchanged since it started), else a cold process as before. Either is a WorkerProcess:
 its time limit, memory limit, cancel and the ending of every process it starts are the same.
 A warm process whose files changed is replaced (and stops once the traces forked from it have
-ended); one that cannot start (no compiler for the
-shim, say) leaves its parent on cold workers. `MEMLENS_WARM_WORKER=0` turns it off.
+ended); one that cannot start (no compiler for the shim, say) leaves its parent on cold
+workers. `MEMLENS_WARM_WORKER=0` turns it off.
 
 The fake-CUDA shim is loaded before torch and stays for the process's life: a warm process
 either has it (for GPU targets, the default) or not (for `--device cpu`, whose trace must not
