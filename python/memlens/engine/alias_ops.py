@@ -20,9 +20,9 @@ accountant treats the result the same either way (views allocate nothing).
 from __future__ import annotations
 
 import torch
-from torch._subclasses.fake_tensor import (FakeTensor, in_kernel_invocation_manager,
-                                           unset_fake_temporarily)
+from torch._subclasses.fake_tensor import in_kernel_invocation_manager, unset_fake_temporarily
 
+from .fake_tensors import make_fake
 from .like_ops import plain_fake
 
 aten = torch.ops.aten
@@ -46,7 +46,7 @@ def answered(func, args, kwargs, mode):
     with unset_fake_temporarily(), in_kernel_invocation_manager(mode):
         meta = torch.empty_strided(shape, stride, dtype=t.dtype, device="meta")
         meta.set_(t.untyped_storage(), t.storage_offset(), shape, stride)
-    return True, FakeTensor(mode, meta, device)
+    return True, make_fake(mode, meta, device)
 
 
 def _view(func, args, kwargs, mode):
@@ -58,7 +58,7 @@ def _view(func, args, kwargs, mode):
             meta = func(*args)
         except Exception:  # noqa: BLE001 - FakeTensorMode's answer, and its error, then
             return False, None
-    return True, FakeTensor(mode, meta, device)
+    return True, make_fake(mode, meta, device)
 
 
 def _plain(t, mode) -> bool:

@@ -21,6 +21,8 @@ from __future__ import annotations
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 
+from .fake_tensors import make_fake
+
 aten = torch.ops.aten
 _FACTORIES = frozenset({aten.empty.memory_format, aten.empty_strided.default,
                         aten.zeros.default, aten.ones.default, aten.full.default})
@@ -44,7 +46,7 @@ def answered(func, args, kwargs, mode):
         return False, None
     with unset_fake_temporarily():
         meta = func(*args, **{**kwargs, "device": _META})
-    return True, FakeTensor(mode, meta, torch.device(device))
+    return True, make_fake(mode, meta, torch.device(device))
 
 
 def empty_strided(mode, shape, stride, dtype: torch.dtype, device: torch.device) -> FakeTensor:
@@ -57,7 +59,7 @@ def empty_strided(mode, shape, stride, dtype: torch.dtype, device: torch.device)
     FakeTensorMode: a third of a replayed block's cost)."""
     with torch._C._DisableTorchDispatch():
         meta = torch.empty_strided(shape, stride, dtype=dtype, device=_META)
-    return FakeTensor(mode, meta, device)
+    return make_fake(mode, meta, device)
 
 
 def _ints(sizes) -> bool:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 
+from .fake_tensors import make_fake
 from .inplace_ops import foreach_operands
 
 aten = torch.ops.aten
@@ -112,4 +113,4 @@ def _new(like: torch.Tensor, mode, dtype: torch.dtype) -> FakeTensor:
     """A new contiguous fake tensor of `like`'s shape and device (called with the trace's
     FakeTensorMode unset, so that the meta tensor is made by PyTorch, not by the mode)."""
     meta = torch.empty(like.shape, dtype=dtype, device="meta")
-    return FakeTensor(mode, meta, like.device)
+    return make_fake(mode, meta, like.device)
