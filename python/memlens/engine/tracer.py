@@ -93,6 +93,9 @@ class Tracer:
         self.stopped = False  # the trace stopped the workload after its iterations
         self.interrupted = False  # Ctrl-C ended the trace (see interrupt.py)
         self.notes: list[str] = []  # what plugins changed about the run (snapshot meta.notes)
+        # (device key, OutsideItem, short basis): device memory a library holds outside
+        # PyTorch's allocator (TE's Userbuffers), a line of the snapshot's outside_allocator
+        self.outside: list[tuple] = []
         self.plugins = PluginHost(self)
         # torch.compile regions; on a CUDA target Inductor's GPU code needs Triton installed
         self.compiled = CompiledPrograms(device.type, self.add_note,

@@ -69,8 +69,9 @@ class CudaRules:
         self._cublas_ops = _overloads(CUBLAS_OPS)
         # device -> process group -> {name, ranks, ring, send, recv}: NCCL's communicators
         self.communicators: dict[str, dict[str, dict]] = {}
-        # A plugin's library GEMMs: (device) -> the library's own workspace (a Persistent) for
-        # a matmul-family op run now inside one of its stand-ins, or None (PyTorch's handle).
+        # A plugin's library GEMMs: (the op's output) -> the library's own workspace (a
+        # Persistent) for a matmul-family op run now inside one of its stand-ins, or None
+        # (PyTorch's handle).
         self.gemm_workspace = None
 
     def persistent_rule(self, func):
@@ -85,7 +86,7 @@ class CudaRules:
         if t is None or t.device.type != "cuda":
             return []
         if self.gemm_workspace is not None:
-            own = self.gemm_workspace(t.device)
+            own = self.gemm_workspace(t)
             if own is not None:  # the library's handle: PyTorch's is not used
                 return [own]
         # Backward runs on autograd's device thread, which has a cuBLAS handle of its own.

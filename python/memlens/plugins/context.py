@@ -32,6 +32,7 @@ class PluginContext(Protocol):
     accountant: Accountant  # made_fake: a tensor a library makes outside dispatch, booked
     workspaces: WorkspaceModel  # what kernels allocate for themselves
     notes: list[str]  # what plugins changed about the run (the snapshot's meta.notes)
+    outside: list[tuple]  # (device key, OutsideItem, short basis): a library's own device memory
     layer_replay: LayerReplay | None  # repeated blocks replayed: a library declares its caches
 
     def add_note(self, text: str) -> None:

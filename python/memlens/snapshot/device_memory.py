@@ -94,6 +94,7 @@ def outside_items(tracer: TraceFacts, device: str, world_size: int,
             "CUDNN_CONV_WSCAP_DBG cap" if cudnn.bytes else "not estimated")))
     if world_size > 1:
         items += _nccl(tracer, device, world_size)
+    items += [_item(item, short) for key, item, short in tracer.outside if key == device]
     return items
 
 

@@ -81,6 +81,7 @@ class TraceFacts(Protocol):
     finished: float
     interrupted: bool  # Ctrl-C ended the trace
     notes: list[str]  # what plugins changed about the run
+    outside: list[tuple]  # (device key, OutsideItem, short basis) a library holds outside
 
     def parallel_meta(self) -> dict[str, Any]:
         """The simulated rank's job: world size, rank, parallelism."""

@@ -72,8 +72,10 @@ class MegatronPlugin:
         self.fp8_recipe = None  # inside Megatron's FP8 context (TE absent): its recipe
         self.te_dummy_wgrads: dict = {}  # TE's get_dummy_wgrad cache (te_wgrad.py)
         self.grouped_linear_classes: tuple | None = None  # TE's grouped layers' stand-ins
-        # TE's GEMM workspace taken by a stand-in GEMM (te_gemm.py), once TE is asked for
-        self.te_gemm = lambda device: None
+        # TE's GEMM workspace taken by a stand-in GEMM (te_gemm.py), once TE is asked for:
+        # (device, module=None, weight_gradient=False)
+        self.te_gemm = lambda device, *args, **kwargs: None
+        self.userbuffers = False  # TE's Userbuffers initialised (--tp-comm-overlap)
 
     def patches(self) -> list[tuple[str, object]]:
         """(module name, what to patch in it once it is imported), in order; a module may be

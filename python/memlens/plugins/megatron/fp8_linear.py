@@ -29,6 +29,7 @@ from ... import categories as C
 from ...errors import MemlensError
 from .fp8 import RECIPES, Recipe
 from .te_wgrad import fused_wgrad
+from .userbuffers import overlapped
 
 
 def recipe_of(plugin, config) -> Recipe:
@@ -143,6 +144,14 @@ class _Layer:
         self.allreduce_dgrad = kwargs.get("allreduce_dgrad", False)
         self.sequence_parallel = kwargs.get("sequence_parallel", False)
         self.tp_group = get_tensor_model_parallel_group_if_none(kwargs.get("tp_group"))
+        # TE gathers this layer's input into its Userbuffers (--tp-comm-overlap), outside
+        # PyTorch's allocator, and writes the data gradient there (userbuffers.py)
+        self.userbuffers = self.sequence_parallel and overlapped(plugin, module, False)
+
+    def outside_allocator(self):
+        """What TE writes into its Userbuffers instead of new tensors: not booked."""
+        return self.plugin.tracer.accountant.unbooked() if self.userbuffers else \
+            contextlib.nullcontext()
 
     def quantize(self, shape, weight: bool, rowwise: bool, columnwise: bool) -> dict:
         return quantized(self.recipe, shape, weight, rowwise, columnwise)
@@ -190,10 +199,11 @@ def _function():
                 float8 = recipe.name in ("delayed", "tensorwise")
                 local = layer.quantize(shape, False, True, not float8)
                 world = layer.tp_group.size()
-                gathered = layer.quantize((shape[0] * world, *shape[1:]), False, True, False)
                 total_shape = (shape[0] * world, *shape[1:])
-                data = next(iter(gathered.values()))
-                dist.all_gather_into_tensor(data, next(iter(local.values())), group=layer.tp_group)
+                with layer.outside_allocator():
+                    gathered = layer.quantize(total_shape, False, True, False)
+                    dist.all_gather_into_tensor(next(iter(gathered.values())),
+                                                next(iter(local.values())), group=layer.tp_group)
                 saved = local if float8 else recipe.columnwise_only(local)
             else:
                 local = layer.quantize(shape, False, True, True)
@@ -202,7 +212,7 @@ def _function():
             out_features = weight.shape[0]
             output = torch.empty((*total_shape[:-1], out_features), dtype=input.dtype,
                                  device=input.device)  # the bias is added by the GEMM
-            layer.plugin.te_gemm(output.device)  # TE's GEMM workspace, at its first GEMM
+            layer.plugin.te_gemm(output.device, layer.module)  # TE's workspace, at its first GEMM
             del gathered, local  # the row-wise data and any gathered copy go after the GEMM
             names = sorted(saved)
             ctx.names, ctx.layer, ctx.shape = names, layer, tuple(shape)
@@ -222,18 +232,23 @@ def _function():
             grad_q = layer.quantize(grad_output.shape, False, True, True)
             grad_bias = torch.empty(grad_output.shape[-1], dtype=grad_output.dtype,
                                     device=grad_output.device) if ctx.use_bias else None
-            grad_input = torch.empty(ctx.total_shape, dtype=ctx.input_dtype,
-                                     device=grad_output.device)
+            with layer.outside_allocator():
+                grad_input = torch.empty(ctx.total_shape, dtype=ctx.input_dtype,
+                                         device=grad_output.device)
+            layer.plugin.te_gemm(grad_output.device, layer.module)
             gathered = None
             if layer.sequence_parallel:  # the saved local input, gathered again for wgrad
-                gathered = layer.quantize(ctx.total_shape, False, True, False)
-                dist.all_gather_into_tensor(next(iter(gathered.values())),
-                                            next(iter(saved.values())), group=layer.tp_group)
+                with layer.outside_allocator():
+                    gathered = layer.quantize(ctx.total_shape, False, True, False)
+                    dist.all_gather_into_tensor(next(iter(gathered.values())),
+                                                next(iter(saved.values())), group=layer.tp_group)
                 sub = torch.empty(ctx.shape, dtype=ctx.input_dtype, device=grad_output.device)
-                dist.reduce_scatter_tensor(sub, grad_input, group=layer.tp_group)
+                with layer.outside_allocator():
+                    dist.reduce_scatter_tensor(sub, grad_input, group=layer.tp_group)
                 grad_input = sub
             elif layer.allreduce_dgrad:
                 dist.all_reduce(grad_input, group=layer.tp_group)
+            layer.plugin.te_gemm(grad_output.device, layer.module, weight_gradient=True)
             grad_weight = _weight_gradient(ctx, weight, grad_output)
             del grad_q, gathered, saved
             return grad_input, grad_weight, grad_bias, None

@@ -70,6 +70,9 @@ def tp_layers(plugin, mod: ModuleType) -> None:
         return
 
     def wgrad_gemm_accum(total_input, grad_output, main_grad) -> None:
+        from .te_gemm import take_in_current_module
+
+        take_in_current_module(plugin, main_grad.device, weight_gradient=True)
         plugin.note("apex is not installed: its fused weight-gradient accumulation "
                     "(--gradient-accumulation-fusion) stood in for by a kernel that, like "
                     "it, writes into the fp32 gradient buffer and allocates nothing")

@@ -26,7 +26,8 @@ where TE is absent here they run as that call does (`general_gemm`), taking TE's
 on a GPU machine with Megatron's container (TE installed). Megatron's CI measured it: its
 local-spec MoE configurations hold 32 MiB + 1 KiB more on H100s than on A100s (4 MiB there).
 
-Not modelled: the workspaces of Userbuffers' overlap (`--tp-comm-overlap`, three).
+With `--tp-comm-overlap`, the GEMMs TE overlaps with Userbuffers take three more in one tensor
+(userbuffers.py).
 """
 
 from __future__ import annotations
@@ -70,9 +71,15 @@ def te_gemm_class(cls: type) -> type:
         theirs in backward (grouped_linear.py says so in the report). Megatron 0.16's own
         linear layers have no such method; TE's have."""
 
+    def __init__(self, *args, **kwargs):
+        cls.__init__(self, *args, **kwargs)
+        # which of TE's Userbuffers its GEMMs use (qkv, proj, fc1, fc2: userbuffers.py);
+        # Megatron's own layers take the name and drop it
+        self._memlens_ub_name = kwargs.get("tp_comm_buffer_name")
+
     return type(cls.__name__, (cls,), {
         "__module__": cls.__module__, "__qualname__": cls.__qualname__, MARK: True,
-        "forward": forward, "backward_dw": backward_dw,
+        "__init__": __init__, "forward": forward, "backward_dw": backward_dw,
         "__doc__": f"{cls.__name__}, standing in for Transformer Engine's linear module "
                    "(memlens/plugins/megatron/te_gemm.py): its GEMMs use TE's workspace."})
 
@@ -123,9 +130,29 @@ def workspace(plugin, device):
                       workspace_bytes(plugin.tracer.device.major), device)
 
 
-def take_workspace(plugin, device) -> None:
-    """TE's GEMM workspace, taken (once per device) as its first GEMM does."""
-    plugin.tracer.accountant.take_persistent(workspace(plugin, device))
+def take_workspace(plugin, device, module=None, weight_gradient: bool = False) -> None:
+    """TE's GEMM workspace, taken (once per device) as its first GEMM does: for a GEMM of
+    `module` that TE overlaps with its communication, the Userbuffers one (userbuffers.py)."""
+    plugin.tracer.accountant.take_persistent(_workspace_for(plugin, device, module,
+                                                            weight_gradient))
+
+
+def take_in_current_module(plugin, device, weight_gradient: bool = False) -> None:
+    """A GEMM of no matmul op (apex's fused weight-gradient kernel) in a layer standing in for
+    TE's: TE's workspace, as its GEMM takes it."""
+    modules = plugin.tracer.modules
+    idx = modules.current()
+    module = modules.infos[idx].module if idx >= 0 else None
+    if getattr(module, MARK, False):
+        plugin.te_gemm(device, module, weight_gradient)
+
+
+def _workspace_for(plugin, device, module, weight_gradient: bool):
+    from . import userbuffers
+
+    if module is not None and userbuffers.overlapped(plugin, module, weight_gradient):
+        return userbuffers.workspace(plugin, device)
+    return workspace(plugin, device)
 
 
 def general_gemm(plugin):
@@ -172,11 +199,14 @@ def install(plugin) -> None:
     modules = tracer.modules
     nbytes = workspace_bytes(tracer.device.major)
 
-    def gemm_workspace(device):
+    def gemm_workspace(out):
         idx = modules.current()
-        if idx < 0 or not getattr(modules.infos[idx].module, MARK, False):
+        module = modules.infos[idx].module if idx >= 0 else None
+        if not getattr(module, MARK, False):
             return None
-        return workspace(plugin, device)
+        weight = getattr(module, "weight", None)  # a GEMM that makes the weight's gradient
+        return _workspace_for(plugin, out.device, module,
+                              weight is not None and tuple(out.shape) == tuple(weight.shape))
 
     plugin.te_gemm = functools.partial(take_workspace, plugin)
     setattr(gemm_workspace, MARK, True)

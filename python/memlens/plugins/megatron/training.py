@@ -37,9 +37,13 @@ def arguments(plugin, mod: ModuleType) -> None:
 
 
 def initialize(plugin, mod: ModuleType) -> None:
-    """No compiling of dataset helpers and fused kernels: the trace runs none of them."""
+    """No compiling of dataset helpers and fused kernels: the trace runs none of them. TE's
+    Userbuffers (`--tp-comm-overlap`) stood in for where TE is absent (userbuffers.py)."""
+    from . import userbuffers
+
     if hasattr(mod, "_compile_dependencies"):
         plugin.replace(mod, "_compile_dependencies", lambda *a, **k: None)
+    userbuffers.initialize(plugin, mod)
 
 
 def training(plugin, mod: ModuleType) -> None:

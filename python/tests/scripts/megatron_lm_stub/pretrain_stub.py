@@ -16,7 +16,7 @@ from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
 from megatron.core.transformer.module import Float16Module
 from megatron.core.transformer.transformer_config import TransformerConfig
 from megatron.training import get_args
-from megatron.training.initialize import initialize_megatron
+from megatron.training.initialize import finish_mpu_init, initialize_megatron
 from megatron.training.training import build_train_valid_test_data_iterators, train
 from megatron.training.utils import get_batch_on_this_tp_rank
 
@@ -27,6 +27,7 @@ chunks = args.virtual_pipeline_model_parallel_size
 parallel_state.initialize_model_parallel(args.tensor_model_parallel_size,
                                          args.pipeline_model_parallel_size,
                                          virtual_pipeline_model_parallel_size=chunks)
+finish_mpu_init(args)
 model_parallel_cuda_manual_seed(1234)
 config = TransformerConfig(
     num_layers=args.num_layers, hidden_size=args.hidden_size,
@@ -37,7 +38,8 @@ config = TransformerConfig(
     microbatch_group_size_per_vp_stage=args.microbatch_group_size_per_vp_stage,
     persist_layer_norm=False, masked_softmax_fusion=False, gradient_accumulation_fusion=False,
     num_moe_experts=args.num_experts, moe_grouped_gemm=args.moe_grouped_gemm,
-    add_bias_linear=not args.disable_bias_linear)
+    add_bias_linear=not args.disable_bias_linear, sequence_parallel=args.sequence_parallel,
+    tp_comm_overlap=args.tp_comm_overlap)
 
 
 def build(vp_stage):

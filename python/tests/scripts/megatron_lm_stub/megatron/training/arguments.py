@@ -25,7 +25,7 @@ def parse_args(argv):
             ("--tensorboard-dir", str, None), ("--num-workers", int, 2),
             ("--data-args-path", str, None), ("--per-split-data-args-path", str, None),
             ("--data-cache-path", str, None), ("--split", str, None),
-            ("--num-experts", int, None)):
+            ("--num-experts", int, None), ("--tp-comm-overlap-cfg", str, None)):
         p.add_argument(name, type=kind, default=default)
     for name in ("--data-path", "--train-data-path", "--valid-data-path", "--test-data-path"):
         p.add_argument(name, nargs="*", default=None)
@@ -40,6 +40,8 @@ def parse_args(argv):
     p.add_argument("--log-params-norm", action="store_true")
     p.add_argument("--use-megatron-fsdp", action="store_true")
     p.add_argument("--data-parallel-sharding-strategy", default="no_shard")
+    p.add_argument("--sequence-parallel", action="store_true")
+    p.add_argument("--tp-comm-overlap", action="store_true")
     args = p.parse_args(argv)
     args.rank = int(os.getenv("RANK", "0"))
     args.world_size = int(os.getenv("WORLD_SIZE", "1"))
@@ -70,5 +72,9 @@ def validate_args(args, defaults={}):
     if args.deterministic_mode:
         assert os.environ.get("NCCL_ALGO") in ("Ring", "Tree"), \
             "--deterministic-mode needs NCCL_ALGO set"
+    if args.tp_comm_overlap:
+        assert args.sequence_parallel, "Tensor parallel communication/GEMM overlap can happen " \
+            "only when sequence parallelism is enabled"
+    args.fp8 = None
     args.padded_vocab_size = args.vocab_size or 1024
     return args

@@ -8,6 +8,26 @@ def _compile_dependencies():
     COMPILED.append("helpers")  # Megatron-LM runs `make` here
 
 
+def _initialize_tp_communicators():
+    """Userbuffers for TP communication overlapped with GEMMs: Transformer Engine's, as
+    Megatron-LM asks for them (TE is never installed where the tests run)."""
+    try:
+        import transformer_engine  # noqa: F401
+        import yaml  # noqa: F401
+        from transformer_engine.pytorch import module as te_module
+    except ImportError:
+        raise RuntimeError("Tensor Parallel Communication/GEMM Overlap optimization needs "
+                           "'yaml' and 'transformer_engine' packages")
+    te_module.base.initialize_ub()
+
+
+def finish_mpu_init(args):
+    """After the process groups are made (Megatron-LM's initialize_megatron does this part
+    once torch.distributed is up)."""
+    if args.tp_comm_overlap:
+        _initialize_tp_communicators()
+
+
 def initialize_megatron(argv):
     from megatron.training.global_vars import set_args
 
