@@ -140,11 +140,16 @@ def take_workspace(plugin, device, module=None, weight_gradient: bool = False) -
 def take_in_current_module(plugin, device, weight_gradient: bool = False) -> None:
     """A GEMM of no matmul op (apex's fused weight-gradient kernel) in a layer standing in for
     TE's: TE's workspace, as its GEMM takes it."""
-    modules = plugin.tracer.modules
+    module = _current_stand_in(plugin.tracer.modules)
+    if module is not None:
+        plugin.te_gemm(device, module, weight_gradient)
+
+
+def _current_stand_in(modules):
+    """The layer standing in for TE's linear that runs now (forward or backward), or None."""
     idx = modules.current()
     module = modules.infos[idx].module if idx >= 0 else None
-    if getattr(module, MARK, False):
-        plugin.te_gemm(device, module, weight_gradient)
+    return module if getattr(module, MARK, False) else None
 
 
 def _workspace_for(plugin, device, module, weight_gradient: bool):
@@ -192,6 +197,8 @@ def install(plugin) -> None:
     workspace per device instead of PyTorch's per-thread ones. A stand-in GEMM that makes its
     output without a matmul op (the FP8 linear's, fp8_linear.py) takes it itself
     (`plugin.te_gemm`)."""
+    import torch
+
     tracer = plugin.tracer
     rules = getattr(tracer.workspaces, "cuda", None)
     if rules is None or getattr(rules.gemm_workspace, MARK, False):
@@ -200,13 +207,13 @@ def install(plugin) -> None:
     nbytes = workspace_bytes(tracer.device.major)
 
     def gemm_workspace(out):
-        idx = modules.current()
-        module = modules.infos[idx].module if idx >= 0 else None
-        if not getattr(module, MARK, False):
+        module = _current_stand_in(modules)
+        if module is None:
             return None
-        weight = getattr(module, "weight", None)  # a GEMM that makes the weight's gradient
-        return _workspace_for(plugin, out.device, module,
-                              weight is not None and tuple(out.shape) == tuple(weight.shape))
+        weight = getattr(module, "weight", None)  # a backward GEMM making the weight's gradient
+        wgrad = weight is not None and torch._C._current_autograd_node() is not None and \
+            tuple(out.shape) == tuple(weight.shape)
+        return _workspace_for(plugin, out.device, module, wgrad)
 
     plugin.te_gemm = functools.partial(take_workspace, plugin)
     setattr(gemm_workspace, MARK, True)
