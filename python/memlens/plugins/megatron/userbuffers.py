@@ -37,6 +37,8 @@ from __future__ import annotations
 import functools
 import math
 
+from .te_gemm import workspace_bytes as te_workspace_bytes
+
 MiB = 1 << 20
 GRANULARITY = 2 * MiB  # cuMemGetAllocationGranularity on Hopper, as commonly reported
 REGION_0 = 3_223_808  # userbuffers.h: LOCALSIZE, the communicator's flags and peer pointers
@@ -94,8 +96,8 @@ def rounded(nbytes: int) -> int:
     return math.ceil(nbytes / GRANULARITY) * GRANULARITY
 
 
-def outside_items(shape, tp_size: int, fp8_modes: list[bool], ub_cfgs: dict | None):
-    """(OutsideItem, short basis) of the buffers and the communicator's own memory."""
+def outside_item(shape, tp_size: int, fp8_modes: list[bool], ub_cfgs: dict | None):
+    """(OutsideItem, short basis): the buffers and the communicator's own memory."""
     from ...allocator.outside import OutsideItem
 
     made = buffers(shape, tp_size, fp8_modes, ub_cfgs)
@@ -109,15 +111,13 @@ def outside_items(shape, tp_size: int, fp8_modes: list[bool], ub_cfgs: dict | No
              "driver reports on Hopper, assumed), the communicator's region "
              f"({REGION_0:,} B, rounded likewise) and flags ({FLAGS:,} B); cuMemCreate or "
              "cudaMalloc, outside PyTorch's allocator")
-    return [(OutsideItem("Userbuffers (TE's TP comm+GEMM overlap)", total, basis),
-             f"{len(made)} buffers of [{shape[0]}, {shape[1]}], {modes}; approximate")]
+    return (OutsideItem("Userbuffers (TE's TP comm+GEMM overlap)", total, basis),
+            f"{len(made)} buffers of [{shape[0]}, {shape[1]}], {modes}; approximate")
 
 
 def workspace_bytes(cc_major: int) -> int:
     """get_cublas_workspace(device, ub=True): three of TE's workspaces in one tensor."""
-    from .te_gemm import workspace_bytes as one
-
-    return UB_STREAMS * one(cc_major)
+    return UB_STREAMS * te_workspace_bytes(cc_major)
 
 
 def workspace(plugin, device):
@@ -171,9 +171,8 @@ def initialize(plugin, mod) -> None:
         from ...kernels.cuda import device_key
 
         device = device_key(torch.device("cuda", torch.cuda.current_device()))
-        for item, short in outside_items(shape, args.tensor_model_parallel_size, fp8_modes,
-                                         ub_cfgs):
-            plugin.tracer.outside.append((device, item, short))
+        item, short = outside_item(shape, args.tensor_model_parallel_size, fp8_modes, ub_cfgs)
+        plugin.tracer.outside.append((device, item, short))
         plugin.userbuffers = True
         plugin.note("--tp-comm-overlap without Transformer Engine: TE's Userbuffers are "
                     "memory outside PyTorch's allocator, their GEMMs take TE's Userbuffers "
