@@ -35,7 +35,6 @@ tp_size, quantization_modes, ub_cfgs)` and stops without TE ("needs 'yaml' and
 from __future__ import annotations
 
 import functools
-import math
 
 from .te_gemm import workspace_bytes as te_workspace_bytes
 
@@ -93,7 +92,7 @@ def buffers(shape: tuple[int, int], tp_size: int, fp8_modes: list[bool],
 
 
 def rounded(nbytes: int) -> int:
-    return math.ceil(nbytes / GRANULARITY) * GRANULARITY
+    return -(-nbytes // GRANULARITY) * GRANULARITY
 
 
 def outside_item(shape, tp_size: int, fp8_modes: list[bool], ub_cfgs: dict | None):
