@@ -75,7 +75,9 @@ class MegatronPlugin:
         # TE's GEMM workspace taken by a stand-in GEMM (te_gemm.py), once TE is asked for:
         # (device, module=None, weight_gradient=False)
         self.te_gemm = lambda device, *args, **kwargs: None
-        self.userbuffers = False  # TE's Userbuffers initialised (--tp-comm-overlap)
+        # TE's Userbuffers, once initialised (--tp-comm-overlap): (device, module,
+        # weight_gradient) -> their workspace for a GEMM they overlap, or None (userbuffers.py)
+        self.userbuffers = None
 
     def patches(self) -> list[tuple[str, object]]:
         """(module name, what to patch in it once it is imported), in order; a module may be

@@ -153,11 +153,10 @@ def _current_stand_in(modules):
 
 
 def _workspace_for(plugin, device, module, weight_gradient: bool):
-    from . import userbuffers
-
-    if module is not None and userbuffers.overlapped(plugin, module, weight_gradient):
-        return userbuffers.workspace(plugin, device)
-    return workspace(plugin, device)
+    # TE's Userbuffers' own workspace for the GEMMs they overlap (set by userbuffers.py)
+    own = plugin.userbuffers(device, module, weight_gradient) \
+        if plugin.userbuffers is not None and module is not None else None
+    return own if own is not None else workspace(plugin, device)
 
 
 def general_gemm(plugin):

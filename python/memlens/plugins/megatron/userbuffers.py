@@ -129,11 +129,15 @@ def workspace(plugin, device):
                       workspace_bytes(plugin.tracer.device.major), device)
 
 
+def _workspace_if_overlapped(plugin, device, module, weight_gradient: bool):
+    return workspace(plugin, device) if overlapped(plugin, module, weight_gradient) else None
+
+
 def overlapped(plugin, module, weight_gradient: bool) -> bool:
     """A GEMM of `module` (a stand-in for TE's linear) that TE runs with Userbuffers: every
     GEMM of Megatron's qkv, proj, fc1 and fc2 layers once they are initialised, but the
     row-parallel layers' weight gradients (proj, fc2) and an expert's."""
-    if not plugin.userbuffers or getattr(module, "_memlens_ub_name", None) not in LAYERS:
+    if plugin.userbuffers is None or getattr(module, "_memlens_ub_name", None) not in LAYERS:
         return False
     if getattr(module, "is_expert", False):
         return False
@@ -172,7 +176,7 @@ def initialize(plugin, mod) -> None:
         device = device_key(torch.device("cuda", torch.cuda.current_device()))
         item, short = outside_item(shape, args.tensor_model_parallel_size, fp8_modes, ub_cfgs)
         plugin.tracer.outside.append((device, item, short))
-        plugin.userbuffers = True
+        plugin.userbuffers = functools.partial(_workspace_if_overlapped, plugin)
         plugin.note("--tp-comm-overlap without Transformer Engine: TE's Userbuffers are "
                     "memory outside PyTorch's allocator, their GEMMs take TE's Userbuffers "
                     f"workspace ({workspace_bytes(plugin.tracer.device.major):,} B, kept from "
