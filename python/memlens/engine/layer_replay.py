@@ -30,7 +30,8 @@ the replay: the caller runs the trace again in full (targets/session.py, cli/tra
 
 "Provably the same program": same class and submodule structure; parameters and buffers of the
 same shapes, dtypes and strides; no hooks of their own (a library's hooks differ per block) and
-no forward of their own; attributes equal, except those the forward never reads (read during
+no forward of their own; attributes equal (or helpers of one class holding equal values, no
+tensor: layer_groups.differing_attributes), except those the forward never reads (read during
 the recorded forward, it ends replay for the group) or a layer index it only hands to the
 cache it is given; the same input metadata and constants, no object arguments but a cache a
 library declared, of which each block writes its own entry (Hugging Face's KV cache:
