@@ -146,11 +146,12 @@ class _Layer:
         self.tp_group = get_tensor_model_parallel_group_if_none(kwargs.get("tp_group"))
         # TE gathers this layer's input into its Userbuffers (--tp-comm-overlap), outside
         # PyTorch's allocator, and writes the data gradient there (userbuffers.py)
-        self.userbuffers = self.sequence_parallel and overlapped(plugin, module, False)
+        self.gathers_into_userbuffers = self.sequence_parallel and \
+            overlapped(plugin, module, False)
 
     def outside_allocator(self):
         """What TE writes into its Userbuffers instead of new tensors: not booked."""
-        return self.plugin.tracer.accountant.unbooked() if self.userbuffers else \
+        return self.plugin.tracer.accountant.unbooked() if self.gathers_into_userbuffers else \
             contextlib.nullcontext()
 
     def quantize(self, shape, weight: bool, rowwise: bool, columnwise: bool) -> dict:

@@ -152,9 +152,11 @@ def initialize(plugin, mod) -> None:
         return
 
     def initialize_tp_communicators():
+        import torch
         import yaml
-
         from megatron.training import get_args
+
+        from ...kernels.cuda import device_key
 
         args = get_args()
         ub_cfgs = {}
@@ -169,10 +171,6 @@ def initialize(plugin, mod) -> None:
                 getattr(args, "num_layers_at_start_in_bf16", 0) > 0
                 or getattr(args, "num_layers_at_end_in_bf16", 0) > 0):
             fp8_modes.append(False)
-        import torch
-
-        from ...kernels.cuda import device_key
-
         device = device_key(torch.device("cuda", torch.cuda.current_device()))
         item, short = outside_item(shape, args.tensor_model_parallel_size, fp8_modes, ub_cfgs)
         plugin.tracer.outside.append((device, item, short))
