@@ -13,10 +13,12 @@ What it follows, by the C++ function it imitates:
   as get_free_block's search key), and recordStream / insert_events / process_events /
   synchronize_and_free_events defer the return of a block other streams used (see
   stream_events.py for when such a block is taken to be done with).
-- CUDA graphs: begin_allocate_to_pool / end_allocate_to_pool / release_pool route a capture's
-  allocations to the graph's private pool (graph_pools.py); release_cached_blocks frees the
-  default pools only when no capture is under way, and the pools of destroyed graphs.
-What it leaves out: user MemPools (torch.cuda.MemPool, use_mem_pool), active == allocated (a block
+- CUDA graphs and MemPools: create_pool / begin_allocate_to_pool / end_allocate_to_pool /
+  release_pool route a capture's allocations, or those under use_mem_pool, to a private pool
+  (graph_pools.py); release_cached_blocks frees the default pools only when no capture is under
+  way, and the pools nobody uses any more.
+What it leaves out: a MemPool's use_on_oom and no_split, and a MemPool's own allocator's
+rounding of its segments (NCCL's ncclMemAlloc: cuMem's granularity), active == allocated (a block
 waiting for its events is not counted as active), cudaMalloc never fails for fragmentation of the driver's own address
 space, and addresses come from a bump allocator rather than the driver.
 """
@@ -190,6 +192,11 @@ class CachingAllocatorModel:
             self._free_block(block)
 
     # -- CUDA graphs -----------------------------------------------------------------------
+    def create_pool(self, pool_id: int) -> None:
+        """torch.cuda.MemPool(): private pool `pool_id`, held by the MemPool until release_pool."""
+        self.graphs.create(pool_id)
+        self.reserved_by_pool.setdefault(pool_id, 0)
+
     def begin_allocate_to_pool(self, pool_id: int, streams: frozenset[int] | set[int]) -> None:
         """CUDAGraph::capture_begin: allocations on `streams` come from private pool `pool_id`
         (created, or shared with the graphs already using it) until end_allocate_to_pool."""
@@ -211,7 +218,8 @@ class CachingAllocatorModel:
                 self.events.insert(block, uses, self.clock)
 
     def release_pool(self, pool_id: int) -> None:
-        """CUDAGraph::reset or the graph's destruction: one user fewer; at none, the pool's
+        """CUDAGraph::reset or the graph's destruction, use_mem_pool's exit or the MemPool's
+        destruction: one user fewer; at none, the pool's
         unused segments go back to the driver at the next release_cached_blocks."""
         self.graphs.release(pool_id)
 
@@ -219,9 +227,10 @@ class CachingAllocatorModel:
         """Blocks freed during a capture that wait for its end to record their events."""
         return [block for block, _ in self._deferred]
 
-    def empty_cache(self) -> None:
-        """torch.cuda.empty_cache(): release_cached_blocks."""
-        self._release_cached_blocks()
+    def empty_cache(self, pool_id: int = DEFAULT_POOL) -> None:
+        """torch.cuda.empty_cache(): release_cached_blocks; with a pool id (a MemPool's
+        destruction: emptyCache(id)), only that pool's, if nobody uses it any more."""
+        self._release_cached_blocks(pool_id)
 
     def memory_stats(self) -> dict[str, int]:
         return self.stats.as_dict()
@@ -368,17 +377,19 @@ class CachingAllocatorModel:
     def _release_available_cached_blocks(self, pool: BlockPool, stream: int, size: int) -> bool:
         return release.release_available_cached_blocks(self, pool, stream, size)
 
-    def _release_cached_blocks(self) -> bool:
+    def _release_cached_blocks(self, only: int = DEFAULT_POOL) -> bool:
         """Free every cached segment no block is using; unmap free pages of expandable ones.
         First synchronize_and_free_events: blocks waiting for other streams come back. While a
-        capture is under way only the pools of destroyed graphs are freed (as in PyTorch)."""
+        capture is under way only the pools nobody uses any more are freed (as in PyTorch);
+        `only`, a pool id: that pool alone, if nobody uses it."""
         pools: list[BlockPool] = []
-        if not self.graphs.captures:
+        if not self.graphs.captures and only == DEFAULT_POOL:
             for block in self.events.drain():  # one at a time, as above
                 self._free_block(block)
             pools += [self.large_pool, self.small_pool]
-        for private in list(self.graphs.freeable.values()):
-            pools += [private.small, private.large]
+        for pool_id, private in list(self.graphs.freeable.items()):
+            if only in (DEFAULT_POOL, pool_id):
+                pools += [private.small, private.large]
         for pool in pools:
             to_unmap = []
             for block in list(pool.blocks()):
@@ -391,7 +402,7 @@ class CachingAllocatorModel:
                 if not block.mapped and not block.is_split():
                     block.pool.remove_unmapped(block)  # the whole range is free: drop it
                     self.expandable_segments.remove(block.segment)
-        for pool_id in list(self.graphs.freeable):
+        for pool_id in [p for p in self.graphs.freeable if only in (DEFAULT_POOL, p)]:
             # Nothing of it left (cudaMalloc_count 0; with expandable segments: nothing mapped):
             # the pool is gone.
             if self.reserved_by_pool[pool_id] == 0:

@@ -1,5 +1,5 @@
-"""CUDA graphs' private memory pools (PrivatePool in c10/cuda/CUDACachingAllocator.cpp,
-PyTorch 2.13), as the caching allocator model keeps them.
+"""Private memory pools (PrivatePool in c10/cuda/CUDACachingAllocator.cpp, PyTorch 2.13), as
+the caching allocator model keeps them: CUDA graphs' and those of torch.cuda.MemPool.
 
 - beginAllocateToPool(id, filter) (CUDAGraph::capture_begin): create the pool, or add one
   user to an existing one (create_or_incref_pool; `pool=` shares it), and route the
@@ -14,6 +14,9 @@ PyTorch 2.13), as the caching allocator model keeps them.
   becomes freeable: its unsplit cached segments are cudaFree'd at the next release_cached_blocks
   (empty_cache, or the retry before an OOM), and the pool itself is erased once no segment of
   it is left (cudaMalloc_count 0). Until then a live output tensor keeps its segment.
+- A MemPool is such a pool made by the MemPool's constructor (createOrIncrefPool), which holds
+  it until the MemPool is destroyed; `use_mem_pool` begins allocating to it with a filter
+  that accepts the current thread's allocations on any stream (EVERY_STREAM here).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 from .blocks import BlockPool
 
 DEFAULT_POOL = 0  # MempoolId {0, 0}: the allocator's own small and large pools
+EVERY_STREAM = -1  # use_mem_pool's filter: the thread's allocations, whatever their stream
 
 
 class PrivatePool:
@@ -39,6 +43,17 @@ class GraphPools:
         self.pools: dict[int, PrivatePool] = {}
         self.freeable: dict[int, PrivatePool] = {}  # use_count reached 0
         self.captures: list[tuple[int, frozenset[int]]] = []  # (pool id, capturing streams)
+
+    def create(self, pool_id: int) -> None:
+        """MemPool's constructor (createOrIncrefPool): the pool, held by the MemPool; nothing
+        is allocated to it until a use_mem_pool begins."""
+        if pool_id == DEFAULT_POOL:
+            raise ValueError("pool id 0 is the default pool")
+        pool = self.pools.get(pool_id)
+        if pool is None:
+            self.pools[pool_id] = PrivatePool(pool_id)
+        else:
+            pool.use_count += 1
 
     def begin(self, pool_id: int, streams: frozenset[int]) -> None:
         if pool_id == DEFAULT_POOL:
@@ -78,7 +93,7 @@ class GraphPools:
     def pool_for(self, is_small: bool, stream: int) -> BlockPool | None:
         """get_pool: the pool of the newest capture whose filter accepts `stream`, if any."""
         for pool_id, streams in reversed(self.captures):
-            if stream in streams:
+            if stream in streams or EVERY_STREAM in streams:
                 pool = self.pools[pool_id]
                 return pool.small if is_small else pool.large
         return None

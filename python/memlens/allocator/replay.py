@@ -3,9 +3,10 @@
 The engine's ledger gives, per device and in order, `(kind, block_id, nbytes, stream)` with kind
 "alloc" or "free", and between them the streams' own events: `("record_stream", block_id, 0,
 stream)` and `("wait", waiter, marker, stream)` (waiter a stream or -1 for the host, marker the
-model's tick the wait covers; see stream_events.py), and CUDA graph captures: `("pool_begin",
-pool, 0, stream)`, `("pool_join", pool, 0, stream)`, `("pool_end", pool, 0, 0)`, `("pool_release", pool, 0, 0)` (graph_pools.py)
-and `("empty_cache", 0, 0, 0)`. Only allocs and frees count as events. Replaying them answers what torch.cuda.memory_reserved() would have peaked at,
+model's tick the wait covers; see stream_events.py), and private pools' (CUDA graph captures,
+MemPools): `("pool_create", pool, 0, 0)`, `("pool_begin", pool, 0, stream)` (stream -1: every
+stream), `("pool_join", pool, 0, stream)`, `("pool_end", pool, 0, 0)`, `("pool_release", pool, 0, 0)` (graph_pools.py)
+and `("empty_cache", pool, 0, 0)` (pool 0: every pool). Only allocs and frees count as events. Replaying them answers what torch.cuda.memory_reserved() would have peaked at,
 how much of that was cached but unused (fragmentation), and which event would have run out of
 memory. An allocation that fails is left out of the state (PyTorch would have raised at that
 point); its later free is ignored, so numbers after the first OOM describe the rest of the
@@ -129,13 +130,16 @@ def replay(events: Iterable[tuple[str, int, int, int]],
     )
 
 
-POOL_EVENTS = frozenset({"pool_begin", "pool_join", "pool_end", "pool_release",
+POOL_EVENTS = frozenset({"pool_create", "pool_begin", "pool_join", "pool_end", "pool_release",
                          "empty_cache"})
 
 
 def pool_event(model: CachingAllocatorModel, kind: str, pool: int, stream: int) -> None:
-    """A capture's start or end, a graph's release, or torch.cuda.empty_cache(), on `model`."""
-    if kind == "pool_begin":
+    """A MemPool made, a capture's (or use_mem_pool's) start or end, a pool's release, or
+    torch.cuda.empty_cache(), on `model`."""
+    if kind == "pool_create":
+        model.create_pool(pool)
+    elif kind == "pool_begin":
         model.begin_allocate_to_pool(pool, {stream})
     elif kind == "pool_join":
         model.join_capture(pool, stream)
@@ -144,7 +148,7 @@ def pool_event(model: CachingAllocatorModel, kind: str, pool: int, stream: int) 
     elif kind == "pool_release":
         model.release_pool(pool)
     else:
-        model.empty_cache()
+        model.empty_cache(pool)  # 0: every pool
 
 
 def _downsample(values: array, max_points: int) -> list[int]:

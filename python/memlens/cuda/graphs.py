@@ -45,6 +45,7 @@ class GraphListener(Protocol):
     def graph_captured(self, pool: int, place: str | None) -> None: ...
     def graph_replayed(self, pool: int) -> None: ...
     def graph_pool_named(self, pool: int, name: str) -> None: ...
+    def pool_segments(self, device_index: int, pool: int) -> list[dict]: ...
 
 
 class GraphTable:
@@ -55,9 +56,11 @@ class GraphTable:
         self._ids = itertools.count(1)
         self.capturing: dict[int, int] = {}  # capturing stream id -> pool id
         self.completed = 0  # captures that reached capture_end in this simulation
+        self.generation = 0  # one more at each binding: a pool is of one simulation
 
     def bind(self, listener: GraphListener | None) -> None:
         self._listener = listener
+        self.generation += 1
         self.capturing.clear()
         if listener is not None:
             self.completed = 0
@@ -80,6 +83,12 @@ class GraphTable:
     def replayed(self, pool: int) -> None:
         if self._listener is not None:
             self._listener.graph_replayed(pool)
+
+    def segments(self, device_index: int, pool: int) -> list[dict]:
+        """The pool's segments now, in the shape of torch.cuda.memory_snapshot()'s."""
+        if self._listener is None:
+            return []
+        return self._listener.pool_segments(device_index, pool)
 
     def name(self, pool: int, name: str) -> None:
         """Who made the pool, for the report (graph_trees.py names its trees' pools)."""

@@ -1,7 +1,7 @@
 """torch.cuda's memory queries answered from the trace: the ledger's allocator model of each
 simulated GPU (its block sizes are the ledger's, so `memory_allocated()` is the estimate). It
 also passes the streams' waits on to the ledger (streams.py's StreamListener), and CUDA graph
-captures (graphs.py's GraphListener)."""
+captures and MemPools (graphs.py's GraphListener)."""
 
 from __future__ import annotations
 
@@ -59,6 +59,15 @@ class LedgerMemory:
     def graph_pool_named(self, pool: int, name: str) -> None:
         self.ledger.graph_pools.setdefault(
             pool, {"name": name, "graphs": [], "replays": 0})["name"] = name
+
+    def pool_segments(self, device_index: int, pool: int) -> list[dict]:
+        from ..allocator.snapshot import memory_snapshot
+
+        model = self.ledger.allocator(f"cuda:{device_index}")
+        if model is None:
+            return []
+        return [s for s in memory_snapshot(model)["segments"]
+                if s["segment_pool_id"] == (pool, 0)]
 
     def graph_replayed(self, pool: int) -> None:
         info = self.ledger.graph_pools.get(pool)  # None: captured before this trace began

@@ -1,7 +1,8 @@
 """``simulate_cuda``: inside it, ``torch.cuda`` and ``torch.accelerator`` answer as the target GPU.
 
-Every patch of torch.cuda / torch.accelerator lives in this module or, for CUDA graphs, in
-graphs.py (the other torch patches are in memlens/patches/), is version-checked (patches.patcher.TESTED_VERSIONS) and is undone on exit.
+Every patch of torch.cuda / torch.accelerator lives in this module or, for CUDA graphs and
+MemPools, in graphs.py and mem_pools.py (the other torch patches are in memlens/patches/), is
+version-checked (patches.patcher.TESTED_VERSIONS) and is undone on exit.
 Nothing here initialises real CUDA: while simulating, ``torch.cuda._lazy_init`` is a no-op inside
 FakeTensorMode and refuses outside it, and FakeTensorMode keeps avoiding device init (it asks
 ``torch.cuda.is_available()``, which we make True). The shim from build.py must have been
@@ -21,7 +22,7 @@ from typing import Any, Protocol
 import torch
 
 from ..patches.patcher import Patcher, check_tested
-from . import build, graphs, streams
+from . import build, graphs, mem_pools, streams
 from .device_state import SimulatedDevices
 from .rng import FakeCudaRNG, generator_type
 from .spec_types import DeviceSpec
@@ -304,6 +305,7 @@ def simulate_cuda(spec: DeviceSpec, memory_source: MemorySource, *, device_count
         streams.STREAMS.bind(dev, listener)
         graphs.install(patches, cuda_mods,
                        memory_source if hasattr(memory_source, "graph_pool_event") else None)
+        mem_pools.install(patches, cuda_mods)  # its pools' events go where the graphs' go
         yield
     finally:
         streams.STREAMS.bind(None)

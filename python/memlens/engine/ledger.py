@@ -88,7 +88,8 @@ class Ledger:
         # What orders streams, for the allocator model (allocator/stream_events.py), each after
         # event `seq`: (seq, device, "record_stream", rid, stream) and
         # (seq, device, "wait", waiter, stream, marker); and what changes its pools:
-        # (seq, device, "pool_begin" | "pool_join" | "pool_end" | "pool_release", pool, stream)
+        # (seq, device, "pool_create" | "pool_begin" | "pool_join" | "pool_end" | "pool_release",
+        # pool, stream)
         # for CUDA
         # graphs' private pools, (seq, device, "empty_cache", 0, 0).
         self.stream_events: list[tuple] = []
@@ -211,15 +212,18 @@ class Ledger:
 
     # -- CUDA graphs' private pools (cuda/graphs.py) ---------------------------------------
     def pool_event(self, device: str, kind: str, pool: int, stream: int = 0) -> None:
-        """A capture into `pool` began on `stream` ("pool_begin"), `stream` joined it
-        ("pool_join"), it ended ("pool_end"), or a
-        graph using it was destroyed ("pool_release"): the allocator model follows, and
-        replays of the events see it at the same place."""
+        """A MemPool made `pool` ("pool_create"), a capture into `pool` (or use_mem_pool's
+        routing to it, on every stream: -1) began on `stream` ("pool_begin"), `stream` joined
+        it ("pool_join"), it ended ("pool_end"), or a graph or MemPool using it let go of it
+        ("pool_release"), or its unused segments were let go ("empty_cache"): the allocator
+        model follows, and replays of the events see it at the same place."""
         model = self.allocator(device)
         if model is None:
             return
         pool_event(model, kind, pool, stream)
         self.stream_events.append((self.seq, device, kind, pool, stream))
+        if kind == "empty_cache":  # one pool's (a MemPool's destruction)
+            self._note_reserved(device, model)
 
     def _note_reserved(self, device: str, model) -> None:
         self.reserved.setdefault(device, []).append(
@@ -300,7 +304,7 @@ class Ledger:
 
 
 def _replay_stream_event(event: tuple) -> tuple:
-    if event[2] in ("record_stream", "pool_begin", "pool_join", "pool_end", "pool_release",
-                    "empty_cache"):
+    if event[2] in ("record_stream", "pool_create", "pool_begin", "pool_join", "pool_end",
+                    "pool_release", "empty_cache"):
         return (event[2], event[3], 0, event[4])
     return ("wait", event[3], event[5], event[4])

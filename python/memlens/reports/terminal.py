@@ -283,12 +283,14 @@ def print_device_memory(snap: dict[str, Any], console: Console) -> None:
 
 
 def _print_graph_pools(summary: dict[str, Any], console: Console) -> None:
-    """CUDA graphs' private pools: reserved for as long as a graph using them lives."""
+    """Private pools, CUDA graphs' and MemPools': reserved for as long as a graph or the
+    MemPool using them lives."""
     rows = [(name, pool) for name, d in summary.get("devices", {}).items()
             for pool in d.get("graph_pools", ())]
     if not rows:
         return
-    table = Table(title="CUDA graph pools (inside reserved; held while a graph using them lives)",
+    table = Table(title="Private pools: CUDA graphs' and MemPools' (inside reserved; held while "
+                        "a graph or MemPool using them lives)",
                   box=box.SIMPLE_HEAVY, title_justify="left")
     for col in ("device", "pool", "reserved peak", "at the end", "replays", "captured at"):
         table.add_column(col, justify="right" if col in ("reserved peak", "at the end",

@@ -389,7 +389,8 @@ def _stream_event(event: tuple, dev_index: dict[str, int]) -> dict[str, Any]:
     out = {"seq": seq, "device": dev_index.get(device, -1), "kind": kind}
     if kind == "record_stream":
         out.update(allocation=event[3], stream=event[4])
-    elif kind in ("pool_begin", "pool_join", "pool_end", "pool_release", "empty_cache"):
+    elif kind in ("pool_create", "pool_begin", "pool_join", "pool_end", "pool_release",
+                  "empty_cache"):
         out.update(pool=event[3], stream=event[4])
     else:
         out.update(waiter=event[3], stream=event[4], marker=event[5])

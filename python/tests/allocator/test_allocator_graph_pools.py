@@ -160,3 +160,36 @@ def test_a_stream_that_joins_a_capture_allocates_from_its_pool():
     m.malloc(2, 3 * MiB, T)  # after the capture T allocates from the default pool again
     assert (m.reserved_bytes, m.reserved_by_pool[POOL], m.reserved_by_stream[T]) == \
         (40 * MiB, 20 * MiB, 40 * MiB)
+
+
+def test_a_mem_pool_is_held_by_the_mem_pool_and_takes_every_stream_inside_use_mem_pool():
+    """torch.cuda.MemPool: createOrIncrefPool makes the pool (use_count 1, no routing);
+    use_mem_pool begins allocating to it with a filter that takes the thread's allocations on
+    any stream (EVERY_STREAM), and its exit ends that and drops its user: the MemPool still
+    holds the pool, so an empty_cache keeps its free segment. ~MemPool: releasePool, then
+    emptyCache of that pool alone: its free segment goes, the default pool's stays."""
+    from memlens.allocator.graph_pools import EVERY_STREAM
+
+    m = make()
+    m.create_pool(POOL)
+    assert (m.reserved_bytes, m.graphs.pools[POOL].use_count) == (0, 1)
+    m.begin_allocate_to_pool(POOL, {EVERY_STREAM})  # use_mem_pool(pool)
+    m.malloc(1, 3 * MiB, S)
+    m.malloc(2, 3 * MiB, T)  # another stream's, inside the context: the pool's too
+    assert (m.reserved_bytes, m.reserved_by_pool[POOL]) == (40 * MiB, 40 * MiB)
+    m.end_allocate_to_pool(POOL)
+    m.release_pool(POOL)
+    m.free(1)
+    m.malloc(3, 3 * MiB, S)  # outside the context: a default segment of its own
+    m.free(3)
+    m.empty_cache()  # the default 20 MiB goes; the MemPool holds its pool
+    assert (m.reserved_bytes, m.reserved_by_pool[POOL]) == (40 * MiB, 40 * MiB)
+    m.malloc(4, 3 * MiB, S)  # a default segment again, cached after its free
+    m.free(4)
+    m.release_pool(POOL)  # the MemPool is destroyed
+    m.empty_cache(POOL)  # only its pool: S's free 20 MiB goes, T's holds block 2
+    assert (m.reserved_bytes, m.reserved_by_pool[POOL]) == (40 * MiB, 20 * MiB)
+    m.free(2)
+    m.empty_cache(POOL)
+    assert (m.reserved_bytes, m.reserved_by_pool[POOL], POOL in m.graphs.pools) == \
+        (20 * MiB, 0, False)

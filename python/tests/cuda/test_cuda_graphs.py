@@ -133,7 +133,7 @@ def test_the_snapshot_reports_each_pool(traced):
 def test_the_terminal_report_lists_the_pools(traced):
     """The rows of the snapshot test above, and how many graphs shared each pool."""
     _, _, stdout = traced
-    table = stdout.split("CUDA graph pools", 1)[1]
+    table = stdout.split("Private pools", 1)[1]
     lines = [line for line in table.splitlines() if " graph pool " in line]
     pool4 = f"{(20 * MiB + W) // MiB}.0"
     # device, "graph", "pool", id, reserved peak, at the end, replays, then the places

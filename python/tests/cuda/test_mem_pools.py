@@ -1,0 +1,76 @@
+"""torch.cuda.MemPool traced: scripts/cuda_graphs/mem_pool.py on the H100 target. The
+allocator's rules (c10/cuda/CUDACachingAllocator.cpp, 2.13): a request of at most 1 MiB on a
+miss cudaMallocs a 2 MiB segment, one below 10 MiB a 20 MiB segment; a MemPool is a private
+pool that only allocations inside `use_mem_pool` search, held until the MemPool is destroyed
+(~MemPool: releasePool, then emptyCache of that pool)."""
+
+import pytest
+
+from support.paths import TESTS
+from support.runs import marked_run_on_h100
+
+from memlens.allocator import replay
+
+MiB = 1 << 20
+SCRIPT = TESTS / "scripts" / "cuda_graphs" / "mem_pool.py"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory):
+    marked, snap, output = marked_run_on_h100(tmp_path_factory.mktemp("mem_pool"), SCRIPT, 2)
+    return {name: (allocated, reserved) for name, allocated, reserved in marked}, snap, output
+
+
+def test_a_mem_pool_holds_its_segments_for_itself(traced):
+    """The 3 MiB bucket made in the pool takes a 20 MiB segment of it; x (1 MiB) outside, a
+    2 MiB default segment. Freeing the bucket and emptying the cache leaves the pool's segment
+    (the MemPool lives). The 2 MiB made in the pool again is carved from it; 3 MiB outside
+    cannot use its free 18 MiB: a new 20 MiB segment. Deleting the MemPool gives its segment
+    back at once."""
+    marks, _, output = traced
+    assert marks["made"] == (0, 0)
+    assert marks["in_pool"] == (3 * MiB, 20 * MiB)
+    assert "POOL_SEGMENTS [20971520]" in output
+    assert marks["outside"] == (4 * MiB, 22 * MiB)
+    assert marks["freed_and_emptied"] == (1 * MiB, 22 * MiB)
+    assert marks["reused"] == (3 * MiB, 22 * MiB)
+    assert marks["outside_again"] == (6 * MiB, 42 * MiB)
+    assert marks["pool_deleted"] == (4 * MiB, 22 * MiB)
+
+
+def test_the_snapshot_reports_the_pool_and_replays_it(traced):
+    """The pool in the report's private pools (made at the script's line 16, 20 MiB at its
+    peak, nothing at the end), and the snapshot's allocation stream with its pool events
+    replays to the trace's 42 MiB; without them the bucket's segment would be the default
+    pool's, given back by the empty_cache, and the later 2 and 3 MiB would share one
+    segment: 22 MiB."""
+    _, snap, output = traced
+    [pool] = snap["summary"]["devices"]["cuda:0"]["graph_pools"]
+    assert pool["name"] == f"MemPool made at {SCRIPT}:16"
+    assert (pool["graphs"], pool["reserved_peak_bytes"], pool["reserved_final_bytes"]) == \
+        ([], 20 * MiB, 0)
+    assert snap["summary"]["reserved_peak_bytes"] == 42 * MiB
+    a = snap["allocations"]
+    kinds = [e["kind"] for e in a["stream_events"]]
+    assert kinds == ["pool_create", "pool_begin", "pool_end", "pool_release", "empty_cache",
+                     "pool_begin", "pool_end", "pool_release", "pool_release", "empty_cache"]
+    assert replay(_events(snap, set(kinds))).peak_reserved == 42 * MiB
+    assert replay(_events(snap, {"empty_cache"})).peak_reserved == 22 * MiB
+    assert "Private pools" in output and "MemPool made at" in output
+
+
+def _events(snap, kinds):
+    """The allocation events for allocator.replay, with the stream events of `kinds` at their
+    places (each after allocation event `seq`)."""
+    a = snap["allocations"]
+    order = []
+    for i in range(len(a["bytes"])):
+        order.append((a["alloc_seq"][i], ("alloc", i, a["requested_bytes"][i], a["stream"][i])))
+        if a["free_seq"][i] >= 0:
+            order.append((a["free_seq"][i], ("free", i, 0, a["stream"][i])))
+    for e in a["stream_events"]:
+        if e["kind"] in kinds:
+            order.append((e["seq"] + 0.5, (e["kind"], e["pool"], 0, e["stream"])))
+    return [e for _, e in sorted(order, key=lambda pair: pair[0])]
