@@ -11,6 +11,10 @@ applied and undone with it).
   monitoredBarrier"). On a group the script made with Gloo (or `cpu:gloo,cuda:nccl`) it is a
   barrier, which no simulated rank waits at; on an NCCL group torch's own `ValueError` stands,
   as on the GPU.
+- `register_mem_pool` / `deregister_mem_pool` are ProcessGroupNCCL's (NCCL user-buffer
+  registration of a `torch.cuda.MemPool`'s segments: Megatron's `--use-nccl-ub`); the fake
+  backend has neither (an AttributeError). Registering maps memory NCCL already holds: nothing
+  to allocate, so both do nothing.
 """
 
 from __future__ import annotations
@@ -25,6 +29,22 @@ def apply(patcher: Patcher, layout, bound_in) -> None:
     `bound_in(name, original, first)`: the modules that bound an original."""
     _split_group(patcher, bound_in)
     _monitored_barrier(patcher, layout, bound_in)
+    _mem_pool_registration(patcher)
+
+
+def _mem_pool_registration(patcher: Patcher) -> None:
+    from torch._C._distributed_c10d import FakeProcessGroup
+
+    def register_mem_pool(self, pool, symm: bool = False) -> None:
+        return None
+
+    def deregister_mem_pool(self, pool) -> None:
+        return None
+
+    for name, value in (("register_mem_pool", register_mem_pool),
+                        ("deregister_mem_pool", deregister_mem_pool)):
+        if not hasattr(FakeProcessGroup, name):
+            patcher.setattr(FakeProcessGroup, name, value)
 
 
 def _split_group(patcher: Patcher, bound_in) -> None:

@@ -24,6 +24,7 @@ WORLD, DP = 2, 2
 GPT = M.Gpt()
 PARAMS = GPT.stage_params(1, 1, 0)  # the whole model on each rank: 3,716,608 parameters
 FUSED_OVERLAP = ("--grad-accum-fusion", "--overlap-grad-reduce")
+MiB = 1 << 20
 
 
 @pytest.fixture(scope="module")
@@ -95,3 +96,23 @@ def test_overlapped_collectives_run_on_the_data_parallel_groups_nccl_stream(trac
     assert on["summary"]["peak_bytes"] == off["summary"]["peak_bytes"] + dummies
     assert on["summary"]["reserved_peak_bytes"] == \
         off["summary"]["reserved_peak_bytes"] + 2 * 2**20
+
+
+def test_nccl_user_buffers_hold_ddps_buffers_in_a_pool_of_their_own(trace):
+    """`--nccl-ub` (DDP's `nccl_ub`, Megatron-LM's `--use-nccl-ub`): megatron.core makes a
+    torch.cuda.MemPool over NCCL's allocator (a C++ extension it builds at first use; not in a
+    trace: plugins/megatron/nccl_allocator.py) and makes DDP's buffers inside `use_mem_pool`.
+    The bytes are those of the run without it, phase by phase; the pool holds a segment per
+    buffer, for itself: the fp32 gradient buffer (PARAMS x 4 B = 14.2 MiB, rounded to 2 MiB:
+    16 MiB) and, with the distributed optimizer, the bf16 parameter buffer too (7.1 MiB, below
+    10 MiB: a 20 MiB segment)."""
+    for flags, pool_bytes in (((), 16 * MiB), (("--distributed-optimizer",), 36 * MiB)):
+        off, on = trace(*flags), trace(*flags, "--nccl-ub")
+        assert [(p["name"], p["peak_bytes"], p["current_after_bytes"]) for p in on["phases"]] \
+            == [(p["name"], p["peak_bytes"], p["current_after_bytes"]) for p in off["phases"]]
+        [pool] = on["summary"]["devices"]["cuda:0"]["graph_pools"]
+        assert pool["name"].startswith("MemPool (NCCL's ncclMemAlloc) made at ")
+        assert (pool["reserved_peak_bytes"], pool["reserved_final_bytes"]) == \
+            (pool_bytes, pool_bytes)
+        assert "graph_pools" not in off["summary"]["devices"]["cuda:0"]
+        assert any(n.startswith("--use-nccl-ub") for n in on["meta"]["notes"])

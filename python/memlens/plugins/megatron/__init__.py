@@ -18,6 +18,8 @@ of which module gets which patch. The patches live by what they are about:
   GEMMs and FP8 parameters holding what TE's hold (the recipes' tensors: fp8.py);
 - te_graphs.py: `--cuda-graph-impl transformer_engine` without TE: TE's make_graphed_callables
   (graphed_callables.py) on memlens' simulated CUDA graphs;
+- nccl_allocator.py: `--use-nccl-ub`: NCCL's user-buffer allocator, not built, on memlens'
+  simulated MemPool;
 - moe.py: mixture of experts: the tokens per expert fixed by memlens' routing policy
   (routing.py), so shapes do not depend on router values a trace does not have;
 - training.py: Megatron-LM's `megatron.training` (when present), set up for a trace
@@ -86,7 +88,8 @@ class MegatronPlugin:
                        ddp_hooks as megatron_ddp_hooks, fp8_linear as megatron_fp8_linear,
                        fp8_params as megatron_fp8_params,
                        grouped_linear as megatron_grouped_linear, mamba as megatron_mamba,
-                       moe as megatron_moe, recompute as megatron_recompute,
+                       moe as megatron_moe, nccl_allocator as megatron_nccl_allocator,
+                       recompute as megatron_recompute,
                        stand_ins as megatron_stand_ins, te_graphs as megatron_te_graphs,
                        training as megatron_training)
 
@@ -95,7 +98,7 @@ class MegatronPlugin:
                              megatron_recompute, megatron_fp8_linear, megatron_fp8_params,
                              megatron_grouped_linear, megatron_moe,
                              megatron_mamba, megatron_offload, megatron_te_graphs,
-                             megatron_training)
+                             megatron_nccl_allocator, megatron_training)
                 for name, patch in part.PATCHES.items()]
 
     def replace(self, module: ModuleType, name: str, new) -> None:

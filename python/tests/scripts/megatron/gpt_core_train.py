@@ -86,6 +86,8 @@ p.add_argument("--te-cuda-graphs", type=int, default=None, metavar="WARMUP",
                     "captured after WARMUP eager steps, as Megatron-LM's training loop does")
 p.add_argument("--overlap-grad-reduce", action="store_true")
 p.add_argument("--overlap-param-gather", action="store_true", help="with the distributed optimizer")
+p.add_argument("--nccl-ub", action="store_true",
+               help="DDP's buffers in NCCL's registered memory pool (Megatron-LM's --use-nccl-ub)")
 p.add_argument("--offload-modules", nargs="+", default=None,
                help="fine-grained activation offloading of these modules' saved tensors")
 p.add_argument("--steps", type=int, default=5)
@@ -183,7 +185,7 @@ distributed_optimizer = args.distributed_optimizer or args.megatron_fsdp
 ddp_config = DistributedDataParallelConfig(
     grad_reduce_in_fp32=True, use_distributed_optimizer=distributed_optimizer,
     overlap_grad_reduce=args.overlap_grad_reduce, overlap_param_gather=args.overlap_param_gather,
-    delay_wgrad_compute=args.delay_wgrad_compute,
+    delay_wgrad_compute=args.delay_wgrad_compute, nccl_ub=args.nccl_ub,
     **(dict(use_megatron_fsdp=True, data_parallel_sharding_strategy="optim_grads_params")
        if args.megatron_fsdp else {}))
 if args.megatron_fsdp:
