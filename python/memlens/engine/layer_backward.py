@@ -85,6 +85,10 @@ def watch_backward(replay, group: Group, i: int, traced: Traced, out, inputs,
             recorded = backwards.get(back.grads_before) if back is not None else None
             if recorded is not None and recorded.back.shape() == back.shape():
                 recorded.edges.add(i)
+                # A traced backward like the recording confirms the replays that used it, as
+                # block 1's does: block 0's, after them, where block N-2 recorded anew in a
+                # checked pass (a recompiled kernel of the step: Dynamo's dynamic shapes).
+                recorded.pending = 0
         else:
             _check(replay, backwards, pass_, back)
         return None

@@ -22,7 +22,9 @@ and in backward, which runs from the last block to the first:
 The recordings are kept for the passes after it (each micro-batch, each step) that call the
 blocks from the same place (layer_groups.Program). A pass whose recordings have matched a
 traced block once replays blocks 1 to N-3 and still traces block N-2 to compare, forward and
-backward, and compares blocks 0 and N-1 too; once they have matched twice, it replays blocks
+backward, and compares blocks 0 and N-1 too (a backward of block N-2 unlike the recording is
+recorded anew for the replays after it, which block 0's traced backward confirms, as block 1's
+does in a first pass); once they have matched twice, it replays blocks
 1 to N-2, and 0 and N-1 where those matched (layer_groups.Pass). A backward is recorded per
 set of parameters that held a gradient before it (a micro-batch after the first adds to them).
 A replay that a later comparison contradicts, or a script that fails after a replay, abandons

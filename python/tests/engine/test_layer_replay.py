@@ -45,6 +45,10 @@ REPLAYED = [
     # more masks): the blocks' settings changed since the recording, recorded anew: step 1 4,
     # 4, 5, 8; step 2 4, 4, 5, 8.
     ("dropout-off", ("--accumulate", "4", "--dropout-off", "1"), 42, 42),
+    # 2 steps, each block's backward taking a smaller workspace in step 2 (its forward the
+    # same): step 2's block 6 records its backward anew, blocks 5..1 replay it, and block 0's
+    # traced backward, like it, confirms them (no full trace again): 4 + 5, as "plain".
+    ("backward-changes", ("--workspace-from", "1"), 9, 9),
 ]
 @pytest.mark.parametrize("name,args,forward,backward", REPLAYED, ids=[r[0] for r in REPLAYED])
 def test_a_replayed_trace_writes_the_full_traces_snapshot(tmp_path, name, args, forward,

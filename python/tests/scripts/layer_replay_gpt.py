@@ -12,6 +12,9 @@ variations a layer replay must get right or refuse (tests/engine/test_layer_repl
                           attention keeps its scores
     --dropout-off S       dropout (0.1) after each block's MLP, set to 0 on every block from
                           step S on (as a schedule would): no more masks
+    --workspace-from S    each block's MLP activation's backward takes a workspace of 256
+                          rows, 64 from step S on: the same forward, another backward (as a
+                          kernel Dynamo recompiled between steps splits its reduction anew)
 """
 
 import argparse
@@ -40,7 +43,29 @@ parser.add_argument("--grad-of-params", action="store_true")
 parser.add_argument("--autocast", action="store_true")
 parser.add_argument("--math-attention", type=int, default=0)
 parser.add_argument("--dropout-off", type=int, default=None)
+parser.add_argument("--workspace-from", type=int, default=None)
 args = parser.parse_args()
+workspace_rows = 256
+
+
+class GeluWithWorkspace(torch.autograd.Function):
+    """GELU whose backward takes a temporary workspace of `workspace_rows` x dim fp32."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return F.gelu(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        workspace = torch.empty(workspace_rows, args.dim, device=x.device)
+        del workspace
+        return torch.ops.aten.gelu_backward(grad, x)
+
+
+def gelu(x):
+    return F.gelu(x) if args.workspace_from is None else GeluWithWorkspace.apply(x)
 
 
 class Block(nn.Module):
@@ -63,7 +88,7 @@ class Block(nn.Module):
         q, k, v = (z.view(b, t, args.heads, d // args.heads).transpose(1, 2) for z in (q, k, v))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
-        return x + self.drop(self.out(F.gelu(self.fc(self.ln_2(x)))))
+        return x + self.drop(self.out(gelu(self.fc(self.ln_2(x)))))
 
 
 class GPT(nn.Module):
@@ -112,6 +137,8 @@ if args.keep_graph:
     del dropped
 
 for step in range(args.steps):
+    if step == args.workspace_from:
+        workspace_rows = 64
     if step == args.dropout_off:
         for block in model.h:
             block.drop.p = 0.0
