@@ -47,6 +47,10 @@ SETTINGS = {
     "te-spec-unfused": (("--spec", "te", "--attention-backend", "unfused"), False, "none", False),
     "te-spec-local": (("--spec", "te", "--attention-backend", "local"), False, "none", False),
     "te-spec-fused": (("--spec", "te", "--attention-backend", "fused"), False, "none", False),
+    # A learnable softmax offset per head (gpt-oss's attention sinks), which TE's fused backend
+    # takes; DDP's overlapped reduction counts every parameter's gradient in its first step.
+    "te-spec-sinks": (("--spec", "te", "--softmax-type", "learnable", "--overlap-grad-reduce"),
+                      False, "none", False),
     # The output layer's weight gradient deferred to the pipeline flush: TE's linear layers
     # ignore the option (memlens' stand-ins for them failed on it).
     "te-spec-deferred-wgrad": (("--spec", "te", "--grad-accum-fusion", "--defer-embedding-wgrad"),
@@ -333,3 +337,21 @@ def test_megatron_fsdp_on_a_second_tensor_parallel_rank_shards_adam(tmp_path):
     n, dp = GPT.stage_params(2, 1, 0), 2
     adam = M.model_state_bytes(snap)["optimizer_state"]
     assert adam == pytest.approx(8 * n / dp, rel=0.002) and adam >= 8 * n / dp
+
+
+def test_a_learnable_softmax_offset_gets_its_gradient_from_the_fused_attention(snapshots):
+    """`softmax_type="learnable"` (Megatron-LM's `--softmax-type learnable`, the gpt-oss example):
+    one bf16 offset per head and layer (8 heads / TP 2 = 4 here), which TE's fused attention
+    takes and gives a gradient in backward. Without one, Megatron's DDP with its overlapped
+    reduction stops the second step (the parameter's gradient hook never ran). The stand-in
+    gives it: the trace runs its two steps, holding what the plain fused attention holds
+    per layer, with an 8-byte gradient per layer in each backward."""
+    sinks, plain = snapshots("te-spec-sinks", 0), snapshots("te-spec-flash", 0)
+    assert [p["name"] for p in sinks["phases"]][-1] == "optimizer_step_iter_1"
+    assert M.layer_activation_bytes(sinks, LAYER) == M.layer_activation_bytes(plain, LAYER)
+    a = sinks["allocations"]
+    offsets = [i for i in range(len(a["bytes"])) if sinks["ops"][a["op"][i]] == "new_zeros"
+               and a["requested_bytes"][i] == 4 * 2 and a["backward"][i]
+               and M.CATEGORIES[a["category"][i]] == "gradient"]
+    # one per layer of the stage, micro-batch (the pipeline's depth) and step
+    assert len(offsets) == GPT.layers // PP * PP * 2

@@ -18,6 +18,12 @@ groups only: grouped-query attention needs no repeated keys or values; the QKV p
 output they came from is freed), the output, and the fp32 softmax log-sum-exp per head and
 query.
 
+With a learnable softmax offset (`--softmax-type learnable`: gpt-oss's attention sinks, one
+value per head) TE runs its fused (cuDNN) backend, which holds what the flash kernel holds and
+gives the offset its gradient in backward (`d_softmax_offset`); the stand-in gives it a
+gradient of its shape there too, so DDP's hooks see every parameter's gradient (Megatron's DDP
+counts them: a parameter that gets none stops its second step).
+
 With context parallelism (CP > 1) it attends as TE's p2p ring does (ring_attention.py):
 each rank its s/CP tokens, K/V exchanged round the ring; with `cp_comm_type` "a2a+p2p" after
 an all-to-all within the inner group of the hierarchy (context_parallel_a2a.py), and with
@@ -172,6 +178,19 @@ def flash_attention_class():
     # local DotProductAttention does: that module itself stands in for them.
     unfused = (AttnBackend.unfused, AttnBackend.local)
 
+    class _SoftmaxOffsetGradient(torch.autograd.Function):
+        """The attention's output, unchanged; in backward, the learnable softmax offset's
+        gradient, a new tensor of its shape, as TE's fused attention returns one."""
+
+        @staticmethod
+        def forward(ctx, out, offset):
+            ctx.offset_shape, ctx.offset_dtype = offset.shape, offset.dtype
+            return out.view_as(out)
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad, grad.new_zeros(ctx.offset_shape, dtype=ctx.offset_dtype)
+
     class FlashDotProductAttention(DotProductAttention):
         """DotProductAttention's module (same parameters and checkpoint) with fused attention.
         Made by memlens for a trace; see memlens/plugins/megatron/attention.py."""
@@ -272,6 +291,10 @@ def flash_attention_class():
                                 scale=self.softmax_scale)[0]
             else:
                 out = flash(q, k, v, dropout, causal, scale=self.softmax_scale)[0]
+            offset = getattr(self, "softmax_offset", None)
+            if isinstance(offset, torch.nn.Parameter) and offset.requires_grad and \
+                    torch.is_grad_enabled():
+                out = _SoftmaxOffsetGradient.apply(out, offset)
             # The kernel writes its output in the query's layout: back to [s, b, hp], a view.
             return out.permute(2, 0, 1, 3).reshape(s, b, self.hidden_size_per_partition)
 

@@ -86,6 +86,8 @@ p.add_argument("--te-cuda-graphs", type=int, default=None, metavar="WARMUP",
                     "captured after WARMUP eager steps, as Megatron-LM's training loop does")
 p.add_argument("--overlap-grad-reduce", action="store_true")
 p.add_argument("--overlap-param-gather", action="store_true", help="with the distributed optimizer")
+p.add_argument("--softmax-type", choices=("vanilla", "off-by-one", "learnable"), default="vanilla",
+               help="learnable: a softmax offset per head (gpt-oss's attention sinks)")
 p.add_argument("--nccl-ub", action="store_true",
                help="DDP's buffers in NCCL's registered memory pool (Megatron-LM's --use-nccl-ub)")
 p.add_argument("--offload-modules", nargs="+", default=None,
@@ -141,6 +143,7 @@ config = (MLATransformerConfig if args.mla else TransformerConfig)(
     context_parallel_size=args.cp, sequence_parallel=args.sp, num_query_groups=args.query_groups,
     cp_comm_type=args.cp_comm_type,
     attention_backend=AttnBackend[args.attention_backend],
+    **(dict(softmax_type=args.softmax_type) if args.softmax_type != "vanilla" else {}),
     # Korthikanti et al.'s layer: GeLU MLP of 4h with biases, eager softmax in 16 bits,
     # dropout after the attention probabilities and after both projections.
     attention_softmax_in_fp32=False, masked_softmax_fusion=False, bias_activation_fusion=False,
