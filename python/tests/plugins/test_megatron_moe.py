@@ -181,6 +181,23 @@ def test_fp8_grouped_experts_keep_te_quantized_inputs(tmp_path, setting):
     assert GROUPED_NOTE in snap["meta"]["notes"]
 
 
+def test_fp8_expert_parameters_hold_only_their_transposes_beside_them(tmp_path):
+    """--fp8-param-gather with TE's grouped experts (the gpt-oss example): each expert's
+    weights are FP8 parameters, one byte per value in DDP's buffer, which are their own
+    row-wise data; TE's workspace per expert is then the transpose (H100) and its 4 B
+    scale-inverse only, where bf16 weights take the row-wise copy too (the test above). What
+    the experts keep for backward is the same."""
+    snap = M.trace(tmp_path, EP, 0, *FLAGS, *GROUPED, "--fp8-format", "hybrid",
+                   "--fp8-recipe", "tensorwise", "--fp8-param")
+    for layer in range(LAYERS):
+        experts = f"module.module.decoder.layers.{layer}.mlp.experts"
+        assert sorted(M.kept_into_backward(snap, experts)) == FP8_GROUPED["tensorwise"][1]
+        for linear in ("linear_fc1", "linear_fc2"):
+            assert sorted(_fp8_state(snap, f"{experts}.{linear}")) == \
+                sorted([GPT.hidden * FFN, 4] * (EXPERTS // EP))
+    assert any(n.startswith("--fp8-param-gather") for n in snap["meta"]["notes"])
+
+
 def test_fp8_grouped_experts_pad_tokens_and_keep_delayed_scaling_state(tmp_path):
     """s = 100: each local expert gets 200 tokens, which TE's Fp8Padding pads to 208 (a
     multiple of 16): the saved transposes are [h, 208] and [FFN, 208], the GeLU tensors

@@ -9,7 +9,8 @@ Megatron's DDP and distributed optimizer treat them as it treats TE's:
 - after the step the main parameters are cast into the FP8 buffer in place (TE's
   `quantize_param_shard`: nothing allocated);
 - the column-wise copy backward's data gradient needs (the transpose on Hopper) is the
-  module's, made at its first forward (fp8_linear.py).
+  module's, made at its first forward (fp8_linear.py; per expert for TE's grouped experts,
+  grouped_fp8.py, whose `weight{i}` are FP8 parameters too).
 
 The stand-in parameter is a tensor of dtype float8_e4m3fn once DDP's buffer holds it (one
 byte, as TE's `_data`); it answers `type()` with its nominal bf16 type, as a Float8Tensor
@@ -48,9 +49,13 @@ def fp8_model_init(plugin, recipe):
     if reason:
         raise RuntimeError(reason)
 
+    grouped = plugin.grouped_linear_classes or ()  # TE's grouped experts' stand-ins
+
     def registered(module, name, param):
-        if name == "weight" and param is not None and \
-                isinstance(module, (ColumnParallelLinear, RowParallelLinear)):
+        if param is None:
+            return None
+        if name == "weight" and isinstance(module, (ColumnParallelLinear, RowParallelLinear)) \
+                or name.startswith("weight") and name[6:].isdigit() and isinstance(module, grouped):
             _mark(param)
         return None
 

@@ -7,6 +7,8 @@ Megatron's TEGroupedMLP puts around its experts whenever `--fp8-format` is set.
 - each expert's weight quantized into the module's workspace (`weight{i}`) at its first FP8
   forward, row-wise and, where the input needs a gradient, column-wise; kept from then on (made
   again at every forward, and saved for backward, with `--disable-parameter-transpose-cache`);
+  an FP8 parameter (`--fp8-param-gather`, fp8_params.py) is its own row-wise data: only its
+  transpose (Hopper) and scale;
 - the input quantized per expert by `split_quantize`: Float8 tensors (delayed, tensorwise) one
   by one; block-scaled ones (blockwise, mxfp8) in one buffer per usage, each expert's data
   256-byte aligned and then its scales 16-byte aligned (TE's `bulk_allocate_fp8_blockwise_
@@ -85,11 +87,25 @@ def _weight_workspaces(layer, recipe: Recipe, weights, columnwise: bool) -> list
     cached = getattr(layer, "_memlens_fp8_weights", None)
     if cached is not None:
         return cached
-    made = [quantized(recipe, w.shape, True, True, columnwise, w.device) for w in weights]
+    made = [_weight_workspace(recipe, w, columnwise) for w in weights]
     if not layer.config.disable_parameter_transpose_cache:
         for q in made:
             keep(layer.plugin, layer, q)
         layer._memlens_fp8_weights = made
+    return made
+
+
+def _weight_workspace(recipe: Recipe, weight, columnwise: bool) -> dict:
+    """One expert's quantized weight; for an FP8 parameter (`--fp8-param-gather`), only what
+    it lacks: its own bytes are the row-wise data, so its column-wise copy where the GEMM needs
+    a transpose (Hopper), and the scale (as fp8_linear's dense weights)."""
+    from .fp8_params import is_fp8_param
+
+    if not is_fp8_param(weight):
+        return quantized(recipe, weight.shape, True, True, columnwise, weight.device)
+    made = quantized(recipe, weight.shape, True, False, columnwise, weight.device)
+    if recipe.non_tn:  # (delayed and tensorwise scaling only: fp8_params.fp8_model_init)
+        made = {"scale_inv": made["scale_inv"]}  # the column-wise data is the parameter's
     return made
 
 

@@ -30,8 +30,8 @@ Under FP8, Megatron's TEGroupedMLP asserts TE (`experts.HAVE_TE`) and pads each 
 tokens with TE's Fp8Padding: where TE is absent, `experts` below gives it the stand-ins.
 
 Written for TE 2.10 as Megatron-core 0.16 to 0.19 call it (`forward(x, m_splits)` returning
-`(output, bias)`). Not covered, with an error naming it: FP4, FP8 parameters
-(`--fp8-param-gather`) and deferred weight gradients under FP8.
+`(output, bias)`). Not covered, with an error naming it: FP4 and deferred weight gradients
+under FP8.
 """
 
 from __future__ import annotations
@@ -94,14 +94,11 @@ def _grouped_linear_base() -> type:
                      name=None):
             super().__init__()
             self.plugin.note(NOTE)
-            if getattr(config, "fp4", None) or \
-                    (getattr(config, "fp8", None) and getattr(config, "fp8_param", False)):
+            if getattr(config, "fp4", None):
                 raise MemlensError(
-                    "FP4 grouped GEMMs (--fp4-format) and FP8 expert parameters "
-                    "(--fp8-param-gather with TEGroupedMLP) need Transformer Engine, which is "
-                    "not installed here: memlens' stand-in for TE's GroupedLinear "
-                    "(plugins/megatron/grouped_linear.py) covers bf16, fp16, fp32 and FP8 "
-                    "GEMMs on bf16 weights")
+                    "FP4 grouped GEMMs (--fp4-format) need Transformer Engine, which is not "
+                    "installed here: memlens' stand-in for TE's GroupedLinear "
+                    "(plugins/megatron/grouped_linear.py) covers bf16, fp16, fp32 and FP8 GEMMs")
             # Megatron's TEGroupedLinear defers the weight gradients for either flag.
             self.delay_wgrad_compute = bool(
                 getattr(config, "delay_wgrad_compute", False) or
