@@ -211,9 +211,11 @@ def trace(case: Path, checkout: Path, python: str, scratch: Path) -> dict:
     replay = snap["meta"].get("layer_replay") or {}
     if replay.get("abandoned"):
         result["replay_abandoned"] = replay["abandoned"]
+    why = sorted({g["traced_in_full"] for g in replay.get("groups", ()) if "traced_in_full" in g})
     result["replay"] = replay.get("abandoned") or replay.get("off") or (
         f"{replay.get('replayed_forward', 0)} forward, {replay.get('replayed_backward', 0)} "
-        "backward block calls replayed")
+        "backward block calls replayed" + (f" (traced in full: {'; '.join(why)})" if why else "")
+        + ("" if replay.get("groups") else " (no group of 5 blocks alike)"))
     phases = {p["name"]: p for p in snap["phases"] if p["device"] == device}
     values = json.loads(golden.read_text())
     peaks = values.get("mem-max-allocated-bytes", {}).get("values", {})
