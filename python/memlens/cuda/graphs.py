@@ -55,6 +55,7 @@ class GraphTable:
         self._listener: GraphListener | None = None
         self._ids = itertools.count(1)
         self.capturing: dict[int, int] = {}  # capturing stream id -> pool id
+        self.graphs: dict[int, Any] = {}  # capturing stream id -> the FakeCUDAGraph
         self.completed = 0  # captures that reached capture_end in this simulation
         self.generation = 0  # one more at each binding: a pool is of one simulation
 
@@ -62,6 +63,7 @@ class GraphTable:
         self._listener = listener
         self.generation += 1
         self.capturing.clear()
+        self.graphs.clear()
         if listener is not None:
             self.completed = 0
 
@@ -118,6 +120,7 @@ class FakeCUDAGraph:
         self._stream: int | None = None  # while capturing
         self._captured = False
         self._holds_pool = False  # counted among the pool's users (until reset)
+        self._retained: list[int] = []  # MemPools' pools it keeps (use_mem_pool in a capture)
 
     def capture_begin(self, pool: tuple[int, int] | None = None,
                       capture_error_mode: str = "global",
@@ -134,6 +137,7 @@ class FakeCUDAGraph:
         self._device = stream.device_index
         self._stream = int(stream.stream_id)
         GRAPHS.capturing[self._stream] = self._pool
+        GRAPHS.graphs[self._stream] = self
         GRAPHS.event(self._device, "pool_begin", self._pool, self._stream)
         self._holds_pool = True
         GRAPHS.captured(self._pool)
@@ -143,6 +147,7 @@ class FakeCUDAGraph:
             raise RuntimeError("Called CUDAGraph::capture_end without capture_begin")
         for stream in [s for s, pool in GRAPHS.capturing.items() if pool == self._pool]:
             del GRAPHS.capturing[stream]  # the capturing stream and those that joined it
+        GRAPHS.graphs.pop(self._stream, None)
         GRAPHS.event(self._device, "pool_end", self._pool)
         if sys.exc_info()[0] is None:  # not torch.cuda.graph's exit from a stopped trace
             GRAPHS.completed += 1
@@ -163,7 +168,10 @@ class FakeCUDAGraph:
             self.capture_end()
         if self._holds_pool and GRAPHS.bound:
             GRAPHS.event(self._device, "pool_release", self._pool)
+            for pool in self._retained:
+                GRAPHS.event(self._device, "pool_release", pool)
         self._holds_pool = False
+        self._retained = []
         self._captured = False
 
     def pool(self) -> tuple[int, int]:
@@ -176,6 +184,25 @@ class FakeCUDAGraph:
             self.reset()
         except Exception:
             pass  # never raise from the garbage collector
+
+    @staticmethod
+    def get_currently_capturing_graph() -> "FakeCUDAGraph":
+        """The graph capturing on the current stream (torch 2.14's use_mem_pool asks)."""
+        pool = GRAPHS.capturing.get(streams.STREAMS.current_id(streams.STREAMS.devices().current()))
+        # (a stream that joined a capture captures into its graph's pool)
+        graph = next((g for g in GRAPHS.graphs.values() if g._pool == pool), None)
+        if pool is None or graph is None:
+            raise RuntimeError("get_currently_capturing_graph: no CUDA graph is capturing on "
+                               "the current stream")
+        return graph
+
+    def _retain_pool(self, pool: Any) -> None:
+        """torch 2.14's use_mem_pool inside a capture: the graph keeps the MemPool's pool (one
+        user more, createOrIncrefPool) until it is reset."""
+        pool_id = getattr(pool, "id", pool)
+        pool_id = int(pool_id[0]) if isinstance(pool_id, tuple) else int(pool_id)
+        GRAPHS.event(self._device, "pool_create", pool_id)
+        self._retained.append(pool_id)
 
     def enable_debug_mode(self) -> None:
         return None

@@ -10,7 +10,8 @@ one for buffers a communication library registers (Megatron's NCCL user buffers,
 ``--use-nccl-ub``, with NCCL's ``ncclMemAlloc`` as the pool's allocator).
 
 Here ``FakeMemPool`` stands in for the class and the pool events go to the allocator model
-(allocator/graph_pools.py) through the graphs' table. Not modelled: allocations of other threads
+(allocator/graph_pools.py) through the graphs' table. Inside a capture, torch 2.14's
+``use_mem_pool`` has the capturing graph keep the pool (graphs.FakeCUDAGraph._retain_pool). Not modelled: allocations of other threads
 inside ``use_mem_pool`` (autograd's) are routed too; ``use_on_oom`` and ``no_split``; the pool's
 own allocator's rounding of its segments (ncclMemAlloc maps cuMem granules).
 """
@@ -23,11 +24,12 @@ from typing import Any
 
 import torch
 
+from ..allocator.graph_pools import EVERY_STREAM
 from ..patches.patcher import Patcher, check_tested
 from . import streams
 from .graphs import GRAPHS, _user_place
 
-EVERY_STREAM = -1  # allocator/graph_pools.EVERY_STREAM: use_mem_pool's thread filter
+_USES: dict[int, int] = {}  # pool id -> use_mem_pool contexts under way
 
 
 class FakeMemPool:
@@ -38,8 +40,6 @@ class FakeMemPool:
         self._pool = GRAPHS.new_pool_id()
         self._device = streams.STREAMS.devices().current()
         self._allocator = allocator
-        self._users = 1  # this MemPool; each use_mem_pool under way adds one
-        self._released = False
         GRAPHS.event(self._device, "pool_create", self._pool)
         made_by = getattr(allocator, "memlens_name", None) or (
             "its own allocator" if allocator is not None else None)
@@ -59,7 +59,8 @@ class FakeMemPool:
         return self._allocator
 
     def use_count(self) -> int:
-        return self._users
+        """This MemPool and the use_mem_pool contexts under way (not the graphs keeping it)."""
+        return 1 + _USES.get(self._pool, 0)
 
     def snapshot(self, include_traces: bool = True) -> list[dict]:
         """The pool's segments, as ``torch.cuda.memory_snapshot(pool.id)`` lists them."""
@@ -83,7 +84,9 @@ def _pool_of(mempool_id) -> int:
 
 def begin_allocate_current_thread_to_pool(device_index: int, mempool_id) -> None:
     """use_mem_pool's entry: one user more, and every allocation of the thread to the pool."""
-    GRAPHS.event(int(device_index), "pool_begin", _pool_of(mempool_id), EVERY_STREAM)
+    pool = _pool_of(mempool_id)
+    _USES[pool] = _USES.get(pool, 0) + 1
+    GRAPHS.event(int(device_index), "pool_begin", pool, EVERY_STREAM)
 
 
 def end_allocate_to_pool(device_index: int, mempool_id) -> None:
@@ -91,7 +94,10 @@ def end_allocate_to_pool(device_index: int, mempool_id) -> None:
 
 
 def release_pool(device_index: int, mempool_id) -> None:
-    GRAPHS.event(int(device_index), "pool_release", _pool_of(mempool_id))
+    """use_mem_pool's exit: one user fewer (the MemPool still holds the pool)."""
+    pool = _pool_of(mempool_id)
+    _USES[pool] = max(0, _USES.get(pool, 0) - 1)
+    GRAPHS.event(int(device_index), "pool_release", pool)
 
 
 def install(patches: Patcher, cuda_modules: list[Any]) -> None:

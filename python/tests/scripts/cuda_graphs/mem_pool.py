@@ -32,3 +32,20 @@ mark("outside_again")
 del again
 del pool
 mark("pool_deleted")
+
+# A MemPool used inside a CUDA graph's capture (torch 2.14's use_mem_pool asks for the capturing
+# graph and has it keep the pool): the 2 MiB made there come from the MemPool's pool, whose
+# segment the graph keeps after the MemPool is gone, until the graph is reset.
+captured_pool = torch.cuda.MemPool()
+side = torch.cuda.Stream()
+graph = torch.cuda.CUDAGraph()
+with torch.cuda.graph(graph, stream=side):
+    with torch.cuda.use_mem_pool(captured_pool):
+        kept = torch.zeros(2 * MiB // 4, device="cuda")
+mark("captured_in_pool")
+del captured_pool, kept
+torch.cuda.empty_cache()
+mark("mem_pool_gone_graph_keeps_it")
+graph.reset()
+torch.cuda.empty_cache()
+mark("graph_reset")
