@@ -45,6 +45,9 @@ _PASSTHROUGH = {torch.ops.prim.device.default, aten.sym_size.default, aten.sym_s
 _VIEWS = _PASSTHROUGH - {torch.ops.prim.device.default, aten.sym_size.default,
                          aten.sym_stride.default, aten.sym_numel.default,
                          aten.sym_storage_offset.default, aten.is_contiguous.default}
+# Host ops that compute no value: the script's constant wrapped (`torch.tensor([scale])`) and
+# views of it. A block that runs only these on the host is still one program (layer replay).
+_NO_HOST_VALUE = _PASSTHROUGH | {aten.lift_fresh.default}
 _current_node = torch._C._current_autograd_node
 _WAIT_TENSOR = getattr(getattr(torch.ops, "_c10d_functional", None), "wait_tensor", None)
 _WAIT_TENSOR = _WAIT_TENSOR.default if _WAIT_TENSOR is not None else None
@@ -245,9 +248,11 @@ class Accountant(TorchDispatchMode):
         phases = self.tracer.phases
         if phases.may_stop:
             raise self.tracer.stop()
-        # Host values a replayed block would not have; an empty tensor (a cache's start) has none.
+        # Host values a replayed block would not have; an empty tensor (a cache's start) has
+        # none, nor does a constant wrapped or viewed (Megatron's fused softmax takes its scale
+        # as `torch.tensor([scale])[0]`).
         empty_in = _all_empty((args, kwargs))
-        if not empty_in:
+        if not empty_in and func not in _NO_HOST_VALUE:
             self.unreplayable_ops += 1
         if func is _RECORD_STREAM:
             return None  # a host tensor: no CUDA allocator holds it

@@ -49,6 +49,9 @@ REPLAYED = [
     # same): step 2's block 6 records its backward anew, blocks 5..1 replay it, and block 0's
     # traced backward, like it, confirms them (no full trace again): 4 + 5, as "plain".
     ("backward-changes", ("--workspace-from", "1"), 9, 9),
+    # A host constant wrapped and viewed in each block (Megatron's fused softmax passes its
+    # scale as `torch.tensor([scale])[0]`): no value computed on the host, replayed as "plain".
+    ("host-constant", ("--host-scale",), 9, 9),
 ]
 @pytest.mark.parametrize("name,args,forward,backward", REPLAYED, ids=[r[0] for r in REPLAYED])
 def test_a_replayed_trace_writes_the_full_traces_snapshot(tmp_path, name, args, forward,

@@ -12,6 +12,8 @@ variations a layer replay must get right or refuse (tests/engine/test_layer_repl
                           attention keeps its scores
     --dropout-off S       dropout (0.1) after each block's MLP, set to 0 on every block from
                           step S on (as a schedule would): no more masks
+    --host-scale          each block scales its MLP output by `torch.tensor([1.0])[0]`, a
+                          host constant (as Megatron's fused softmax passes its scale)
     --workspace-from S    each block's MLP activation's backward takes a workspace of 256
                           rows, 64 from step S on: the same forward, another backward (as a
                           kernel Dynamo recompiled between steps splits its reduction anew)
@@ -44,6 +46,7 @@ parser.add_argument("--autocast", action="store_true")
 parser.add_argument("--math-attention", type=int, default=0)
 parser.add_argument("--dropout-off", type=int, default=None)
 parser.add_argument("--workspace-from", type=int, default=None)
+parser.add_argument("--host-scale", action="store_true")
 args = parser.parse_args()
 workspace_rows = 256
 
@@ -88,7 +91,10 @@ class Block(nn.Module):
         q, k, v = (z.view(b, t, args.heads, d // args.heads).transpose(1, 2) for z in (q, k, v))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
-        return x + self.drop(self.out(gelu(self.fc(self.ln_2(x)))))
+        mlp = self.drop(self.out(gelu(self.fc(self.ln_2(x)))))
+        if args.host_scale:
+            mlp = mlp * torch.tensor([1.0])[0]
+        return x + mlp
 
 
 class GPT(nn.Module):
