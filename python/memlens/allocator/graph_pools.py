@@ -45,17 +45,8 @@ class GraphPools:
         self.captures: list[tuple[int, frozenset[int]]] = []  # (pool id, capturing streams)
 
     def create(self, pool_id: int) -> None:
-        """MemPool's constructor (createOrIncrefPool): the pool, held by the MemPool; nothing
-        is allocated to it until a use_mem_pool begins."""
-        if pool_id == DEFAULT_POOL:
-            raise ValueError("pool id 0 is the default pool")
-        pool = self.pools.get(pool_id)
-        if pool is None:
-            self.pools[pool_id] = PrivatePool(pool_id)
-        else:
-            pool.use_count += 1
-
-    def begin(self, pool_id: int, streams: frozenset[int]) -> None:
+        """createOrIncrefPool: the pool made, or one user more (a MemPool's constructor, a
+        graph keeping a MemPool's pool; nothing is allocated to it until a begin)."""
         if pool_id == DEFAULT_POOL:
             raise ValueError("pool id 0 is the default pool")
         pool = self.pools.get(pool_id)
@@ -64,6 +55,9 @@ class GraphPools:
         else:
             assert pool.use_count > 0, f"pool {pool_id} was released; it cannot be shared"
             pool.use_count += 1
+
+    def begin(self, pool_id: int, streams: frozenset[int]) -> None:
+        self.create(pool_id)
         if any(pid == pool_id for pid, _ in self.captures):
             raise RuntimeError("beginAllocateToPool: already recording to mempool_id")
         self.captures.append((pool_id, frozenset(streams)))
