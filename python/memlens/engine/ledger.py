@@ -89,9 +89,8 @@ class Ledger:
         # event `seq`: (seq, device, "record_stream", rid, stream) and
         # (seq, device, "wait", waiter, stream, marker); and what changes its pools:
         # (seq, device, "pool_create" | "pool_begin" | "pool_join" | "pool_end" | "pool_release",
-        # pool, stream)
-        # for CUDA
-        # graphs' private pools, (seq, device, "empty_cache", 0, 0).
+        # pool, stream) for private pools (CUDA graphs', MemPools'), and
+        # (seq, device, "empty_cache", pool, 0): every pool's unused segments (pool 0) or one's.
         self.stream_events: list[tuple] = []
         # While a block is recorded (engine/layer_replay.py): its allocations, frees and
         # category changes, in order: ("alloc", rid, category, module, sub), ("free", rid),
@@ -210,7 +209,7 @@ class Ledger:
             self.stream_events.append((self.seq, device, "empty_cache", 0, 0))
             self._note_reserved(device, model)
 
-    # -- CUDA graphs' private pools (cuda/graphs.py) ---------------------------------------
+    # -- private pools: CUDA graphs' and MemPools' (cuda/graphs.py, cuda/mem_pools.py) -----
     def pool_event(self, device: str, kind: str, pool: int, stream: int = 0) -> None:
         """A MemPool made `pool` ("pool_create"), a capture into `pool` (or use_mem_pool's
         routing to it, on every stream: -1) began on `stream` ("pool_begin"), `stream` joined
