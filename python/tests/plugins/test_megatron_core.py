@@ -64,7 +64,7 @@ GROUPS = {"te-spec-flash-gqa": 4}
 # of 32), TE spec: TE's fused backend (auto) and its unfused one.
 MLA = {"te-spec-mla": ("--spec", "te", "--mla"),
        "te-spec-mla-unfused": ("--spec", "te", "--mla", "--attention-backend", "unfused")}
-FUSED_ATTENTION = {"te-spec-flash", "te-spec-flash-gqa", "te-spec-fused",
+FUSED_ATTENTION = {"te-spec-flash", "te-spec-flash-gqa", "te-spec-fused", "te-spec-sinks",
                    "te-spec-deferred-wgrad", "modelopt-spec-flash"}
 # Gradient-accumulation fusion: TE's cached dummy weight gradients, which Megatron's linear
 # layers take where TE is installed (as on a GPU).
