@@ -11,6 +11,7 @@ from importlib.metadata import version
 import pytest
 
 from support.paths import TESTS
+from support.allocator_events import replay_events
 from support.runs import marked_run_on_h100, run_memlens
 
 from memlens.allocator import replay
@@ -144,24 +145,6 @@ def test_the_terminal_report_lists_the_pools(traced):
     assert ["(2 graphs)" in line for line in lines] == [False, True, False, True, False, False]
 
 
-def _events(snap, kinds):
-    """cuda:0's allocation events in the snapshot for allocator.replay, with the stream
-    events of `kinds` at their places (each after allocation event `seq`)."""
-    a = snap["allocations"]
-    device = a["devices"].index("cuda:0")
-    order = []
-    for i in range(len(a["bytes"])):
-        if a["device"][i] == device:
-            order.append((a["alloc_seq"][i], ("alloc", i, a["requested_bytes"][i],
-                                              a["stream"][i])))
-            if a["free_seq"][i] >= 0:
-                order.append((a["free_seq"][i], ("free", i, 0, a["stream"][i])))
-    for e in a["stream_events"]:
-        if e["kind"] in kinds:
-            order.append((e["seq"] + 0.5, (e["kind"], e["pool"], 0, e["stream"])))
-    return [e for _, e in sorted(order, key=lambda pair: pair[0])]
-
-
 def test_replaying_the_snapshot_follows_the_pools(traced):
     """(torch 2.13's numbers; W less on 2.14.) The allocation stream with its pool events
     replays to the trace's 352 MiB. Without
@@ -175,8 +158,8 @@ def test_replaying_the_snapshot_follows_the_pools(traced):
     free 2 MiB hole). At the end: 292 MiB after the empty_cache of section 4, and x * 5's 20 MiB
     segment; the pools of graphs 1, 3, 4 and 6 hold 144 MiB of those 312 MiB; pool 5 is gone."""
     _, snap, _ = traced
-    assert replay(_events(snap, POOL_KINDS)).peak_reserved == 288 * MiB + W
-    assert replay(_events(snap, ("empty_cache",))).peak_reserved == 228 * MiB + W
+    assert replay(replay_events(snap, POOL_KINDS)).peak_reserved == 288 * MiB + W
+    assert replay(replay_events(snap, ("empty_cache",))).peak_reserved == 228 * MiB + W
     viz = memory_viz_snapshot(snap)
     by_pool = {}
     for seg in viz["segments"]:

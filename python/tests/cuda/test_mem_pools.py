@@ -9,6 +9,7 @@ from importlib.metadata import version
 import pytest
 
 from support.paths import TESTS
+from support.allocator_events import replay_events
 from support.runs import marked_run_on_h100
 
 from memlens.allocator import replay
@@ -75,24 +76,8 @@ def test_the_snapshot_reports_the_pools_and_replays_them(traced):
     assert snap["summary"]["reserved_peak_bytes"] == 42 * MiB
     kinds = {e["kind"] for e in snap["allocations"]["stream_events"]}
     assert kinds == {"pool_create", "pool_begin", "pool_end", "pool_release", "empty_cache"}
-    assert replay(_events(snap, kinds)).peak_reserved == 42 * MiB
-    assert replay(_events(snap, kinds, before=5)).peak_reserved == 42 * MiB
-    assert replay(_events(snap, {"empty_cache"}, before=5)).peak_reserved == 22 * MiB
+    assert replay(replay_events(snap, kinds)).peak_reserved == 42 * MiB
+    assert replay(replay_events(snap, kinds, before=5)).peak_reserved == 42 * MiB
+    assert replay(replay_events(snap, {"empty_cache"}, before=5)).peak_reserved == 22 * MiB
     assert "Private pools" in output and "MemPool made at" in output
 
-
-def _events(snap, kinds, before=None):
-    """The allocation events for allocator.replay, with the stream events of `kinds` at their
-    places (each after allocation event `seq`); `before`: only the first allocations."""
-    a = snap["allocations"]
-    order = []
-    for i in range(len(a["bytes"])):
-        if before is not None and a["alloc_seq"][i] >= before:
-            continue
-        order.append((a["alloc_seq"][i], ("alloc", i, a["requested_bytes"][i], a["stream"][i])))
-        if a["free_seq"][i] >= 0 and (before is None or a["free_seq"][i] < before):
-            order.append((a["free_seq"][i], ("free", i, 0, a["stream"][i])))
-    for e in a["stream_events"]:
-        if e["kind"] in kinds and (before is None or e["seq"] < before):
-            order.append((e["seq"] + 0.5, (e["kind"], e["pool"], 0, e["stream"])))
-    return [e for _, e in sorted(order, key=lambda pair: pair[0])]
