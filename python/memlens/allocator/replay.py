@@ -5,8 +5,10 @@ The engine's ledger gives, per device and in order, `(kind, block_id, nbytes, st
 stream)` and `("wait", waiter, marker, stream)` (waiter a stream or -1 for the host, marker the
 model's tick the wait covers; see stream_events.py), and private pools' (CUDA graph captures,
 MemPools): `("pool_create", pool, 0, 0)`, `("pool_begin", pool, 0, stream)` (stream -1: every
-stream), `("pool_join", pool, 0, stream)`, `("pool_end", pool, 0, 0)`, `("pool_release", pool, 0, 0)` (graph_pools.py)
-and `("empty_cache", pool, 0, 0)` (pool 0: every pool). Only allocs and frees count as events. Replaying them answers what torch.cuda.memory_reserved() would have peaked at,
+stream), `("pool_join", pool, 0, stream)`, `("pool_end", pool, 0, 0)`, `("pool_release",
+pool, 0, 0)` (graph_pools.py) and `("empty_cache", pool, 0, 0)` (pool 0: every pool). Only
+allocs and frees count as events. Replaying them answers what torch.cuda.memory_reserved()
+would have peaked at,
 how much of that was cached but unused (fragmentation), and which event would have run out of
 memory. An allocation that fails is left out of the state (PyTorch would have raised at that
 point); its later free is ignored, so numbers after the first OOM describe the rest of the

@@ -11,9 +11,10 @@ one for buffers a communication library registers (Megatron's NCCL user buffers,
 
 Here ``FakeMemPool`` stands in for the class and the pool events go to the allocator model
 (allocator/graph_pools.py) through the graphs' table. Inside a capture, torch 2.14's
-``use_mem_pool`` has the capturing graph keep the pool (graphs.FakeCUDAGraph._retain_pool). Not modelled: allocations of other threads
-inside ``use_mem_pool`` (autograd's) are routed too; ``use_on_oom`` and ``no_split``; the pool's
-own allocator's rounding of its segments (ncclMemAlloc maps cuMem granules).
+``use_mem_pool`` has the capturing graph keep the pool (graphs.FakeCUDAGraph._retain_pool).
+Not modelled: allocations of other threads inside ``use_mem_pool`` (autograd's) are routed
+too; ``use_on_oom`` and ``no_split``; the pool's own allocator's rounding of its segments
+(ncclMemAlloc maps cuMem granules).
 """
 
 from __future__ import annotations

@@ -110,6 +110,21 @@ def quantized(recipe: Recipe, shape, weight: bool, rowwise: bool, columnwise: bo
             for name, (s, d) in recipe.parts(tuple(shape), weight, rowwise, columnwise).items()}
 
 
+def weight_workspace(recipe: Recipe, weight, columnwise: bool, device="cuda") -> dict:
+    """TE's quantized copy of a GEMM weight, row-wise and, where asked, column-wise; for an FP8
+    parameter (`--fp8-param-gather`, fp8_params.py) only what it lacks: its own bytes are the
+    row-wise data, so its column-wise copy where the GEMM needs a transpose (Hopper), and the
+    scale."""
+    from .fp8_params import is_fp8_param
+
+    if not is_fp8_param(weight):
+        return quantized(recipe, weight.shape, True, True, columnwise, device)
+    made = quantized(recipe, weight.shape, True, False, columnwise, device)
+    if recipe.name in ("delayed", "tensorwise") and recipe.non_tn:
+        made = {"scale_inv": made["scale_inv"]}  # the column-wise data is the parameter's
+    return made
+
+
 def keep(plugin, module, tensors: dict) -> None:
     """Module state: FP8 weights and scales, parameters of `module` in the "fp8
     weights/scales" subcategory."""
@@ -169,14 +184,7 @@ class _Layer:
         copy (the parameter's own bytes are the row-wise data)."""
         cached = getattr(self.module, "_memlens_fp8_weight", None)
         if cached is None:
-            from .fp8_params import is_fp8_param
-
-            if is_fp8_param(weight):
-                cached = self.quantize(weight.shape, True, False, True)
-                if self.recipe.name in ("delayed", "tensorwise") and self.recipe.non_tn:
-                    cached = {"scale_inv": cached["scale_inv"]}  # the data is the parameter's
-            else:
-                cached = self.quantize(weight.shape, True, True, True)
+            cached = weight_workspace(self.recipe, weight, True)
             self.keep(cached)
             self.module._memlens_fp8_weight = cached
         return cached

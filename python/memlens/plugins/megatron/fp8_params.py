@@ -49,11 +49,10 @@ def fp8_model_init(plugin, recipe):
     if reason:
         raise RuntimeError(reason)
 
-    grouped = plugin.grouped_linear_classes or ()  # TE's grouped experts' stand-ins
-
     def registered(module, name, param):
         if param is None:
             return None
+        grouped = plugin.grouped_linear_classes or ()  # TE's grouped experts' stand-ins
         if name == "weight" and isinstance(module, (ColumnParallelLinear, RowParallelLinear)) \
                 or name.startswith("weight") and name[6:].isdigit() and isinstance(module, grouped):
             _mark(param)

@@ -26,7 +26,7 @@ import functools
 import math
 
 from .fp8 import Recipe, round_up
-from .fp8_linear import keep, module_state, quantized
+from .fp8_linear import keep, module_state, quantized, weight_workspace
 
 FLOAT8 = ("delayed", "tensorwise")  # Float8Tensor: allocated one by one
 
@@ -87,25 +87,11 @@ def _weight_workspaces(layer, recipe: Recipe, weights, columnwise: bool) -> list
     cached = getattr(layer, "_memlens_fp8_weights", None)
     if cached is not None:
         return cached
-    made = [_weight_workspace(recipe, w, columnwise) for w in weights]
+    made = [weight_workspace(recipe, w, columnwise, w.device) for w in weights]
     if not layer.config.disable_parameter_transpose_cache:
         for q in made:
             keep(layer.plugin, layer, q)
         layer._memlens_fp8_weights = made
-    return made
-
-
-def _weight_workspace(recipe: Recipe, weight, columnwise: bool) -> dict:
-    """One expert's quantized weight; for an FP8 parameter (`--fp8-param-gather`), only what
-    it lacks: its own bytes are the row-wise data, so its column-wise copy where the GEMM needs
-    a transpose (Hopper), and the scale (as fp8_linear's dense weights)."""
-    from .fp8_params import is_fp8_param
-
-    if not is_fp8_param(weight):
-        return quantized(recipe, weight.shape, True, True, columnwise, weight.device)
-    made = quantized(recipe, weight.shape, True, False, columnwise, weight.device)
-    if recipe.non_tn:  # (delayed and tensorwise scaling only: fp8_params.fp8_model_init)
-        made = {"scale_inv": made["scale_inv"]}  # the column-wise data is the parameter's
     return made
 
 
